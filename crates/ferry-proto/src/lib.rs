@@ -1,0 +1,33 @@
+//! ferry's wire protocol.
+//!
+//! Everything two ferry endpoints say to each other is a [`Message`]. This
+//! crate owns:
+//!
+//! * [`msg`]: the message types (file list entries, data/zero/copy ops,
+//!   segment digests, requests, reports);
+//! * [`codec`]: the hand-written, bounded binary encoding of every message
+//!   (specified in `docs/PROTOCOL.md`); the decoder never panics and never
+//!   allocates more than the frame it was given;
+//! * [`layout`]: how a file of a given size is cut into segments (the unit of
+//!   parallel work) and grid blocks (the unit of zero detection, hashing and
+//!   delta matching), and how segment digests are computed;
+//! * [`transport`]: the message links between a sender and a receiver: an
+//!   in-process link (channels) and a byte-stream link (pipes, ssh, TCP).
+//!   Both count `bytes_wire` as the encoded size of what they carry.
+//!
+//! The crate does no file I/O and knows nothing of the terminal.
+
+pub mod codec;
+pub mod layout;
+pub mod msg;
+pub mod transport;
+
+pub use codec::{decode, encode, encoded_len, DecodeError, MAX_FRAME};
+pub use msg::*;
+pub use transport::{in_process, stream_link, Endpoint, LinkError, MsgRx, MsgTx, WireCounter};
+
+/// Protocol version spoken by this build. Peers must agree exactly on the
+/// major version; see `docs/PROTOCOL.md`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Magic bytes at the start of a stream link, before the first frame.
+pub const MAGIC: &[u8; 8] = b"FERRY\x00\x01\n";

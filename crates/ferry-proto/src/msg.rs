@@ -1,0 +1,161 @@
+//! The messages of the ferry protocol. See `docs/PROTOCOL.md` for the wire
+//! form of each and for who may send what when.
+
+/// The kind of a file list entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file (or a block device read as a file).
+    File = 0,
+    /// A directory.
+    Dir = 1,
+    /// A symbolic link; [`Entry::target`] holds its target.
+    Symlink = 2,
+    /// A further name of a file already listed; [`Entry::link_to`] is that
+    /// file's id.
+    HardLink = 3,
+}
+
+impl EntryKind {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::File,
+            1 => Self::Dir,
+            2 => Self::Symlink,
+            3 => Self::HardLink,
+            _ => return None,
+        })
+    }
+}
+
+/// One entry of the file list, sent by the sender as it walks the source.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Entry {
+    /// Sender-assigned id, unique in the session, increasing.
+    pub id: u32,
+    /// Path relative to the destination root, `/`-separated, no leading `/`,
+    /// no `.` or `..` components. The empty path is the root itself.
+    pub path: Vec<u8>,
+    pub kind: Option<EntryKind>,
+    /// Full `st_mode` permission and type bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Logical size in bytes (files only).
+    pub size: u64,
+    pub mtime: i64,
+    pub mtime_nsec: u32,
+    /// Symlink target.
+    pub target: Vec<u8>,
+    /// For hard links: id of the first entry naming the same inode.
+    pub link_to: u32,
+    /// Extended attributes (only when requested).
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Whole-file content digest (only with `--checksum`).
+    pub digest: Option<[u8; 32]>,
+}
+
+impl Entry {
+    pub fn kind(&self) -> EntryKind {
+        self.kind.unwrap_or(EntryKind::File)
+    }
+}
+
+/// Features a peer supports, exchanged in [`Message::Hello`].
+pub mod features {
+    pub const DELTA: u64 = 1 << 0;
+    pub const XATTRS: u64 = 1 << 1;
+    pub const COMPRESS_ZSTD: u64 = 1 << 2;
+    pub const COMPRESS_LZ4: u64 = 1 << 3;
+    pub const ALL: u64 = DELTA | XATTRS;
+}
+
+/// What the receiver asks of the sender for one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WantMode {
+    /// Send every data extent of the file.
+    Whole = 0,
+    /// A signature of the receiver's copy follows in [`Message::Signature`]
+    /// messages, ending with one whose `last` is set; send a delta against it.
+    Delta = 1,
+}
+
+/// The receiver's tally, sent once at the end so that the side that runs the
+/// command can report it whichever side received.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReceiverReport {
+    pub files_total: u64,
+    pub files_transferred: u64,
+    pub files_delta: u64,
+    pub files_deleted: u64,
+    pub files_failed: u64,
+    pub bytes_total: u64,
+    pub bytes_transferred: u64,
+    pub bytes_written: u64,
+    pub bytes_matched: u64,
+    /// One line per failed entry, capped, for the side that prints.
+    pub errors: Vec<String>,
+}
+
+/// A message of the ferry protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// First message in each direction.
+    Hello { version: u32, features: u64 },
+    /// S→R: one file list entry.
+    Entry(Box<Entry>),
+    /// S→R: the file list is complete.
+    EndOfList,
+    /// R→S: send the contents of file `file`.
+    Want { file: u32, mode: WantMode },
+    /// R→S: part of the receiver's block signature of its copy of `file`.
+    /// `weak[i]`/`strong[i]` describe block `first_block + i`.
+    Signature {
+        file: u32,
+        block_size: u32,
+        basis_size: u64,
+        first_block: u64,
+        weak: Vec<u64>,
+        strong: Vec<[u8; 16]>,
+        last: bool,
+    },
+    /// S→R: literal bytes of `file` at `offset`.
+    Data { file: u32, offset: u64, data: Vec<u8> },
+    /// S→R: `len` bytes of zeros (a hole or zero blocks) at `offset`.
+    Zero { file: u32, offset: u64, len: u64 },
+    /// S→R: `len` bytes at `offset` are the receiver's old bytes at
+    /// `basis_offset` (delta transfer only).
+    Copy { file: u32, offset: u64, basis_offset: u64, len: u64 },
+    /// S→R: every op of segment `segment` of `file` has been sent; `digest`
+    /// is the segment digest of the source bytes (see [`crate::layout`]).
+    SegmentDone { file: u32, segment: u32, digest: [u8; 32] },
+    /// Either way: `file` cannot be transferred (source unreadable, changed
+    /// while read, …). The receiver drops its partial copy.
+    FileFailed { file: u32, error: String },
+    /// S→R: the sender has sent everything it was asked for.
+    SenderDone,
+    /// R→S: the receiver has finished; its tally.
+    ReceiverDone(Box<ReceiverReport>),
+    /// Either way: the session cannot go on.
+    Fatal { error: String },
+}
+
+impl Message {
+    /// Short name for diagnostics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Hello { .. } => "Hello",
+            Message::Entry(_) => "Entry",
+            Message::EndOfList => "EndOfList",
+            Message::Want { .. } => "Want",
+            Message::Signature { .. } => "Signature",
+            Message::Data { .. } => "Data",
+            Message::Zero { .. } => "Zero",
+            Message::Copy { .. } => "Copy",
+            Message::SegmentDone { .. } => "SegmentDone",
+            Message::FileFailed { .. } => "FileFailed",
+            Message::SenderDone => "SenderDone",
+            Message::ReceiverDone(_) => "ReceiverDone",
+            Message::Fatal { .. } => "Fatal",
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! Links that carry [`Message`]s between a sender and a receiver.
+//!
+//! The engine sees only an [`Endpoint`]: a cloneable [`MsgTx`] that many
+//! worker threads may send through, and one [`MsgRx`]. Two links exist:
+//!
+//! * [`in_process`]: bounded channels, for local-to-local moves. Messages are
+//!   moved, not copied; `bytes_wire` counts what their encoding would take.
+//! * [`stream_link`]: any byte pipe (ssh's stdin/stdout, a TCP stream, an
+//!   encrypted channel). A writer thread encodes frames, a reader thread
+//!   decodes them; `bytes_wire` counts the bytes written.
+//!
+//! Either way both ends are bounded queues, so a slow consumer slows the
+//! producer instead of growing memory.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
+
+use crate::codec::{self, DecodeError, MAX_FRAME};
+use crate::msg::Message;
+use crate::MAGIC;
+
+/// Why a link stopped working.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum LinkError {
+    #[error("connection closed by peer")]
+    Closed,
+    #[error("connection error: {0}")]
+    Io(String),
+    #[error("protocol error: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("protocol error: frame of {0} bytes exceeds the limit")]
+    FrameTooLarge(u64),
+    #[error("peer is not speaking the ferry protocol (it sent {0:?})")]
+    BadMagic(String),
+}
+
+/// A shared byte counter.
+#[derive(Clone, Debug, Default)]
+pub struct WireCounter(Arc<AtomicU64>);
+
+impl WireCounter {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Sending half of a link. Cheap to clone; safe to use from many threads.
+#[derive(Clone)]
+pub struct MsgTx {
+    tx: Sender<Message>,
+    /// Counted here for in-process links; stream links count in the writer.
+    count_on_send: Option<WireCounter>,
+    /// The error that stopped the writer, if any.
+    failure: Arc<Mutex<Option<LinkError>>>,
+}
+
+impl MsgTx {
+    /// Queue `m` for the peer; blocks while the link is full.
+    pub fn send(&self, m: Message) -> Result<(), LinkError> {
+        if let Some(c) = &self.count_on_send {
+            c.add(codec::encoded_len(&m) as u64);
+        }
+        self.tx.send(m).map_err(|_| self.failure())
+    }
+
+    fn failure(&self) -> LinkError {
+        self.failure
+            .lock()
+            .ok()
+            .and_then(|g| g.clone())
+            .unwrap_or(LinkError::Closed)
+    }
+}
+
+/// Receiving half of a link.
+pub struct MsgRx {
+    rx: Receiver<Result<Message, LinkError>>,
+}
+
+impl MsgRx {
+    /// Next message from the peer; `Err(Closed)` once the peer hung up.
+    pub fn recv(&self) -> Result<Message, LinkError> {
+        match self.rx.recv() {
+            Ok(r) => r,
+            Err(_) => Err(LinkError::Closed),
+        }
+    }
+}
+
+/// One end of a link.
+pub struct Endpoint {
+    pub tx: MsgTx,
+    pub rx: MsgRx,
+    /// Bytes this end sent.
+    pub sent: WireCounter,
+    /// Bytes this end received.
+    pub received: WireCounter,
+}
+
+/// Messages queued per direction.
+const QUEUE: usize = 64;
+
+/// A pair of connected in-process endpoints.
+pub fn in_process() -> (Endpoint, Endpoint) {
+    let (a_tx, b_rx) = bounded::<Message>(QUEUE);
+    let (b_tx, a_rx) = bounded::<Message>(QUEUE);
+    let a_sent = WireCounter::default();
+    let b_sent = WireCounter::default();
+    let a = Endpoint {
+        tx: MsgTx {
+            tx: a_tx,
+            count_on_send: Some(a_sent.clone()),
+            failure: Arc::default(),
+        },
+        rx: wrap_ok(a_rx),
+        sent: a_sent.clone(),
+        received: b_sent.clone(),
+    };
+    let b = Endpoint {
+        tx: MsgTx {
+            tx: b_tx,
+            count_on_send: Some(b_sent.clone()),
+            failure: Arc::default(),
+        },
+        rx: wrap_ok(b_rx),
+        sent: b_sent,
+        received: a_sent,
+    };
+    (a, b)
+}
+
+/// Adapts a channel of plain messages into a [`MsgRx`] with one forwarding
+/// thread-free trick: a zero-cost map is not possible on crossbeam receivers,
+/// so in-process links use a small forwarding thread.
+fn wrap_ok(rx: Receiver<Message>) -> MsgRx {
+    let (tx, out) = bounded::<Result<Message, LinkError>>(QUEUE);
+    let spawned = thread::Builder::new()
+        .name("ferry-link".into())
+        .spawn(move || {
+            for m in rx {
+                if tx.send(Ok(m)).is_err() {
+                    break;
+                }
+            }
+        });
+    if spawned.is_err() {
+        // Without the thread the link reads as closed; the engine reports it.
+        let (_, dead) = bounded(0);
+        return MsgRx { rx: dead };
+    }
+    MsgRx { rx: out }
+}
+
+/// An endpoint speaking frames over a byte pipe. Spawns one reader and one
+/// writer thread; they end when the pipe closes or the endpoint is dropped.
+pub fn stream_link<R, W>(mut r: R, mut w: W) -> Endpoint
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    let sent = WireCounter::default();
+    let received = WireCounter::default();
+    let failure: Arc<Mutex<Option<LinkError>>> = Arc::default();
+
+    let (tx, wrx) = bounded::<Message>(QUEUE);
+    let (rtx, rx) = bounded::<Result<Message, LinkError>>(QUEUE);
+
+    let wsent = sent.clone();
+    let wfail = failure.clone();
+    let _ = thread::Builder::new()
+        .name("ferry-writer".into())
+        .spawn(move || {
+            if let Err(e) = write_loop(&mut w, &wrx, &wsent) {
+                if let Ok(mut g) = wfail.lock() {
+                    *g = Some(e);
+                }
+            }
+        });
+
+    let rrecv = received.clone();
+    let _ = thread::Builder::new()
+        .name("ferry-reader".into())
+        .spawn(move || {
+            let res = read_loop(&mut r, &rtx, &rrecv);
+            if let Err(e) = res {
+                let _ = rtx.send(Err(e));
+            }
+        });
+
+    Endpoint {
+        tx: MsgTx {
+            tx,
+            count_on_send: None,
+            failure,
+        },
+        rx: MsgRx { rx },
+        sent,
+        received,
+    }
+}
+
+fn io_err(e: std::io::Error) -> LinkError {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe
+        | std::io::ErrorKind::UnexpectedEof
+        | std::io::ErrorKind::ConnectionReset => LinkError::Closed,
+        _ => LinkError::Io(e.to_string()),
+    }
+}
+
+fn write_loop<W: Write>(w: &mut W, rx: &Receiver<Message>, sent: &WireCounter) -> Result<(), LinkError> {
+    w.write_all(MAGIC).map_err(io_err)?;
+    sent.add(MAGIC.len() as u64);
+    let mut buf = Vec::with_capacity(1 << 20);
+    loop {
+        let m = match rx.try_recv() {
+            Ok(m) => m,
+            Err(TryRecvError::Empty) => {
+                w.flush().map_err(io_err)?;
+                match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
+        buf.clear();
+        buf.extend_from_slice(&[0; 4]);
+        codec::encode(&m, &mut buf);
+        let body = (buf.len() - 4) as u32;
+        buf[..4].copy_from_slice(&body.to_le_bytes());
+        w.write_all(&buf).map_err(io_err)?;
+        sent.add(buf.len() as u64);
+    }
+    w.flush().map_err(io_err)
+}
+
+fn read_loop<R: Read>(
+    r: &mut R,
+    tx: &Sender<Result<Message, LinkError>>,
+    received: &WireCounter,
+) -> Result<(), LinkError> {
+    let mut magic = [0u8; 8];
+    let mut got = 0;
+    while got < magic.len() {
+        match r.read(&mut magic[got..]) {
+            Ok(0) if got == 0 => return Err(LinkError::Closed),
+            Ok(0) => return Err(LinkError::BadMagic(String::from_utf8_lossy(&magic[..got]).into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    if &magic != MAGIC {
+        // Show what arrived: often a shell's banner or an error text.
+        let mut more = [0u8; 120];
+        let n = r.read(&mut more).unwrap_or(0);
+        let mut text = magic.to_vec();
+        text.extend_from_slice(&more[..n]);
+        return Err(LinkError::BadMagic(String::from_utf8_lossy(&text).trim().to_string()));
+    }
+    received.add(MAGIC.len() as u64);
+    let mut body = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        match r.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(LinkError::Closed),
+            Err(e) => return Err(io_err(e)),
+        }
+        let n = u32::from_le_bytes(len) as u64;
+        if n > MAX_FRAME as u64 {
+            return Err(LinkError::FrameTooLarge(n));
+        }
+        body.resize(n as usize, 0);
+        r.read_exact(&mut body).map_err(io_err)?;
+        received.add(4 + n);
+        let m = codec::decode(&body)?;
+        if tx.send(Ok(m)).is_err() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn in_process_counts_encoded_bytes() {
+        let (a, b) = in_process();
+        let m = Message::Data {
+            file: 1,
+            offset: 0,
+            data: vec![7; 100],
+        };
+        let n = codec::encoded_len(&m) as u64;
+        a.tx.send(m.clone()).unwrap();
+        assert_eq!(b.rx.recv().unwrap(), m);
+        assert_eq!(a.sent.get(), n);
+        assert_eq!(b.received.get(), n);
+        drop(a);
+        assert_eq!(b.rx.recv(), Err(LinkError::Closed));
+    }
+
+    #[test]
+    fn stream_link_roundtrips_and_detects_garbage() {
+        // One socket per direction, as ssh's stdin and stdout are.
+        let (a_out, b_in) = UnixStream::pair().unwrap();
+        let (b_out, a_in) = UnixStream::pair().unwrap();
+        let a = stream_link(a_in, a_out);
+        let b = stream_link(b_in, b_out);
+        for i in 0..100u32 {
+            a.tx.send(Message::Zero {
+                file: i,
+                offset: 0,
+                len: 5,
+            })
+            .unwrap();
+        }
+        for i in 0..100u32 {
+            assert_eq!(
+                b.rx.recv().unwrap(),
+                Message::Zero {
+                    file: i,
+                    offset: 0,
+                    len: 5
+                }
+            );
+        }
+        drop(a);
+        assert_eq!(b.rx.recv(), Err(LinkError::Closed));
+
+        let (mut s1, s2) = UnixStream::pair().unwrap();
+        let (b_out, _keep) = UnixStream::pair().unwrap();
+        let b = stream_link(s2, b_out);
+        s1.write_all(b"Welcome to host!\nlast login...").unwrap();
+        drop(s1);
+        match b.rx.recv() {
+            Err(LinkError::BadMagic(t)) => assert!(t.starts_with("Welcome")),
+            other => panic!("{other:?}"),
+        }
+    }
+}
