@@ -1,0 +1,259 @@
+//! Block signatures of a basis file.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use ferry_proto::layout::{block_hash, zero_block_hash};
+
+use crate::weak::{weak_hash, zero_weak};
+
+/// The block signature of a basis: one weak and one strong hash per grid
+/// block (the last block may be partial).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Signature {
+    /// Grid block size: `ferry_proto::layout::grid_block(source_size)`.
+    pub block_size: u64,
+    /// Size of the basis in bytes.
+    pub basis_size: u64,
+    /// Rolling weak hash ([`crate::weak_hash`]) of each block.
+    pub weak: Vec<u64>,
+    /// First 16 bytes of `ferry_proto::layout::block_hash` of each block.
+    pub strong: Vec<[u8; 16]>,
+}
+
+/// First 16 bytes of a 32-byte block hash.
+#[inline]
+pub fn short(h: &[u8; 32]) -> [u8; 16] {
+    let mut s = [0u8; 16];
+    s.copy_from_slice(&h[..16]);
+    s
+}
+
+impl Signature {
+    /// Number of blocks a basis of `basis_size` bytes has at `block_size`
+    /// (0 when `block_size` is 0).
+    pub fn block_count(basis_size: u64, block_size: u64) -> u64 {
+        basis_size
+            .checked_div(block_size)
+            .map_or(0, |q| q + u64::from(basis_size % block_size != 0))
+    }
+
+    /// True when the vectors have exactly one entry per block of the basis
+    /// and the block size is not zero. A signature from a peer should be
+    /// checked with this before use; the matcher tolerates bad ones anyway.
+    pub fn is_consistent(&self) -> bool {
+        let n = Self::block_count(self.basis_size, self.block_size);
+        self.block_size > 0 && self.weak.len() as u64 == n && self.strong.len() as u64 == n
+    }
+
+    /// Length of block `i` of the basis (0 past the end).
+    pub fn block_len(&self, i: u64) -> u64 {
+        let start = i.saturating_mul(self.block_size);
+        self.basis_size.saturating_sub(start).min(self.block_size)
+    }
+
+    /// Builds a signature from the 32-byte block hashes and weak hashes.
+    pub fn from_parts(block_size: u64, basis_size: u64, weak: Vec<u64>, full: &[[u8; 32]]) -> Self {
+        Self {
+            block_size,
+            basis_size,
+            weak,
+            strong: full.iter().map(short).collect(),
+        }
+    }
+}
+
+/// Signature and full block hashes of an in-memory basis.
+pub fn signature_of_bytes(basis: &[u8], block_size: u64) -> (Signature, Vec<[u8; 32]>) {
+    let bs = block_size.max(1) as usize;
+    let mut weak = Vec::with_capacity(basis.len().div_ceil(bs));
+    let mut full = Vec::with_capacity(weak.capacity());
+    for b in basis.chunks(bs) {
+        hash_block(b, &mut weak, &mut full);
+    }
+    let sig = Signature::from_parts(block_size.max(1), basis.len() as u64, weak, &full);
+    (sig, full)
+}
+
+fn hash_block(b: &[u8], weak: &mut Vec<u64>, full: &mut Vec<[u8; 32]>) {
+    let h = block_hash(b);
+    let zero = zero_block_hash(b.len() as u64);
+    if h == zero {
+        weak.push(zero_weak(b.len() as u64));
+    } else {
+        weak.push(weak_hash(b));
+    }
+    full.push(h);
+}
+
+/// Size of one read: at least 1 MiB and a whole number of blocks.
+fn read_chunk(block_size: u64) -> u64 {
+    const TARGET: u64 = 4 << 20;
+    if block_size >= TARGET {
+        block_size
+    } else {
+        TARGET / block_size * block_size
+    }
+}
+
+/// Data extents of `file` within `[start, end)`, in order, found with
+/// `SEEK_DATA`/`SEEK_HOLE`. When the filesystem cannot tell, the whole range
+/// is one extent.
+fn data_extents(file: &File, start: u64, end: u64) -> Vec<(u64, u64)> {
+    use rustix::fs::{seek, SeekFrom};
+    let mut out = Vec::new();
+    let mut pos = start;
+    while pos < end {
+        let data = match seek(file, SeekFrom::Data(pos)) {
+            Ok(d) => d,
+            // No data at or after `pos`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(_) => {
+                out.push((pos, end));
+                break;
+            }
+        };
+        if data >= end {
+            break;
+        }
+        let hole = match seek(file, SeekFrom::Hole(data)) {
+            Ok(h) if h > data => h.min(end),
+            _ => end,
+        };
+        out.push((data.max(pos), hole));
+        pos = hole;
+    }
+    out
+}
+
+/// Hashes blocks `[first, last)` of the basis into `weak`/`full`.
+fn hash_range(
+    file: &File,
+    basis_size: u64,
+    block_size: u64,
+    first: u64,
+    last: u64,
+    weak: &mut Vec<u64>,
+    full: &mut Vec<[u8; 32]>,
+) -> io::Result<()> {
+    let start = first * block_size;
+    let end = (last * block_size).min(basis_size);
+    let extents = data_extents(file, start, end);
+    let chunk = read_chunk(block_size);
+    let mut buf = vec![0u8; chunk.min(end - start) as usize];
+    let zero_full = zero_block_hash(block_size);
+    let zero_w = zero_weak(block_size);
+    // Cursor into `extents`: the first extent that ends after the block
+    // being looked at (blocks only move forward).
+    let mut ei = 0usize;
+    let mut touches_data = |bstart: u64| {
+        let bend = (bstart + block_size).min(basis_size);
+        while ei < extents.len() && extents[ei].1 <= bstart {
+            ei += 1;
+        }
+        ei < extents.len() && extents[ei].0 < bend
+    };
+    let mut b = first;
+    while b < last {
+        let bstart = b * block_size;
+        let bend = (bstart + block_size).min(basis_size);
+        if !touches_data(bstart) {
+            // Entirely inside a hole: all zeros, nothing to read.
+            if bend - bstart == block_size {
+                weak.push(zero_w);
+                full.push(zero_full);
+            } else {
+                weak.push(zero_weak(bend - bstart));
+                full.push(zero_block_hash(bend - bstart));
+            }
+            b += 1;
+            continue;
+        }
+        // A run of blocks touching data, up to one chunk, read at once; it
+        // stops before a block wholly inside a hole.
+        let mut run_end = b + 1;
+        while run_end < last
+            && (run_end - b) * block_size < chunk
+            && touches_data(run_end * block_size)
+        {
+            run_end += 1;
+        }
+        let rend = (run_end * block_size).min(basis_size);
+        let len = (rend - bstart) as usize;
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let dst = &mut buf[..len];
+        file.read_exact_at(dst, bstart)?;
+        for blk in dst.chunks(block_size as usize) {
+            hash_block(blk, weak, full);
+        }
+        b = run_end;
+    }
+    Ok(())
+}
+
+/// Weak hashes and full hashes of a range of blocks.
+type Hashes = (Vec<u64>, Vec<[u8; 32]>);
+
+/// Signature and full 32-byte block hashes of the first `basis_size` bytes
+/// of `file`, hashed by `threads` workers (at least one) over contiguous
+/// ranges with positioned reads of about 4 MiB. Blocks that lie wholly in a
+/// hole (found with `SEEK_DATA`/`SEEK_HOLE`) get the zero hashes without
+/// being read.
+///
+/// Fails with `UnexpectedEof` if the file is shorter than `basis_size`, and
+/// with `InvalidInput` if `block_size` is 0.
+pub fn signature_of_file(
+    file: &File,
+    basis_size: u64,
+    block_size: u64,
+    threads: usize,
+) -> io::Result<(Signature, Vec<[u8; 32]>)> {
+    if block_size == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "block size 0"));
+    }
+    let n = Signature::block_count(basis_size, block_size);
+    // Don't split work finer than a few chunks per worker.
+    let per_chunk = read_chunk(block_size) / block_size;
+    let workers = (threads.max(1) as u64).min(n.div_ceil(per_chunk).max(1));
+    let per = n.div_ceil(workers).max(1);
+    let ranges: Vec<(u64, u64)> = (0..workers)
+        .map(|w| ((w * per).min(n), ((w + 1) * per).min(n)))
+        .filter(|r| r.0 < r.1)
+        .collect();
+    let results: Vec<io::Result<Hashes>> = std::thread::scope(|s| {
+        let run = |&(a, b): &(u64, u64)| {
+            let mut weak = Vec::with_capacity((b - a) as usize);
+            let mut full = Vec::with_capacity((b - a) as usize);
+            hash_range(file, basis_size, block_size, a, b, &mut weak, &mut full)?;
+            Ok((weak, full))
+        };
+        let handles: Vec<_> = ranges
+            .iter()
+            .skip(1)
+            .map(|r| s.spawn(move || run(r)))
+            .collect();
+        let mut out = Vec::with_capacity(ranges.len());
+        if let Some(r) = ranges.first() {
+            out.push(run(r));
+        }
+        for h in handles {
+            out.push(
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("signature worker panicked"))),
+            );
+        }
+        out
+    });
+    let mut weak = Vec::with_capacity(n as usize);
+    let mut full = Vec::with_capacity(n as usize);
+    for r in results {
+        let (w, f) = r?;
+        weak.extend(w);
+        full.extend(f);
+    }
+    let sig = Signature::from_parts(block_size, basis_size, weak, &full);
+    Ok((sig, full))
+}

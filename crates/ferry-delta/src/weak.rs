@@ -1,0 +1,209 @@
+//! The rolling weak hash.
+//!
+//! # Choice
+//!
+//! A Rabin–Karp polynomial over a byte-substitution table, modulo 2^64:
+//!
+//! ```text
+//! weak(x_0 .. x_{w-1}) = Σ T[x_i] · B^(w-1-i)   (mod 2^64)
+//! ```
+//!
+//! where `T` is a fixed table of 256 pseudo-random 64-bit words and `B` an
+//! odd 64-bit multiplier. Rolling the window one byte is
+//! `h' = h·B − T[out]·B^w + T[in]`: one multiply, one add and two table
+//! loads (`T[out]·B^w` is tabulated too).
+//!
+//! Why not the alternatives:
+//!
+//! * rsync's Adler-style sum is two 16-bit running sums. Its values cluster
+//!   (the low sum of a block of bytes is bounded by `255·w`), so typical
+//!   data hits few distinct values and the hash table has long chains: on
+//!   VM images this pinned a core for hours (rsync #213, #217).
+//! * A 64-bit buzhash (cyclic polynomial) rotates each byte's table entry by
+//!   its distance to the window end, modulo 64. Our windows are multiples of
+//!   64 bytes, so two equal bytes 64 apart cancel out by XOR: any content
+//!   with a period dividing 64 (padding, tables of records) hashes to a
+//!   handful of values. The polynomial has no such cancellation.
+//! * The polynomial's weak spot is its low bits (bit 0 is a parity of the
+//!   table entries' bit 0), so the index never uses low bits alone: it
+//!   buckets on the high bits of `weak · K`, which depend on every bit.
+//!   Adversarial collisions (Thue–Morse strings) exist for any modulus-2^64
+//!   polynomial; they cost a strong-hash check each, which the matcher
+//!   bounds with a per-segment budget, and never affect correctness.
+//!
+//! Hashing a whole block (the signature side) processes 8 bytes per step by
+//! Horner's rule with `B^8`, so the 8 multiplies of a step are independent
+//! and the serial dependency is one multiply-add per 8 bytes.
+
+/// The multiplier: odd, with well spread bits (2^64 / golden ratio).
+const B: u64 = 0x9E37_79B9_7F4A_7C15;
+
+const fn splitmix(state: u64) -> u64 {
+    let mut z = state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+const fn make_table() -> [u64; 256] {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        // A fixed seed: both ends must derive the same table.
+        t[i] = splitmix(0x6665_7272_7977_6b31u64.wrapping_add((i as u64 + 1) << 32 | i as u64));
+        i += 1;
+    }
+    t
+}
+
+/// Byte substitution table.
+static T: [u64; 256] = make_table();
+
+const fn pow(mut base: u64, mut exp: u64) -> u64 {
+    let mut acc = 1u64;
+    while exp > 0 {
+        if exp & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        exp >>= 1;
+    }
+    acc
+}
+
+const P: [u64; 9] = [
+    pow(B, 0),
+    pow(B, 1),
+    pow(B, 2),
+    pow(B, 3),
+    pow(B, 4),
+    pow(B, 5),
+    pow(B, 6),
+    pow(B, 7),
+    pow(B, 8),
+];
+
+/// Weak hash of a whole window (any length).
+pub fn weak_hash(b: &[u8]) -> u64 {
+    let mut h = 0u64;
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let s = T[c[0] as usize]
+            .wrapping_mul(P[7])
+            .wrapping_add(T[c[1] as usize].wrapping_mul(P[6]))
+            .wrapping_add(T[c[2] as usize].wrapping_mul(P[5]))
+            .wrapping_add(T[c[3] as usize].wrapping_mul(P[4]))
+            .wrapping_add(T[c[4] as usize].wrapping_mul(P[3]))
+            .wrapping_add(T[c[5] as usize].wrapping_mul(P[2]))
+            .wrapping_add(T[c[6] as usize].wrapping_mul(P[1]))
+            .wrapping_add(T[c[7] as usize]);
+        h = h.wrapping_mul(P[8]).wrapping_add(s);
+    }
+    for &x in chunks.remainder() {
+        h = h.wrapping_mul(B).wrapping_add(T[x as usize]);
+    }
+    h
+}
+
+/// Weak hash of `len` zero bytes, in O(log len).
+pub fn zero_weak(len: u64) -> u64 {
+    // T[0] · (1 + B + … + B^(len-1)); the geometric sum by doubling.
+    // s(n) = 1 + B + … + B^(n-1); s(2n) = s(n)·(1 + B^n); s(n+1) = s(n)·B + 1.
+    let mut s = 0u64; // s(k) for the prefix of len's bits seen so far
+    let mut bk = 1u64; // B^k
+    for bit in (0..64).rev() {
+        // k → 2k
+        s = s.wrapping_mul(bk.wrapping_add(1));
+        bk = bk.wrapping_mul(bk);
+        if (len >> bit) & 1 == 1 {
+            // k → k+1
+            s = s.wrapping_mul(B).wrapping_add(1);
+            bk = bk.wrapping_mul(B);
+        }
+    }
+    T[0].wrapping_mul(s)
+}
+
+/// A window of fixed width that rolls one byte at a time.
+#[derive(Clone, Debug)]
+pub struct Roller {
+    /// `T[b] · B^w` for every byte `b`.
+    out: Box<[u64; 256]>,
+}
+
+impl Roller {
+    /// A roller for windows of `width` bytes.
+    pub fn new(width: u64) -> Self {
+        let bw = pow(B, width);
+        let mut out = Box::new([0u64; 256]);
+        for (o, t) in out.iter_mut().zip(T.iter()) {
+            *o = t.wrapping_mul(bw);
+        }
+        Self { out }
+    }
+
+    /// The hash of the window moved one byte on: `old` leaves, `new` enters.
+    #[inline(always)]
+    pub fn roll(&self, h: u64, old: u8, new: u8) -> u64 {
+        h.wrapping_mul(B)
+            .wrapping_add(T[new as usize])
+            .wrapping_sub(self.out[old as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(b: &[u8]) -> u64 {
+        b.iter()
+            .fold(0u64, |h, &x| h.wrapping_mul(B).wrapping_add(T[x as usize]))
+    }
+
+    #[test]
+    fn chunked_equals_naive() {
+        let v: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        for len in [0, 1, 7, 8, 9, 63, 64, 65, 999, 1000] {
+            assert_eq!(weak_hash(&v[..len]), naive(&v[..len]), "len {len}");
+        }
+    }
+
+    #[test]
+    fn zero_weak_matches() {
+        for len in [0u64, 1, 2, 3, 8, 100, 8192, 8193, 1 << 20] {
+            assert_eq!(
+                zero_weak(len),
+                weak_hash(&vec![0u8; len as usize]),
+                "len {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn rolling_equals_fresh() {
+        let v: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        for w in [1usize, 64, 100, 1024] {
+            let r = Roller::new(w as u64);
+            let mut h = weak_hash(&v[..w]);
+            for q in 1..v.len() - w {
+                h = r.roll(h, v[q - 1], v[q + w - 1]);
+                assert_eq!(h, weak_hash(&v[q..q + w]), "w {w} q {q}");
+            }
+        }
+    }
+
+    #[test]
+    fn period_64_content_does_not_collapse() {
+        // Distinct 64-periodic blocks must get distinct hashes (buzhash
+        // would map all of them to one value).
+        let mut seen = std::collections::HashSet::new();
+        for k in 0..200u32 {
+            let pat: Vec<u8> = (0..64u32).map(|i| (i * 31 + k * 17) as u8).collect();
+            let block: Vec<u8> = pat.iter().cycle().take(8192).copied().collect();
+            seen.insert(weak_hash(&block));
+        }
+        assert_eq!(seen.len(), 200);
+    }
+}
