@@ -64,6 +64,9 @@
 //! shifted file loses at most about one block per segment boundary.
 //! All-zero source blocks never become copies; they come out in literals,
 //! which the caller scans for zero runs as it does for whole transfers.
+//! They are also never rolled over: a zero block met while synchronised is
+//! passed with the phase kept, and one met on the grid while rolling ends
+//! the search, so the zero runs of a sparse image cost a zero check only.
 
 pub mod apply;
 pub mod cache;

@@ -1,6 +1,6 @@
 //! Finding the parts of a source segment that exist in the basis.
 
-use ferry_proto::layout::{block_hash, zero_block_hash};
+use ferry_proto::layout::{block_hash, is_zero, zero_block_hash};
 
 use crate::sig::{short, Signature};
 use crate::weak::{weak_hash, Roller};
@@ -273,7 +273,16 @@ impl Matcher {
 
         'outer: while p < n {
             if let Some(b) = expect.take() {
-                // Synchronised: one strong check, no rolling.
+                // Synchronised. A zero block is left in the literal for the
+                // caller's zero-run detection, and the phase carries on
+                // past it: zero runs need neither hashing nor rolling.
+                let zlen = bs.min(n - p);
+                if is_zero(&data[p..p + zlen]) {
+                    p += zlen;
+                    expect = Some(b + zlen as u64);
+                    continue 'outer;
+                }
+                // One strong check, no rolling.
                 let aligned = abs(p);
                 let tries = [Some(b), (b != aligned).then_some(aligned)];
                 for b in tries.into_iter().flatten() {
@@ -300,6 +309,13 @@ impl Matcher {
                 let mut strong: Option<[u8; 16]> = None;
                 if q == next_grid {
                     next_grid += bs;
+                    if is_zero(&data[q..q + bs]) {
+                        // A zero block on the grid: skip it (and the rest of
+                        // the zero run) synchronised instead of rolling.
+                        p = q;
+                        expect = Some(abs(q));
+                        continue 'outer;
+                    }
                     // Aligned phase: the basis block at the same index.
                     let j = abs(q) / self.bs;
                     if j < self.n

@@ -130,6 +130,28 @@ fn zero_blocks_are_never_copied_or_indexed() {
 }
 
 #[test]
+fn zero_runs_keep_the_phase_and_round_trip() {
+    // A shifted file with a long zero run in the middle: the phase found
+    // before the run is followed after it without a new search.
+    let mut basis = random_bytes(12, 8192 * 40);
+    basis[8192 * 10..8192 * 30].fill(0);
+    let mut src = vec![1u8; 3];
+    src.extend_from_slice(&basis);
+    let ops = roundtrip(&basis, &src, 8192, 1 << 20);
+    let nonzero_lit: u64 = ops
+        .iter()
+        .filter_map(|o| match *o {
+            Op::Literal { offset, len } => {
+                let r = &src[offset as usize..(offset + len) as usize];
+                Some(r.iter().filter(|&&b| b != 0).count() as u64)
+            }
+            _ => None,
+        })
+        .sum();
+    assert!(nonzero_lit <= 3 + 2 * 8192, "{ops:?}");
+}
+
+#[test]
 fn repeated_blocks_are_indexed_once() {
     let block = random_bytes(5, 8192);
     let basis: Vec<u8> = block.iter().cycle().take(8192 * 50).copied().collect();
