@@ -193,9 +193,9 @@ impl Client {
             let descs = match t.wait()? {
                 Reply::Extents(d) => d,
                 other => {
-                    return Err(Error::Protocol(crate::proto::ProtoError::Malformed(format!(
-                        "unexpected reply {other:?} to BLOCK_STATUS"
-                    ))))
+                    return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
+                        format!("unexpected reply {other:?} to BLOCK_STATUS"),
+                    )))
                 }
             };
             let before = pos;
@@ -322,7 +322,9 @@ impl Client {
             })
         } else {
             let n = len.min(self.request_size(DEFAULT_REQUEST_SIZE) as u64);
-            let t = self.conn.submit_write(offset, &zero_buf()[..n as usize], false)?;
+            let t = self
+                .conn
+                .submit_write(offset, &zero_buf()[..n as usize], false)?;
             Ok(PendingZero {
                 offset,
                 len: n,
@@ -338,7 +340,10 @@ impl Client {
             Ok(_) => Ok(()),
             Err(e) if z.fast && e.server_errno() == Some(ENOTSUP) => {
                 self.fast_zero_broken.store(true, Ordering::Relaxed);
-                wait_done(self.conn.submit_write_zeroes(z.offset, z.len as u32, false)?)
+                wait_done(
+                    self.conn
+                        .submit_write_zeroes(z.offset, z.len as u32, false)?,
+                )
             }
             Err(e) => Err(e),
         }

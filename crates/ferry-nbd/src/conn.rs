@@ -259,7 +259,9 @@ fn refused(option: u32, export: &str, reply: u32, message: String) -> Error {
 
 fn handshake(s: &mut Sock, export: &str, opts: &ConnectOptions) -> Result<ExportInfo> {
     if export.len() > 4096 {
-        return Err(Error::InvalidArgument("export name longer than 4096 bytes".into()));
+        return Err(Error::InvalidArgument(
+            "export name longer than 4096 bytes".into(),
+        ));
     }
     let mut g = [0u8; 18];
     hs_read(s, &mut g, "greeting")?;
@@ -287,7 +289,11 @@ fn handshake(s: &mut Sock, export: &str, opts: &ConnectOptions) -> Result<Export
     };
 
     if opts.structured_replies {
-        hs_write(s, &encode_option(OPT_STRUCTURED_REPLY, &[]), "NBD_OPT_STRUCTURED_REPLY")?;
+        hs_write(
+            s,
+            &encode_option(OPT_STRUCTURED_REPLY, &[]),
+            "NBD_OPT_STRUCTURED_REPLY",
+        )?;
         match read_opt_reply(s, OPT_STRUCTURED_REPLY)? {
             OptReply::Ack => info.structured = true,
             OptReply::Error { reply, message } => {
@@ -306,7 +312,11 @@ fn handshake(s: &mut Sock, export: &str, opts: &ConnectOptions) -> Result<Export
 
     if info.structured && opts.block_status {
         let data = encode_meta_context_data(export, &[META_BASE_ALLOCATION]);
-        hs_write(s, &encode_option(OPT_SET_META_CONTEXT, &data), "NBD_OPT_SET_META_CONTEXT")?;
+        hs_write(
+            s,
+            &encode_option(OPT_SET_META_CONTEXT, &data),
+            "NBD_OPT_SET_META_CONTEXT",
+        )?;
         let mut id = None;
         // A bounded number of replies: one per selected context then ACK.
         for _ in 0..1024 {
@@ -350,7 +360,11 @@ fn handshake(s: &mut Sock, export: &str, opts: &ConnectOptions) -> Result<Export
                 info.flags = flags;
                 got_export = true;
             }
-            OptReply::Info(Info::BlockSize { min, preferred, max }) => {
+            OptReply::Info(Info::BlockSize {
+                min,
+                preferred,
+                max,
+            }) => {
                 info.block_size = Some((min, preferred, max));
             }
             OptReply::Info(Info::Description(d)) => info.description = Some(d),
@@ -371,7 +385,10 @@ fn handshake(s: &mut Sock, export: &str, opts: &ConnectOptions) -> Result<Export
                 return Err(refused(OPT_GO, export, reply, message));
             }
             other => {
-                return Err(ProtoError::Malformed(format!("unexpected reply {other:?} to NBD_OPT_GO")).into())
+                return Err(ProtoError::Malformed(format!(
+                    "unexpected reply {other:?} to NBD_OPT_GO"
+                ))
+                .into())
             }
         }
     }
@@ -555,7 +572,9 @@ pub struct Connection {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("info", &self.info).finish()
+        f.debug_struct("Connection")
+            .field("info", &self.info)
+            .finish()
     }
 }
 
@@ -575,12 +594,16 @@ impl Connection {
         let io_timeout = opts.io_timeout.max(Duration::from_millis(10));
         sock.set_write_timeout(Some(io_timeout))
             .map_err(|e| Error::io("setting socket timeouts", e))?;
-        let mut rsock = sock.try_clone().map_err(|e| Error::io("cloning socket", e))?;
+        let mut rsock = sock
+            .try_clone()
+            .map_err(|e| Error::io("cloning socket", e))?;
         // The reader wakes up regularly to check for timeouts and close.
         rsock
             .set_read_timeout(Some(io_timeout.min(Duration::from_millis(250))))
             .map_err(|e| Error::io("setting socket timeouts", e))?;
-        let killer = sock.try_clone().map_err(|e| Error::io("cloning socket", e))?;
+        let killer = sock
+            .try_clone()
+            .map_err(|e| Error::io("cloning socket", e))?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 pending: HashMap::new(),
@@ -702,11 +725,12 @@ impl Connection {
             }
         };
         if let Err(e) = res {
-            let why = if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut {
-                Dead::Timeout(self.opts.io_timeout.as_secs())
-            } else {
-                Dead::Io(format!("sending {} request: {e}", cmd_name(cmd)))
-            };
+            let why =
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut {
+                    Dead::Timeout(self.opts.io_timeout.as_secs())
+                } else {
+                    Dead::Io(format!("sending {} request: {e}", cmd_name(cmd)))
+                };
             self.shared.fail(why);
         }
         Ok(Ticket { slot })
@@ -729,7 +753,14 @@ impl Connection {
             len: len as u32,
         };
         let cov = ReadCoverage::new(&req);
-        self.submit(0, CMD_READ, offset, len as u32, PendingKind::Read { buf, cov }, None)
+        self.submit(
+            0,
+            CMD_READ,
+            offset,
+            len as u32,
+            PendingKind::Read { buf, cov },
+            None,
+        )
     }
 
     /// Submits a WRITE; the data is sent before this returns.
@@ -745,8 +776,19 @@ impl Connection {
             return Err(Error::Unsupported("export is read-only".into()));
         }
         self.check_range(offset, len)?;
-        let flags = if fua && self.info.can_fua() { CMD_FLAG_FUA } else { 0 };
-        self.submit(flags, CMD_WRITE, offset, len as u32, PendingKind::Other, Some(data))
+        let flags = if fua && self.info.can_fua() {
+            CMD_FLAG_FUA
+        } else {
+            0
+        };
+        self.submit(
+            flags,
+            CMD_WRITE,
+            offset,
+            len as u32,
+            PendingKind::Other,
+            Some(data),
+        )
     }
 
     /// Submits WRITE_ZEROES. `fast` sets `NBD_CMD_FLAG_FAST_ZERO` (only if
@@ -754,7 +796,9 @@ impl Connection {
     /// server may punch holes.
     pub fn submit_write_zeroes(&self, offset: u64, len: u32, fast: bool) -> Result<Ticket> {
         if !self.info.can_zero() {
-            return Err(Error::Unsupported("server does not support WRITE_ZEROES".into()));
+            return Err(Error::Unsupported(
+                "server does not support WRITE_ZEROES".into(),
+            ));
         }
         if self.info.read_only() {
             return Err(Error::Unsupported("export is read-only".into()));
@@ -765,7 +809,14 @@ impl Connection {
         } else {
             0
         };
-        self.submit(flags, CMD_WRITE_ZEROES, offset, len, PendingKind::Other, None)
+        self.submit(
+            flags,
+            CMD_WRITE_ZEROES,
+            offset,
+            len,
+            PendingKind::Other,
+            None,
+        )
     }
 
     /// Submits TRIM (contents afterwards are undefined; not a way to zero).
@@ -846,7 +897,10 @@ fn write_all_vectored(w: &mut Sock, hdr: &[u8], data: &[u8]) -> io::Result<()> {
     let mut hoff = 0usize;
     let mut doff = 0usize;
     while hoff < hdr.len() || doff < data.len() {
-        let bufs = [io::IoSlice::new(&hdr[hoff..]), io::IoSlice::new(&data[doff..])];
+        let bufs = [
+            io::IoSlice::new(&hdr[hoff..]),
+            io::IoSlice::new(&data[doff..]),
+        ];
         let n = match w.write_vectored(&bufs) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => n,
@@ -947,7 +1001,9 @@ impl Reader<'_> {
         lock(&self.shared.state)
             .pending
             .remove(&cookie)
-            .ok_or(ReadErr::Dead(Dead::Protocol(ProtoError::UnknownCookie(cookie))))
+            .ok_or(ReadErr::Dead(Dead::Protocol(ProtoError::UnknownCookie(
+                cookie,
+            ))))
     }
 
     fn put_back(&self, cookie: u64, p: Pending) {
@@ -993,7 +1049,8 @@ impl Reader<'_> {
             ReplyHeader::Simple { error, .. } => {
                 let dlen = simple_reply_data_len(error, self.structured, &p.req)?;
                 if error != 0 {
-                    p.error.get_or_insert(server_error(&p.req, error, String::new(), None));
+                    p.error
+                        .get_or_insert(server_error(&p.req, error, String::new(), None));
                 } else if dlen > 0 {
                     match &mut p.kind {
                         PendingKind::Read { buf, cov } => {
@@ -1003,12 +1060,19 @@ impl Reader<'_> {
                             self.fill_into(b)?;
                             cov.add(p.req.offset, dlen.into())?;
                         }
-                        _ => return Err(ProtoError::Malformed("simple reply data for a non-READ".into()).into()),
+                        _ => {
+                            return Err(ProtoError::Malformed(
+                                "simple reply data for a non-READ".into(),
+                            )
+                            .into())
+                        }
                     }
                 }
                 Ok(true)
             }
-            ReplyHeader::Chunk { flags, kind, len, .. } => {
+            ReplyHeader::Chunk {
+                flags, kind, len, ..
+            } => {
                 check_chunk_len(kind, len, &p.req)?;
                 if kind == REPLY_TYPE_OFFSET_DATA {
                     if len < 9 {
@@ -1022,7 +1086,9 @@ impl Reader<'_> {
                     let off = u64::from_be_bytes(ob);
                     let dlen = u64::from(len - 8);
                     let PendingKind::Read { buf, cov } = &mut p.kind else {
-                        return Err(ProtoError::Malformed("data chunk for a non-READ".into()).into());
+                        return Err(
+                            ProtoError::Malformed("data chunk for a non-READ".into()).into()
+                        );
                     };
                     cov.add(off, dlen)?;
                     let start = (off - p.req.offset) as usize;

@@ -233,8 +233,10 @@ pub fn copy_to_file_with(client: &Client, file: &File, opts: &CopyOptions) -> Re
 }
 
 fn clients_used(clients: &[Client]) -> usize {
-    let mut v: Vec<*const crate::conn::Connection> =
-        clients.iter().map(|c| std::sync::Arc::as_ptr(c.connection())).collect();
+    let mut v: Vec<*const crate::conn::Connection> = clients
+        .iter()
+        .map(|c| std::sync::Arc::as_ptr(c.connection()))
+        .collect();
     v.sort();
     v.dedup();
     v.len()
@@ -320,9 +322,9 @@ fn to_file_worker(
         let data = match t.wait()? {
             Reply::Data(d) => d,
             other => {
-                return Err(Error::Protocol(crate::proto::ProtoError::Malformed(format!(
-                    "unexpected reply {other:?} to READ"
-                ))))
+                return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
+                    format!("unexpected reply {other:?} to READ"),
+                )))
             }
         };
         Counters::add(&c.data_transferred, data.len() as u64);
@@ -420,7 +422,9 @@ fn next_data(file: &File, pos: u64, end: u64) -> Result<Option<(u64, u64)>> {
     let d = match seek(file, SeekFrom::Data(pos)) {
         Ok(d) => d,
         Err(rustix::io::Errno::NXIO) => return Ok(None),
-        Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOTSUP) => return Ok(Some((pos, end))),
+        Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOTSUP) => {
+            return Ok(Some((pos, end)))
+        }
         Err(e) => return Err(file_err("SEEK_DATA in the source file", pos, e.into())),
     };
     if d >= end {
@@ -503,9 +507,10 @@ fn from_file_worker(
                     } else {
                         drain_to(&mut queue, depth - 1)?;
                         let at = (o - p) as usize;
-                        let t = client
-                            .connection()
-                            .submit_write(o, &b[at..at + rl as usize], false)?;
+                        let t =
+                            client
+                                .connection()
+                                .submit_write(o, &b[at..at + rl as usize], false)?;
                         queue.push_back(Pend::Write(t));
                         Counters::add(&c.data_transferred, rl);
                         Counters::add(&c.data_written, rl);
@@ -549,7 +554,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             runs,
-            vec![(3072, 1024 + 4096, true), (8192, 4096, false), (12288, 4096, true)]
+            vec![
+                (3072, 1024 + 4096, true),
+                (8192, 4096, false),
+                (12288, 4096, true)
+            ]
         );
     }
 }

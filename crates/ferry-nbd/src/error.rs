@@ -71,7 +71,9 @@ pub enum Error {
     ConnectionLost(String),
 
     /// No reply arrived within the configured timeout.
-    #[error("NBD server did not answer within {secs} s (request(s) in flight); connection dropped")]
+    #[error(
+        "NBD server did not answer within {secs} s (request(s) in flight); connection dropped"
+    )]
     Timeout { secs: u64 },
 
     /// The export does not offer what was asked (read-only, no flush, no block status...).

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 // ---- magics ----
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943; // "NBDMAGIC"
 pub const IHAVEOPT: u64 = 0x4948_4156_454f_5054; // "IHAVEOPT"
-pub const CLISERV_MAGIC: u64 = 0x0042_0281_8612_53; // oldstyle
+pub const CLISERV_MAGIC: u64 = 0x0000_4202_8186_1253; // oldstyle
 pub const OPT_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
 pub const REQUEST_MAGIC: u32 = 0x2560_9513;
 pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
@@ -346,7 +346,9 @@ pub struct OptReplyHeader {
 }
 
 /// Parses an option reply header; refuses payloads over [`MAX_OPT_REPLY_PAYLOAD`].
-pub fn parse_opt_reply_header(b: &[u8; OPT_REPLY_HEADER_LEN]) -> Result<OptReplyHeader, ProtoError> {
+pub fn parse_opt_reply_header(
+    b: &[u8; OPT_REPLY_HEADER_LEN],
+) -> Result<OptReplyHeader, ProtoError> {
     let m = be64(b, 0);
     if m != OPT_REPLY_MAGIC {
         return Err(ProtoError::BadMagic {
@@ -492,8 +494,16 @@ pub struct RequestInfo {
 /// A reply header (simple reply or structured chunk header).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyHeader {
-    Simple { cookie: u64, error: u32 },
-    Chunk { cookie: u64, flags: u16, kind: u16, len: u32 },
+    Simple {
+        cookie: u64,
+        error: u32,
+    },
+    Chunk {
+        cookie: u64,
+        flags: u16,
+        kind: u16,
+        len: u32,
+    },
 }
 
 impl ReplyHeader {
@@ -594,10 +604,19 @@ pub fn check_in_request(offset: u64, len: u64, req: &RequestInfo) -> Result<(), 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Chunk<'a> {
     None,
-    OffsetData { offset: u64, data: &'a [u8] },
-    OffsetHole { offset: u64, len: u32 },
+    OffsetData {
+        offset: u64,
+        data: &'a [u8],
+    },
+    OffsetHole {
+        offset: u64,
+        len: u32,
+    },
     /// Descriptors as (length, status flags).
-    BlockStatus { context: u32, descriptors: Vec<(u32, u32)> },
+    BlockStatus {
+        context: u32,
+        descriptors: Vec<(u32, u32)>,
+    },
     /// An error chunk (any type with bit 15 set).
     Error {
         kind: u16,
@@ -646,7 +665,7 @@ pub fn parse_chunk_payload<'a>(
             Ok(Chunk::OffsetHole { offset, len: hole })
         }
         REPLY_TYPE_BLOCK_STATUS => {
-            if payload.len() < 12 || (payload.len() - 4) % 8 != 0 {
+            if payload.len() < 12 || (payload.len() - 4) & 7 != 0 {
                 return Err(malformed(format!(
                     "NBD_REPLY_TYPE_BLOCK_STATUS of bad length {}",
                     payload.len()
@@ -686,7 +705,9 @@ pub fn parse_chunk_payload<'a>(
             let tail = &payload[6 + mlen..];
             let offset = if k == REPLY_TYPE_ERROR_OFFSET {
                 if tail.len() != 8 {
-                    return Err(malformed("NBD_REPLY_TYPE_ERROR_OFFSET without an 8-byte offset"));
+                    return Err(malformed(
+                        "NBD_REPLY_TYPE_ERROR_OFFSET without an 8-byte offset",
+                    ));
                 }
                 let o = be64(tail, 0);
                 check_in_request(o, 0, req)?;
@@ -704,7 +725,9 @@ pub fn parse_chunk_payload<'a>(
                 offset,
             })
         }
-        k => Err(malformed(format!("unknown structured reply chunk type {k}"))),
+        k => Err(malformed(format!(
+            "unknown structured reply chunk type {k}"
+        ))),
     }
 }
 
@@ -844,7 +867,11 @@ pub fn decode_reply<'a>(
 }
 
 /// Number of payload bytes following a simple reply to `req`.
-pub fn simple_reply_data_len(error: u32, structured: bool, req: &RequestInfo) -> Result<u32, ProtoError> {
+pub fn simple_reply_data_len(
+    error: u32,
+    structured: bool,
+    req: &RequestInfo,
+) -> Result<u32, ProtoError> {
     match req.cmd {
         CMD_READ if error == 0 => {
             if structured {
@@ -910,7 +937,10 @@ mod tests {
         assert!(matches!(
             decode_reply(&b, true, &lk).unwrap().unwrap().0,
             Decoded::Chunk {
-                chunk: Chunk::OffsetHole { offset: 4608, len: 512 },
+                chunk: Chunk::OffsetHole {
+                    offset: 4608,
+                    len: 512
+                },
                 ..
             }
         ));

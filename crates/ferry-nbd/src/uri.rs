@@ -120,7 +120,10 @@ impl NbdUri {
             match k {
                 "socket" => socket = Some(percent_decode(uri, v)?),
                 k if k.starts_with("tls-") => {
-                    return Err(bad(uri, format!("TLS parameter {k:?} given but TLS not supported yet")))
+                    return Err(bad(
+                        uri,
+                        format!("TLS parameter {k:?} given but TLS not supported yet"),
+                    ))
                 }
                 k if k.starts_with("x-") => {}
                 k => return Err(bad(uri, format!("unknown query parameter {k:?}"))),
@@ -128,7 +131,10 @@ impl NbdUri {
         }
         let endpoint = if unix {
             if !authority.is_empty() {
-                return Err(bad(uri, "nbd+unix URIs take no host (use nbd+unix:///export?socket=PATH)"));
+                return Err(bad(
+                    uri,
+                    "nbd+unix URIs take no host (use nbd+unix:///export?socket=PATH)",
+                ));
             }
             let sock = socket.ok_or_else(|| bad(uri, "nbd+unix URI needs ?socket=PATH"))?;
             if sock.is_empty() {
@@ -208,17 +214,38 @@ mod tests {
 
     #[test]
     fn parses_spec_examples() {
-        assert_eq!(NbdUri::parse("nbd://example.com/disk").unwrap(), tcp("example.com", 10809, "disk"));
-        assert_eq!(NbdUri::parse("nbd://example.com/").unwrap(), tcp("example.com", 10809, ""));
-        assert_eq!(NbdUri::parse("nbd://example.com").unwrap(), tcp("example.com", 10809, ""));
-        assert_eq!(NbdUri::parse("nbd://example.com//disk").unwrap(), tcp("example.com", 10809, "/disk"));
+        assert_eq!(
+            NbdUri::parse("nbd://example.com/disk").unwrap(),
+            tcp("example.com", 10809, "disk")
+        );
+        assert_eq!(
+            NbdUri::parse("nbd://example.com/").unwrap(),
+            tcp("example.com", 10809, "")
+        );
+        assert_eq!(
+            NbdUri::parse("nbd://example.com").unwrap(),
+            tcp("example.com", 10809, "")
+        );
+        assert_eq!(
+            NbdUri::parse("nbd://example.com//disk").unwrap(),
+            tcp("example.com", 10809, "/disk")
+        );
         assert_eq!(
             NbdUri::parse("nbd://example.com/hello%20world").unwrap(),
             tcp("example.com", 10809, "hello world")
         );
-        assert_eq!(NbdUri::parse("nbd://127.0.0.1:1234/x").unwrap(), tcp("127.0.0.1", 1234, "x"));
-        assert_eq!(NbdUri::parse("nbd://[::1]:99/x").unwrap(), tcp("::1", 99, "x"));
-        assert_eq!(NbdUri::parse("nbd://[::1]/x").unwrap(), tcp("::1", 10809, "x"));
+        assert_eq!(
+            NbdUri::parse("nbd://127.0.0.1:1234/x").unwrap(),
+            tcp("127.0.0.1", 1234, "x")
+        );
+        assert_eq!(
+            NbdUri::parse("nbd://[::1]:99/x").unwrap(),
+            tcp("::1", 99, "x")
+        );
+        assert_eq!(
+            NbdUri::parse("nbd://[::1]/x").unwrap(),
+            tcp("::1", 10809, "x")
+        );
         assert_eq!(
             NbdUri::parse("nbd+unix:///disk?socket=/tmp/s.sock").unwrap(),
             NbdUri::unix("/tmp/s.sock", "disk")
