@@ -1,0 +1,651 @@
+//! Per-block adaptive compression for ferry's streams.
+//!
+//! A stream is cut into blocks (1 MiB by default); each block is compressed
+//! on its own and tagged with the [`Codec`] that was used, so the receiver
+//! needs no state and the sender may change its mind at any block.
+//!
+//! [`Compressor::compress_block`] does two things that `zstd --adapt` does
+//! not:
+//!
+//! * **Early abort.** Before spending a zstd pass on a block it compresses a
+//!   64 KiB sample from the middle of the block with a cheap codec; when that
+//!   saves less than [`MIN_SAVING_PCT`] percent, the block is stored raw.
+//!   Whole blocks that come out larger than that threshold are stored raw too.
+//! * **Rate-driven choice** (in [`Mode::Auto`]). The caller reports how fast
+//!   the link drains compressed bytes ([`Compressor::set_link_rate`]) and how
+//!   many workers compress in parallel; the compressor measures its own
+//!   speed and ratio per codec. The codec chosen maximises the *effective
+//!   input rate* `min(speed x workers, link_rate x ratio)`. Estimates of the
+//!   codec in use come from every real block (so they track the data); its
+//!   neighbours on the [`LADDER`] are probed on a sample every
+//!   [`REEVALUATE_EVERY`] bytes, and every codec is probed every
+//!   [`FULL_PROBE_EVERY`] bytes, so a change in data or link is noticed
+//!   within a few MiB, not after 32 MiB jobs, and the choice never sticks.
+//!
+//! [`decompress_block`] is a parser of untrusted input: it never produces or
+//! allocates more than the `max_out` it is given.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+
+/// A block's encoding on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// Stored raw.
+    None,
+    /// LZ4 block format (lz4_flex), no size prefix.
+    Lz4,
+    /// One zstd frame at the given level.
+    Zstd(i32),
+}
+
+impl Codec {
+    /// One-byte id on the wire (the level travels separately).
+    pub fn id(self) -> u8 {
+        match self {
+            Codec::None => 0,
+            Codec::Lz4 => 1,
+            Codec::Zstd(_) => 2,
+        }
+    }
+
+    /// Inverse of [`Codec::id`]; `level` is informational for zstd.
+    pub fn from_id(id: u8, level: i32) -> Option<Codec> {
+        match id {
+            0 => Some(Codec::None),
+            1 => Some(Codec::Lz4),
+            2 => Some(Codec::Zstd(level)),
+            _ => None,
+        }
+    }
+
+    /// The zstd level (0 for other codecs).
+    pub fn level(self) -> i32 {
+        match self {
+            Codec::Zstd(l) => l,
+            _ => 0,
+        }
+    }
+}
+
+impl fmt::Display for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Codec::None => f.write_str("none"),
+            Codec::Lz4 => f.write_str("lz4"),
+            Codec::Zstd(l) => write!(f, "zstd:{l}"),
+        }
+    }
+}
+
+/// How a [`Compressor`] chooses codecs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Choose per block from measured rates.
+    Auto,
+    /// Always this codec (still storing incompressible blocks raw).
+    Fixed(Codec),
+}
+
+/// A `--compress` value that does not parse.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("bad compression mode {0:?}: expected auto, none, lz4, zstd or zstd:LEVEL (1-19)")]
+pub struct ParseModeError(pub String);
+
+impl FromStr for Mode {
+    type Err = ParseModeError;
+    fn from_str(s: &str) -> Result<Mode, ParseModeError> {
+        let bad = || ParseModeError(s.to_string());
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Mode::Auto),
+            "none" | "off" => Ok(Mode::Fixed(Codec::None)),
+            "lz4" => Ok(Mode::Fixed(Codec::Lz4)),
+            "zstd" => Ok(Mode::Fixed(Codec::Zstd(3))),
+            other => {
+                let level = other.strip_prefix("zstd:").ok_or_else(bad)?;
+                let level: i32 = level.parse().map_err(|_| bad())?;
+                if !(1..=19).contains(&level) {
+                    return Err(bad());
+                }
+                Ok(Mode::Fixed(Codec::Zstd(level)))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Auto => f.write_str("auto"),
+            Mode::Fixed(c) => c.fmt(f),
+        }
+    }
+}
+
+/// Why a block could not be decompressed.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum DecompressError {
+    #[error("block declares {0} bytes, more than the limit of {1}")]
+    TooLarge(usize, usize),
+    #[error("corrupt {codec} block: {msg}")]
+    Corrupt { codec: &'static str, msg: String },
+    #[error("block decompressed to {got} bytes, expected {want}")]
+    WrongSize { got: usize, want: usize },
+}
+
+/// Blocks saving less than this percentage are stored raw.
+pub const MIN_SAVING_PCT: usize = 3;
+/// Size of the sample used for early abort and probing.
+pub const SAMPLE: usize = 64 << 10;
+/// The codecs [`Mode::Auto`] chooses from, fastest first.
+pub const LADDER: [Codec; 6] = [
+    Codec::None,
+    Codec::Lz4,
+    Codec::Zstd(1),
+    Codec::Zstd(3),
+    Codec::Zstd(6),
+    Codec::Zstd(9),
+];
+/// Input bytes between probes of the current codec's neighbours.
+pub const REEVALUATE_EVERY: u64 = 8 << 20;
+/// Input bytes between probes of every codec.
+pub const FULL_PROBE_EVERY: u64 = 128 << 20;
+/// Speed assumed for storing raw (a copy), bytes/s per worker.
+const RAW_SPEED: f64 = 8e9;
+/// A new choice must beat the current one by this factor.
+const HYSTERESIS: f64 = 1.05;
+
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    /// Input bytes per second per worker.
+    speed: f64,
+    /// Input bytes / output bytes.
+    ratio: f64,
+    known: bool,
+}
+
+/// Per-block compressor with its reusable contexts and its measurements.
+/// One per worker thread.
+pub struct Compressor {
+    mode: Mode,
+    zstd: Vec<(i32, zstd::bulk::Compressor<'static>)>,
+    est: [Estimate; LADDER.len()],
+    current: usize,
+    workers: f64,
+    link_rate: f64,
+    since_eval: u64,
+    since_full: u64,
+    scratch: Vec<u8>,
+}
+
+impl Compressor {
+    pub fn new(mode: Mode) -> Compressor {
+        let est = [Estimate {
+            speed: 0.0,
+            ratio: 1.0,
+            known: false,
+        }; LADDER.len()];
+        let current = match mode {
+            Mode::Auto => 1,
+            Mode::Fixed(c) => LADDER.iter().position(|x| *x == c).unwrap_or(0),
+        };
+        let mut est = est;
+        est[0] = Estimate {
+            speed: RAW_SPEED,
+            ratio: 1.0,
+            known: true,
+        };
+        Compressor {
+            mode,
+            zstd: Vec::new(),
+            est,
+            current,
+            workers: 1.0,
+            link_rate: f64::INFINITY,
+            since_eval: 0,
+            since_full: FULL_PROBE_EVERY, // probe everything on the first block
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// How many workers compress in parallel (multiplies the speed).
+    pub fn set_workers(&mut self, n: usize) {
+        self.workers = n.max(1) as f64;
+    }
+
+    /// Bytes per second of compressed output the link takes when it is the
+    /// bottleneck (measured by the caller as bytes written / time blocked in
+    /// writes). `None` or 0 means unknown (treated as unlimited).
+    pub fn set_link_rate(&mut self, bytes_per_sec: Option<f64>) {
+        self.link_rate = match bytes_per_sec {
+            Some(r) if r > 0.0 && r.is_finite() => r,
+            _ => f64::INFINITY,
+        };
+    }
+
+    /// The codec Auto would use for the next block (or the fixed one).
+    pub fn current(&self) -> Codec {
+        match self.mode {
+            Mode::Auto => LADDER[self.current],
+            Mode::Fixed(c) => c,
+        }
+    }
+
+    /// Effective input rate of ladder entry `i` under the current estimates.
+    fn effective(&self, i: usize) -> f64 {
+        let e = self.est[i];
+        (e.speed * self.workers).min(self.link_rate * e.ratio)
+    }
+
+    fn zstd_ctx(&mut self, level: i32) -> std::io::Result<&mut zstd::bulk::Compressor<'static>> {
+        let pos = match self.zstd.iter().position(|(l, _)| *l == level) {
+            Some(p) => p,
+            None => {
+                self.zstd.push((level, zstd::bulk::Compressor::new(level)?));
+                self.zstd.len() - 1
+            }
+        };
+        Ok(&mut self.zstd[pos].1)
+    }
+
+    /// Compress `input` with `codec` into `out` (cleared first). Returns
+    /// false when the codec failed or did not fit, in which case the caller
+    /// stores the block raw.
+    fn run(&mut self, codec: Codec, input: &[u8], out: &mut Vec<u8>) -> bool {
+        out.clear();
+        match codec {
+            Codec::None => false,
+            Codec::Lz4 => {
+                out.resize(lz4_flex::block::get_maximum_output_size(input.len()), 0);
+                match lz4_flex::block::compress_into(input, out) {
+                    Ok(n) => {
+                        out.truncate(n);
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+            Codec::Zstd(level) => {
+                out.reserve(zstd::zstd_safe::compress_bound(input.len()));
+                match self.zstd_ctx(level) {
+                    Ok(ctx) => ctx.compress_to_buffer(input, out).is_ok(),
+                    Err(_) => false,
+                }
+            }
+        }
+    }
+
+    /// Measure ladder entry `i` on `sample` and fold it into the estimates.
+    fn probe(&mut self, i: usize, sample: &[u8]) {
+        if i == 0 || sample.is_empty() {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.scratch);
+        let t = Instant::now();
+        let ok = self.run(LADDER[i], sample, &mut out);
+        let secs = t.elapsed().as_secs_f64().max(1e-7);
+        let ratio = if ok && !out.is_empty() {
+            sample.len() as f64 / out.len() as f64
+        } else {
+            1.0
+        };
+        self.scratch = out;
+        self.update(i, sample.len() as f64 / secs, ratio, 0.5);
+    }
+
+    fn update(&mut self, i: usize, speed: f64, ratio: f64, weight: f64) {
+        let e = &mut self.est[i];
+        if e.known {
+            e.speed = e.speed * (1.0 - weight) + speed * weight;
+            e.ratio = e.ratio * (1.0 - weight) + ratio * weight;
+        } else {
+            *e = Estimate {
+                speed,
+                ratio,
+                known: true,
+            };
+        }
+    }
+
+    /// Re-probe and re-choose if enough input went by since last time.
+    fn maybe_reevaluate(&mut self, input: &[u8]) {
+        if self.since_eval < REEVALUATE_EVERY && self.since_full < FULL_PROBE_EVERY {
+            return;
+        }
+        let sample = sample_of(input);
+        if self.since_full >= FULL_PROBE_EVERY {
+            for i in 1..LADDER.len() {
+                self.probe(i, sample);
+            }
+            self.since_full = 0;
+        } else {
+            if self.current > 0 {
+                self.probe(self.current - 1, sample);
+            }
+            if self.current + 1 < LADDER.len() {
+                self.probe(self.current + 1, sample);
+            }
+        }
+        self.since_eval = 0;
+        let cur = self.effective(self.current);
+        let mut best = self.current;
+        for i in 0..LADDER.len() {
+            if self.est[i].known && self.effective(i) > self.effective(best) {
+                best = i;
+            }
+        }
+        if best != self.current && self.effective(best) > cur * HYSTERESIS {
+            self.current = best;
+        }
+    }
+
+    /// Compress one block. Returns the codec used; with [`Codec::None`]
+    /// `out` is left empty and the caller sends `input` itself (no copy).
+    pub fn compress_block(&mut self, input: &[u8], out: &mut Vec<u8>) -> Codec {
+        out.clear();
+        if input.is_empty() {
+            return Codec::None;
+        }
+        let n = input.len() as u64;
+        if self.mode == Mode::Auto {
+            self.maybe_reevaluate(input);
+            self.since_eval += n;
+            self.since_full += n;
+        }
+        let codec = self.current();
+        if codec == Codec::None {
+            return Codec::None;
+        }
+        // Early abort: a cheap pass over a sample of a large block.
+        if input.len() > 2 * SAMPLE {
+            let cheap = if codec == Codec::Lz4 {
+                Codec::Lz4
+            } else {
+                Codec::Zstd(1)
+            };
+            let sample = sample_of(input);
+            let mut s = std::mem::take(&mut self.scratch);
+            let ok = self.run(cheap, sample, &mut s);
+            let saves = ok && s.len() * 100 < sample.len() * (100 - MIN_SAVING_PCT);
+            self.scratch = s;
+            if !saves {
+                if self.mode == Mode::Auto {
+                    // Incompressible data: what a codec costs here is the
+                    // sample pass; its ratio is 1.
+                    self.update(self.current, self.est[self.current].speed, 1.0, 0.25);
+                }
+                return Codec::None;
+            }
+        }
+        let t = Instant::now();
+        let ok = self.run(codec, input, out);
+        let secs = t.elapsed().as_secs_f64().max(1e-7);
+        let fits = ok && out.len() * 100 < input.len() * (100 - MIN_SAVING_PCT);
+        if self.mode == Mode::Auto {
+            let ratio = if fits {
+                input.len() as f64 / out.len() as f64
+            } else {
+                1.0
+            };
+            self.update(self.current, input.len() as f64 / secs, ratio, 0.25);
+        }
+        if !fits {
+            out.clear();
+            return Codec::None;
+        }
+        codec
+    }
+}
+
+/// Up to [`SAMPLE`] bytes from the middle of `input`.
+fn sample_of(input: &[u8]) -> &[u8] {
+    if input.len() <= SAMPLE {
+        return input;
+    }
+    let start = (input.len() - SAMPLE) / 2;
+    &input[start..start + SAMPLE]
+}
+
+thread_local! {
+    static DCTX: std::cell::RefCell<zstd::zstd_safe::DCtx<'static>> =
+        std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
+}
+
+/// Decompress one block of untrusted `input` into `out` (cleared first).
+/// `raw_len` is the size the sender declared; anything above `max_out` is
+/// refused before allocating, and a block that decodes to any other size
+/// is an error.
+pub fn decompress_block(
+    codec: Codec,
+    input: &[u8],
+    raw_len: usize,
+    max_out: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), DecompressError> {
+    out.clear();
+    if raw_len > max_out {
+        return Err(DecompressError::TooLarge(raw_len, max_out));
+    }
+    match codec {
+        Codec::None => {
+            if input.len() != raw_len {
+                return Err(DecompressError::WrongSize {
+                    got: input.len(),
+                    want: raw_len,
+                });
+            }
+            out.extend_from_slice(input);
+        }
+        Codec::Lz4 => {
+            out.resize(raw_len, 0);
+            let got = lz4_flex::block::decompress_into(input, out).map_err(|e| {
+                DecompressError::Corrupt {
+                    codec: "lz4",
+                    msg: e.to_string(),
+                }
+            })?;
+            if got != raw_len {
+                return Err(DecompressError::WrongSize { got, want: raw_len });
+            }
+        }
+        Codec::Zstd(_) => {
+            // The frame's own content size, when present, must agree.
+            if let Ok(Some(declared)) = zstd::zstd_safe::get_frame_content_size(input) {
+                if declared != raw_len as u64 {
+                    return Err(DecompressError::WrongSize {
+                        got: usize::try_from(declared).unwrap_or(usize::MAX),
+                        want: raw_len,
+                    });
+                }
+            }
+            out.resize(raw_len, 0);
+            let got = DCTX
+                .with(|d| d.borrow_mut().decompress(&mut out[..], input))
+                .map_err(|code| DecompressError::Corrupt {
+                    codec: "zstd",
+                    msg: zstd::zstd_safe::get_error_name(code).to_string(),
+                })?;
+            if got != raw_len {
+                return Err(DecompressError::WrongSize { got, want: raw_len });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+
+    fn text(n: usize, seed: u64) -> Vec<u8> {
+        let words = [
+            "ferry ",
+            "moves ",
+            "data ",
+            "between ",
+            "hosts ",
+            "at ",
+            "line ",
+            "rate ",
+            "zfs ",
+            "send ",
+            "snapshot ",
+            "pool/",
+            "dataset@",
+            "2026-12-02 ",
+            "INFO ",
+            "block=",
+            "\n",
+        ];
+        let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut v = Vec::with_capacity(n + 16);
+        while v.len() < n {
+            v.extend_from_slice(words[r.random_range(0..words.len())].as_bytes());
+            if r.random_range(0..8) == 0 {
+                v.extend_from_slice(r.random_range(0..100000u32).to_string().as_bytes());
+            }
+        }
+        v.truncate(n);
+        v
+    }
+
+    fn random(n: usize, seed: u64) -> Vec<u8> {
+        let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut v = vec![0u8; n];
+        r.fill(&mut v[..]);
+        v
+    }
+
+    fn roundtrip(c: &mut Compressor, data: &[u8]) -> Codec {
+        let mut out = Vec::new();
+        let codec = c.compress_block(data, &mut out);
+        let wire: &[u8] = if codec == Codec::None { data } else { &out };
+        let mut back = Vec::new();
+        decompress_block(codec, wire, data.len(), 1 << 20, &mut back).unwrap();
+        assert_eq!(back, data);
+        codec
+    }
+
+    #[test]
+    fn parses_modes() {
+        assert_eq!("auto".parse::<Mode>().unwrap(), Mode::Auto);
+        assert_eq!("none".parse::<Mode>().unwrap(), Mode::Fixed(Codec::None));
+        assert_eq!("lz4".parse::<Mode>().unwrap(), Mode::Fixed(Codec::Lz4));
+        assert_eq!("zstd".parse::<Mode>().unwrap(), Mode::Fixed(Codec::Zstd(3)));
+        assert_eq!(
+            "zstd:7".parse::<Mode>().unwrap(),
+            Mode::Fixed(Codec::Zstd(7))
+        );
+        assert!("zstd:0".parse::<Mode>().is_err());
+        assert!("zstd:x".parse::<Mode>().is_err());
+        assert!("gzip".parse::<Mode>().is_err());
+        assert_eq!(Mode::Fixed(Codec::Zstd(7)).to_string(), "zstd:7");
+    }
+
+    #[test]
+    fn random_blocks_are_stored_raw() {
+        for mode in ["auto", "lz4", "zstd:3"] {
+            let mut c = Compressor::new(mode.parse().unwrap());
+            for seed in 0..4 {
+                assert_eq!(
+                    roundtrip(&mut c, &random(1 << 20, seed)),
+                    Codec::None,
+                    "{mode}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn text_blocks_compress() {
+        for mode in ["auto", "lz4", "zstd:1", "zstd:9"] {
+            let mut c = Compressor::new(mode.parse().unwrap());
+            // Auto compresses only when the link is the bottleneck.
+            c.set_link_rate(Some(50e6));
+            for seed in 0..4 {
+                let codec = roundtrip(&mut c, &text(1 << 20, seed));
+                assert_ne!(codec, Codec::None, "{mode}");
+            }
+        }
+    }
+
+    #[test]
+    fn auto_prefers_ratio_on_slow_links_and_speed_on_fast_ones() {
+        let data = text(1 << 20, 9);
+        let mut slow = Compressor::new(Mode::Auto);
+        slow.set_link_rate(Some(1e6));
+        let mut fast = Compressor::new(Mode::Auto);
+        fast.set_link_rate(Some(1e12));
+        for _ in 0..40 {
+            roundtrip(&mut slow, &data);
+            roundtrip(&mut fast, &data);
+        }
+        assert!(
+            matches!(slow.current(), Codec::Zstd(l) if l >= 3),
+            "{}",
+            slow.current()
+        );
+        assert_eq!(fast.current(), Codec::None);
+        // And it follows a change of link.
+        fast.set_link_rate(Some(1e6));
+        for _ in 0..200 {
+            roundtrip(&mut fast, &data);
+        }
+        assert!(
+            matches!(fast.current(), Codec::Zstd(_)),
+            "{}",
+            fast.current()
+        );
+    }
+
+    #[test]
+    fn decompress_refuses_oversize_and_garbage() {
+        let data = text(100_000, 1);
+        let mut c = Compressor::new(Mode::Fixed(Codec::Zstd(3)));
+        let mut out = Vec::new();
+        let codec = c.compress_block(&data, &mut out);
+        let mut back = Vec::new();
+        assert!(matches!(
+            decompress_block(codec, &out, data.len(), 1000, &mut back),
+            Err(DecompressError::TooLarge(..))
+        ));
+        assert!(decompress_block(codec, &out, data.len() - 1, 1 << 20, &mut back).is_err());
+        assert!(
+            decompress_block(codec, &out[..out.len() / 2], data.len(), 1 << 20, &mut back).is_err()
+        );
+        assert!(decompress_block(Codec::Lz4, &out, data.len(), 1 << 20, &mut back).is_err());
+        assert!(decompress_block(Codec::None, &out, data.len(), 1 << 20, &mut back).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrips_any_bytes(data in proptest::collection::vec(any::<u8>(), 0..300_000), m in 0usize..4) {
+            let mode = [Mode::Auto, Mode::Fixed(Codec::Lz4), Mode::Fixed(Codec::Zstd(1)), Mode::Fixed(Codec::Zstd(5))][m];
+            let mut c = Compressor::new(mode);
+            roundtrip(&mut c, &data);
+        }
+
+        #[test]
+        fn roundtrips_repetitive(seed in any::<u64>(), n in 0usize..400_000, m in 0usize..4) {
+            let data = text(n, seed);
+            let mode = [Mode::Auto, Mode::Fixed(Codec::Lz4), Mode::Fixed(Codec::Zstd(1)), Mode::Fixed(Codec::Zstd(5))][m];
+            let mut c = Compressor::new(mode);
+            roundtrip(&mut c, &data);
+        }
+
+        #[test]
+        fn decompress_never_panics(data in proptest::collection::vec(any::<u8>(), 0..4096), id in 0u8..3, raw in 0usize..100_000) {
+            let codec = Codec::from_id(id, 3).unwrap();
+            let mut out = Vec::new();
+            let _ = decompress_block(codec, &data, raw, 65536, &mut out);
+            prop_assert!(out.len() <= 65536);
+        }
+    }
+}
