@@ -72,6 +72,13 @@ pub struct Matcher {
     starts: Vec<u32>,
     /// `(weak, block index)`, grouped by bucket.
     entries: Vec<(u64, u32)>,
+    /// A bit per slot of a much finer partition (about 64 slots per indexed
+    /// block): set when some indexed weak hash falls in the slot. Most
+    /// rolling positions miss here, on a well-predicted branch, without
+    /// touching the buckets.
+    filter: Vec<u64>,
+    /// log2 of the number of filter bits.
+    fbits: u32,
 }
 
 impl Matcher {
@@ -128,7 +135,18 @@ impl Matcher {
             entries[fill[k] as usize] = (w, i);
             fill[k] += 1;
         }
+        let fbits = (chosen.len() as u64 * 64)
+            .next_power_of_two()
+            .clamp(1 << 12, 1 << 27)
+            .trailing_zeros();
+        let mut filter = vec![0u64; 1 << (fbits - 6)];
+        for &(w, _) in &chosen {
+            let f = (w.wrapping_mul(SPREAD) >> (64 - fbits)) as usize;
+            filter[f >> 6] |= 1 << (f & 63);
+        }
         Matcher {
+            filter,
+            fbits,
             bs,
             basis_size: sig.basis_size,
             n,
@@ -150,6 +168,12 @@ impl Matcher {
     /// Number of blocks in the rolling index.
     pub fn indexed_blocks(&self) -> usize {
         self.entries.len()
+    }
+
+    #[inline(always)]
+    fn maybe_indexed(&self, w: u64) -> bool {
+        let f = (w.wrapping_mul(SPREAD) >> (64 - self.fbits)) as usize;
+        self.filter[f >> 6] & (1 << (f & 63)) != 0
     }
 
     #[inline(always)]
@@ -335,9 +359,9 @@ impl Matcher {
                         }
                     }
                 }
-                let k = self.bucket(h);
-                let (s0, s1) = (self.starts[k] as usize, self.starts[k + 1] as usize);
-                if s0 != s1 && budget > 0 {
+                if self.maybe_indexed(h) && budget > 0 {
+                    let k = self.bucket(h);
+                    let (s0, s1) = (self.starts[k] as usize, self.starts[k + 1] as usize);
                     let mut hit = false;
                     for &(w, i) in &self.entries[s0..s1] {
                         if w != h {
