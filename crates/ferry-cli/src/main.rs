@@ -1,1 +1,79 @@
-fn main() {}
+//! `ferry`: the command-line front end. It parses arguments, owns the
+//! terminal (progress, summaries, JSON, exit codes) and calls the engine in
+//! `ferry-core`; it holds no transfer logic of its own.
+
+mod demo;
+mod human;
+mod progress;
+mod sync_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes, documented in `ferry --help` and README.md.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const USAGE: i32 = 1;
+    pub const PARTIAL: i32 = 2;
+    pub const IO: i32 = 3;
+    pub const PROTOCOL: i32 = 4;
+    pub const CONNECTION: i32 = 5;
+    pub const INTERRUPTED: i32 = 130;
+}
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success
+  1    usage error (bad arguments); nothing was changed
+  2    partial transfer: some entries failed (listed on stderr), the rest were synced
+  3    I/O error: missing source, unwritable destination, disk full
+  4    protocol error: the peer sent garbage or speaks another version
+  5    connection error: could not reach the peer, or the link dropped
+  130  interrupted (temporary files were removed)";
+
+#[derive(Parser)]
+#[command(
+    name = "ferry",
+    version,
+    about = "Move data between hosts: trees, large files, sparse images, streams.",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Copy and re-sync files, directory trees and sparse images.
+    #[command(after_help = sync_cmd::SYNC_HELP)]
+    Sync(sync_cmd::SyncArgs),
+    /// Build a small sample in a temp dir, sync it, change it, re-sync it,
+    /// and show what each run did.
+    Demo(demo::DemoArgs),
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    // An interrupted run must not leave temporary files behind.
+    let _ = ctrlc::set_handler(|| {
+        ferry_core::fsutil::remove_temp_files();
+        eprintln!("ferry: interrupted");
+        std::process::exit(exit::INTERRUPTED);
+    });
+    let code = match cli.cmd {
+        Cmd::Sync(a) => sync_cmd::run(a),
+        Cmd::Demo(a) => demo::run(a),
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,213 @@
+//! `ferry sync`.
+
+use std::sync::Arc;
+
+use clap::Args;
+use ferry_core::{Class, DeltaMode, Error, Excludes, Stats, SyncOptions};
+use serde::Serialize;
+
+use crate::exit;
+use crate::human;
+use crate::progress::Progress;
+
+pub const SYNC_HELP: &str = "\
+Paths follow rsync's trailing-slash rule:
+  ferry sync src/ dst     copies the contents of src into dst
+  ferry sync src dst      copies the directory itself, as dst/src
+  ferry sync a.img b.img  copies a file to a file; to an existing directory it goes inside
+  ferry sync a.img /dev/sdX   writes the image onto the block device, in place
+
+Unchanged files (same size and modification time, or same BLAKE3 content with
+--checksum) are skipped. Holes and all-zero blocks are never read as data nor
+written: the destination gets holes. Changed files are written to a temporary
+file beside the destination and renamed into place, so an interrupted run leaves
+the old file or the new one, never a mix (--inplace trades that for less space).
+Every byte is verified end to end against a BLAKE3 digest of what was read.
+
+--json prints one object on stdout: files_total, files_transferred, files_delta,
+files_deleted, files_failed, bytes_total, bytes_transferred, bytes_wire,
+bytes_written, bytes_matched, seconds, errors.";
+
+#[derive(Args, Debug)]
+pub struct SyncArgs {
+    /// Sources, then the destination.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    paths: Vec<String>,
+    /// Skip files by content (BLAKE3 of both sides) rather than size+mtime.
+    #[arg(short = 'c', long)]
+    checksum: bool,
+    /// Delete destination entries that the source does not have.
+    #[arg(long)]
+    delete: bool,
+    /// Show what would change; change nothing.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+    /// Skip paths matching this gitignore-style pattern (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Update changed files in place instead of temp file + rename.
+    #[arg(long)]
+    inplace: bool,
+    /// Copy extended attributes.
+    #[arg(short = 'X', long)]
+    xattrs: bool,
+    /// Always send whole files, never deltas.
+    #[arg(short = 'W', long, conflicts_with = "delta")]
+    whole_file: bool,
+    /// Always send deltas against the destination's old copy.
+    #[arg(long)]
+    delta: bool,
+    /// Worker threads per side (default: core count, at least 2).
+    #[arg(short = 'j', long, value_name = "N")]
+    threads: Option<usize>,
+    /// Show progress even when stderr is not a terminal.
+    #[arg(long)]
+    progress: bool,
+    /// Print one JSON object of statistics on stdout at the end.
+    #[arg(long)]
+    json: bool,
+    /// List every change on stdout.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    #[serde(flatten)]
+    report: &'a ferry_core::Report,
+    dry_run: bool,
+    exit_code: i32,
+}
+
+pub fn class_code(c: Class) -> i32 {
+    match c {
+        Class::Usage => exit::USAGE,
+        Class::Partial => exit::PARTIAL,
+        Class::Io => exit::IO,
+        Class::Protocol => exit::PROTOCOL,
+        Class::Connection => exit::CONNECTION,
+        Class::Interrupted => exit::INTERRUPTED,
+    }
+}
+
+pub fn run(a: SyncArgs) -> i32 {
+    let mut paths = a.paths.clone();
+    let Some(dest) = paths.pop() else {
+        eprintln!("ferry: need at least one source and a destination");
+        return exit::USAGE;
+    };
+    if let Some(p) = paths
+        .iter()
+        .chain(std::iter::once(&dest))
+        .find(|p| is_remote(p))
+    {
+        eprintln!("ferry: {p}: remote endpoints (host:path) are not supported by this build yet");
+        return exit::USAGE;
+    }
+    let excludes = match Excludes::new(&a.exclude) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ferry: {e}");
+            return exit::USAGE;
+        }
+    };
+    let opts = SyncOptions {
+        checksum: a.checksum,
+        delete: a.delete,
+        dry_run: a.dry_run,
+        inplace: a.inplace,
+        xattrs: a.xattrs,
+        excludes,
+        threads: a
+            .threads
+            .unwrap_or_else(ferry_core::default_threads)
+            .clamp(1, 64),
+        delta: if a.whole_file {
+            DeltaMode::Whole
+        } else if a.delta {
+            DeltaMode::Delta
+        } else {
+            DeltaMode::Auto
+        },
+        ..SyncOptions::default()
+    };
+    let plan = match ferry_core::plan_local(&paths, &dest) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ferry: {e}");
+            return class_code(e.class());
+        }
+    };
+    let stats = Arc::new(Stats::default());
+    let start = std::time::Instant::now();
+    let progress = Progress::start(stats.clone(), a.progress, a.quiet || a.json);
+    let res = ferry_core::sync_local(&plan, &opts, &stats);
+    progress.finish();
+    let report = stats.report(start.elapsed().as_secs_f64());
+    let code = match &res {
+        Ok(_) => exit::OK,
+        Err(e) => class_code(e.class()),
+    };
+    for line in &report.errors {
+        eprintln!("ferry: {line}");
+    }
+    if let Err(e) = &res {
+        if !matches!(e, Error::Partial { .. }) || report.errors.is_empty() {
+            eprintln!("ferry: {e}");
+        }
+    }
+    if (a.dry_run || a.verbose) && !a.json {
+        if let Ok(c) = stats.changes.lock() {
+            for line in c.iter() {
+                println!("{}{line}", if a.dry_run { "would " } else { "" });
+            }
+        }
+    }
+    if a.json {
+        let out = JsonOut {
+            report: &report,
+            dry_run: a.dry_run,
+            exit_code: code,
+        };
+        match serde_json::to_string(&out) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("ferry: cannot encode statistics: {e}"),
+        }
+    } else if !a.quiet {
+        println!("{}", summary(&report, a.dry_run));
+    }
+    code
+}
+
+/// One line: what the run did.
+pub fn summary(r: &ferry_core::Report, dry_run: bool) -> String {
+    format!(
+        "{}{} files: {} transferred, {} deleted{}; {} of {} in {} ({}), {} on the wire",
+        if dry_run { "dry run: " } else { "" },
+        r.files_total,
+        r.files_transferred,
+        r.files_deleted,
+        if r.files_failed > 0 {
+            format!(", {} FAILED", r.files_failed)
+        } else {
+            String::new()
+        },
+        human::bytes(r.bytes_transferred),
+        human::bytes(r.bytes_total),
+        human::secs(r.seconds),
+        human::rate(r.bytes_transferred, r.seconds),
+        human::bytes(r.bytes_wire),
+    )
+}
+
+/// rsync's rule: `host:path` is remote when a `:` comes before any `/`.
+pub fn is_remote(p: &str) -> bool {
+    match (p.find(':'), p.find('/')) {
+        (Some(c), Some(s)) => c < s && c > 0,
+        (Some(c), None) => c > 0,
+        _ => false,
+    }
+}

@@ -1,0 +1,290 @@
+//! Thin wrappers over the filesystem calls the engine needs: data extents,
+//! hole punching, metadata, extended attributes, and the registry of
+//! temporary files that an interrupted run must remove.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rustix::fs::{FallocateFlags, SeekFrom, Timespec, Timestamps, XattrFlags};
+
+/// The next data extent at or after `pos` and before `end`: `Some((start,
+/// stop))`, or `None` when only a hole remains. Filesystems and devices
+/// without `SEEK_DATA` report everything as data.
+pub fn next_data(file: &File, pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
+    if pos >= end {
+        return Ok(None);
+    }
+    let start = match rustix::fs::seek(file.as_fd(), SeekFrom::Data(pos)) {
+        Ok(s) => s,
+        Err(rustix::io::Errno::NXIO) => return Ok(None),
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => {
+            return Ok(Some((pos, end)))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if start >= end {
+        return Ok(None);
+    }
+    let stop = match rustix::fs::seek(file.as_fd(), SeekFrom::Hole(start)) {
+        Ok(s) => s.min(end),
+        Err(_) => end,
+    };
+    Ok(Some((start, stop.max(start + 1).min(end))))
+}
+
+/// Read exactly `buf.len()` bytes at `offset`, failing with `UnexpectedEof`
+/// when the file is shorter (it shrank while being read).
+pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    file.read_exact_at(buf, offset)
+}
+
+/// Make `[offset, offset+len)` read as zeros without writing zeros where
+/// the filesystem or device can: punch a hole, else zero the range, else
+/// write zeros.
+pub fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let keep = FallocateFlags::KEEP_SIZE;
+    if rustix::fs::fallocate(file.as_fd(), FallocateFlags::PUNCH_HOLE | keep, offset, len).is_ok() {
+        return Ok(());
+    }
+    if rustix::fs::fallocate(file.as_fd(), FallocateFlags::ZERO_RANGE | keep, offset, len).is_ok() {
+        return Ok(());
+    }
+    static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Size of a regular file or a block device.
+pub fn size_of(file: &File, meta: &std::fs::Metadata) -> io::Result<u64> {
+    if meta.file_type().is_block_device() {
+        Ok(rustix::fs::seek(file.as_fd(), SeekFrom::End(0))?)
+    } else {
+        Ok(meta.len())
+    }
+}
+
+/// True when the process can set owners (it is root).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn ts(sec: i64, nsec: u32) -> Timespec {
+    Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec as _,
+    }
+}
+
+fn mtime_only(sec: i64, nsec: u32) -> Timestamps {
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        last_modification: ts(sec, nsec),
+    }
+}
+
+/// Set the modification time of an open file.
+pub fn set_mtime_fd(file: &File, sec: i64, nsec: u32) -> io::Result<()> {
+    Ok(rustix::fs::futimens(file.as_fd(), &mtime_only(sec, nsec))?)
+}
+
+/// Set the modification time of a path, not following a final symlink.
+pub fn set_mtime_path(path: &Path, sec: i64, nsec: u32) -> io::Result<()> {
+    Ok(rustix::fs::utimensat(
+        rustix::fs::CWD,
+        path,
+        &mtime_only(sec, nsec),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )?)
+}
+
+/// Set owner and group of a path, not following a final symlink.
+pub fn lchown(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    Ok(rustix::fs::chownat(
+        rustix::fs::CWD,
+        path,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )?)
+}
+
+/// Set owner and group of an open file.
+pub fn fchown(file: &File, uid: u32, gid: u32) -> io::Result<()> {
+    Ok(rustix::fs::fchown(
+        file.as_fd(),
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+    )?)
+}
+
+/// Set permission bits of an open file.
+pub fn fchmod(file: &File, mode: u32) -> io::Result<()> {
+    Ok(rustix::fs::fchmod(
+        file.as_fd(),
+        rustix::fs::Mode::from_raw_mode((mode & 0o7777) as _),
+    )?)
+}
+
+/// The extended attributes of a path (not following a final symlink).
+/// Filesystems without xattr support give none.
+pub fn read_xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let size = match rustix::fs::llistxattr_query(path) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    let mut names = vec![0u8; size + 256];
+    let n = rustix::fs::llistxattr(path, &mut names[..])?;
+    names.truncate(n);
+    let mut out = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name_os = std::ffi::OsStr::from_bytes(name);
+        let vlen = match rustix::fs::lgetxattr_query(path, name_os) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::NODATA) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let mut v = vec![0u8; vlen];
+        let got = if vlen == 0 {
+            0
+        } else {
+            rustix::fs::lgetxattr(path, name_os, &mut v[..])?
+        };
+        v.truncate(got);
+        out.push((name.to_vec(), v));
+    }
+    Ok(out)
+}
+
+/// Set extended attributes on a path (not following a final symlink).
+pub fn write_xattrs(path: &Path, xattrs: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+    for (k, v) in xattrs {
+        rustix::fs::lsetxattr(path, std::ffi::OsStr::from_bytes(k), v, XattrFlags::empty())?;
+    }
+    Ok(())
+}
+
+/// Set extended attributes on an open file.
+pub fn fwrite_xattrs(file: &File, xattrs: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+    for (k, v) in xattrs {
+        rustix::fs::fsetxattr(
+            file.as_fd(),
+            std::ffi::OsStr::from_bytes(k),
+            v,
+            XattrFlags::empty(),
+        )?;
+    }
+    Ok(())
+}
+
+/// Modification time of metadata as (seconds, nanoseconds).
+pub fn mtime_of(m: &std::fs::Metadata) -> (i64, u32) {
+    (m.mtime(), m.mtime_nsec() as u32)
+}
+
+static TEMPS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+/// Remember a temporary file so [`remove_temp_files`] can clean it up.
+pub fn register_temp(p: &Path) {
+    if let Ok(mut g) = TEMPS.lock() {
+        g.get_or_insert_with(HashSet::new).insert(p.to_path_buf());
+    }
+}
+
+/// Forget a temporary file (renamed into place or removed).
+pub fn unregister_temp(p: &Path) {
+    if let Ok(mut g) = TEMPS.lock() {
+        if let Some(s) = g.as_mut() {
+            s.remove(p);
+        }
+    }
+}
+
+/// Remove every temporary file still registered. Called by the CLI when a
+/// run is interrupted, so no `.ferry-` file is left behind.
+pub fn remove_temp_files() {
+    if let Ok(mut g) = TEMPS.lock() {
+        if let Some(s) = g.take() {
+            for p in s {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+}
+
+/// Name for a temporary file beside `final_path`.
+pub fn temp_path_for(final_path: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = final_path
+        .file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_default();
+    let mut t = b".".to_vec();
+    // Keep the name short enough for NAME_MAX with the suffix added.
+    t.extend_from_slice(&name[..name.len().min(200)]);
+    t.extend_from_slice(
+        format!(
+            ".ferry-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        )
+        .as_bytes(),
+    );
+    final_path.with_file_name(std::ffi::OsStr::from_bytes(&t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn extents_and_zeroing() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        let mut f = File::create(&p).unwrap();
+        f.set_len(1 << 20).unwrap();
+        f.write_all_at(&[1u8; 4096], 512 << 10).unwrap();
+        f.flush().unwrap();
+        let f = File::options().read(true).write(true).open(&p).unwrap();
+        let (s, e) = next_data(&f, 0, 1 << 20).unwrap().unwrap();
+        assert!(s <= 512 << 10 && e >= (512 << 10) + 4096, "{s} {e}");
+        zero_range(&f, 512 << 10, 4096).unwrap();
+        let mut b = [9u8; 4096];
+        f.read_exact_at(&mut b, 512 << 10).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn temp_names_are_hidden_and_distinct() {
+        let a = temp_path_for(Path::new("/x/y.img"));
+        let b = temp_path_for(Path::new("/x/y.img"));
+        assert_ne!(a, b);
+        assert!(a
+            .file_name()
+            .unwrap()
+            .as_bytes()
+            .starts_with(b".y.img.ferry-"));
+    }
+}

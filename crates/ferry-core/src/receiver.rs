@@ -1,0 +1,827 @@
+//! The receiving side: compares each entry of the file list with the
+//! destination, asks for what changed, writes it with several workers,
+//! verifies every segment against the sender's digest, and commits each
+//! file atomically (temp file + rename, unless `--inplace`).
+//!
+//! The thread that calls [`run_receiver`] reads the link and dispatches;
+//! ops of one segment always go to the same writer worker, so each worker
+//! sees a segment's ops in order and can digest them as it writes.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{
+    DirBuilderExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt,
+};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use ferry_proto::layout::{self, SegmentHasher};
+use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
+
+use crate::error::{describe, is_fatal_io, Error, Result};
+use crate::fsutil;
+use crate::stats::Stats;
+use crate::SyncOptions;
+
+/// A file being received.
+struct DstFile {
+    entry: Entry,
+    final_path: PathBuf,
+    /// Temporary file renamed over `final_path` at the end; `None` when
+    /// writing in place.
+    tmp: Option<PathBuf>,
+    file: File,
+    block: u64,
+    nseg: u64,
+    remaining: AtomicU64,
+    failed: Mutex<Option<String>>,
+    is_device: bool,
+    committed: AtomicBool,
+}
+
+impl DstFile {
+    fn fail(&self, why: String) {
+        if let Ok(mut g) = self.failed.lock() {
+            g.get_or_insert(why);
+        }
+    }
+    fn failure(&self) -> Option<String> {
+        self.failed.lock().ok().and_then(|g| g.clone())
+    }
+}
+
+impl Drop for DstFile {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tmp {
+            if !self.committed.load(Ordering::SeqCst) {
+                let _ = fs::remove_file(t);
+                fsutil::unregister_temp(t);
+            }
+        }
+    }
+}
+
+enum Op {
+    Data(u64, Vec<u8>),
+    Zero(u64, u64),
+    Done(u32, [u8; 32]),
+}
+
+struct Shared<'a> {
+    opts: &'a SyncOptions,
+    stats: &'a Stats,
+    /// First fatal error (disk full, …): the run stops.
+    fatal: Mutex<Option<Error>>,
+    fatal_flag: AtomicBool,
+}
+
+impl Shared<'_> {
+    fn set_fatal(&self, e: Error) {
+        if let Ok(mut g) = self.fatal.lock() {
+            g.get_or_insert(e);
+        }
+        self.fatal_flag.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Run the receiving side of a session over `ep`, writing under `root`.
+pub fn run_receiver(
+    ep: Endpoint,
+    root: &Path,
+    opts: &SyncOptions,
+    stats: &Stats,
+) -> Result<ReceiverReport> {
+    let Endpoint { tx, rx, .. } = ep;
+    tx.send(Message::Hello {
+        version: ferry_proto::PROTOCOL_VERSION,
+        features: ferry_proto::features::ALL,
+    })?;
+    match rx.recv()? {
+        Message::Hello { version, .. } if version == ferry_proto::PROTOCOL_VERSION => {}
+        Message::Hello { version, .. } => {
+            let msg = format!(
+                "peer speaks protocol version {version}, this ferry speaks {}",
+                ferry_proto::PROTOCOL_VERSION
+            );
+            let _ = tx.send(Message::Fatal { error: msg.clone() });
+            return Err(Error::Protocol(msg));
+        }
+        Message::Fatal { error } => return Err(Error::Peer(error)),
+        m => return Err(Error::Protocol(format!("expected Hello, got {}", m.name()))),
+    }
+    if !opts.dry_run {
+        match fs::symlink_metadata(root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                let e = Error::io(
+                    root,
+                    io::Error::other("destination exists and is not a directory"),
+                );
+                let _ = tx.send(Message::Fatal {
+                    error: e.to_string(),
+                });
+                return Err(e);
+            }
+            Err(_) => {
+                if let Err(err) = fs::create_dir_all(root) {
+                    let e = Error::io(root, err);
+                    let _ = tx.send(Message::Fatal {
+                        error: e.to_string(),
+                    });
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    let shared = Shared {
+        opts,
+        stats,
+        fatal: Mutex::new(None),
+        fatal_flag: AtomicBool::new(false),
+    };
+    let nworkers = opts.threads.max(1);
+    let result = std::thread::scope(|s| {
+        let mut senders = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..nworkers {
+            let (wtx, wrx) = bounded::<(Arc<DstFile>, Op)>(32);
+            senders.push(wtx);
+            let sh = &shared;
+            handles.push(s.spawn(move || writer(wrx, sh)));
+        }
+        let mut d = Dispatcher {
+            root: root.to_path_buf(),
+            sh: &shared,
+            tx: &tx,
+            files: HashMap::new(),
+            done_count: HashMap::new(),
+            paths: HashMap::new(),
+            seen: HashSet::new(),
+            dirs_ok: HashSet::from([Vec::new()]),
+            dirs: Vec::new(),
+            links: Vec::new(),
+        };
+        let r = d.run(&rx, &senders);
+        drop(senders);
+        d.files.clear();
+        for h in handles {
+            let _ = h.join();
+        }
+        match r {
+            Ok(()) => {
+                if let Some(e) = shared.fatal.lock().ok().and_then(|mut g| g.take()) {
+                    return Err(e);
+                }
+                d.finish();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    });
+    if let Err(e) = result {
+        let _ = tx.send(Message::Fatal {
+            error: e.to_string(),
+        });
+        return Err(e);
+    }
+    let rep = stats.report(0.0);
+    let report = ReceiverReport {
+        files_total: rep.files_total,
+        files_transferred: rep.files_transferred,
+        files_delta: rep.files_delta,
+        files_deleted: rep.files_deleted,
+        files_failed: rep.files_failed,
+        bytes_total: rep.bytes_total,
+        bytes_transferred: rep.bytes_transferred,
+        bytes_written: rep.bytes_written,
+        bytes_matched: rep.bytes_matched,
+        errors: rep.errors,
+    };
+    tx.send(Message::ReceiverDone(Box::new(report.clone())))?;
+    Ok(report)
+}
+
+struct Dispatcher<'a, 'b> {
+    root: PathBuf,
+    sh: &'a Shared<'b>,
+    tx: &'a MsgTx,
+    files: HashMap<u32, Arc<DstFile>>,
+    done_count: HashMap<u32, u64>,
+    /// Destination path of every file entry, for hard links.
+    paths: HashMap<u32, PathBuf>,
+    /// Every path in the source list, for `--delete`.
+    seen: HashSet<Vec<u8>>,
+    /// Paths known to be real directories at the destination.
+    dirs_ok: HashSet<Vec<u8>>,
+    /// Directories to give their metadata at the end.
+    dirs: Vec<(PathBuf, Entry)>,
+    links: Vec<Entry>,
+}
+
+fn valid_rel(p: &[u8]) -> bool {
+    p.is_empty()
+        || (!p.contains(&0)
+            && p.split(|&b| b == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b".."))
+}
+
+fn parent_of(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(i) => &p[..i],
+        None => &[],
+    }
+}
+
+fn shown(p: &[u8]) -> String {
+    if p.is_empty() {
+        ".".into()
+    } else {
+        String::from_utf8_lossy(p).into_owned()
+    }
+}
+
+impl Dispatcher<'_, '_> {
+    fn run(
+        &mut self,
+        rx: &ferry_proto::MsgRx,
+        workers: &[Sender<(Arc<DstFile>, Op)>],
+    ) -> Result<()> {
+        loop {
+            if self.sh.fatal_flag.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let m = rx.recv()?;
+            match m {
+                Message::Entry(e) => self.entry(*e)?,
+                Message::Data { file, offset, data } => self.route(
+                    workers,
+                    file,
+                    offset / layout::SEGMENT,
+                    Op::Data(offset, data),
+                )?,
+                Message::Zero { file, offset, len } => self.route(
+                    workers,
+                    file,
+                    offset / layout::SEGMENT,
+                    Op::Zero(offset, len),
+                )?,
+                Message::SegmentDone {
+                    file,
+                    segment,
+                    digest,
+                } => {
+                    let f = self.lookup(file)?;
+                    let c = self.done_count.entry(file).or_insert(0);
+                    *c += 1;
+                    if *c >= f.nseg {
+                        self.files.remove(&file);
+                        self.done_count.remove(&file);
+                    }
+                    let k = worker_for(file, segment as u64, workers.len());
+                    send_op(&workers[k], f, Op::Done(segment, digest))?;
+                }
+                Message::FileFailed { file, error } => {
+                    if let Some(f) = self.files.get(&file) {
+                        f.fail(error);
+                    } else {
+                        self.sh.stats.error(error);
+                    }
+                }
+                Message::EndOfList => self.tx.send(Message::EndOfList)?,
+                Message::SenderDone => return Ok(()),
+                Message::Fatal { error } => return Err(Error::Peer(error)),
+                m => {
+                    return Err(Error::Protocol(format!(
+                        "receiver got unexpected {}",
+                        m.name()
+                    )))
+                }
+            }
+        }
+    }
+
+    fn lookup(&self, file: u32) -> Result<Arc<DstFile>> {
+        self.files.get(&file).cloned().ok_or_else(|| {
+            Error::Protocol(format!("data for file {file}, which was not requested"))
+        })
+    }
+
+    fn route(
+        &mut self,
+        workers: &[Sender<(Arc<DstFile>, Op)>],
+        file: u32,
+        seg: u64,
+        op: Op,
+    ) -> Result<()> {
+        let f = self.lookup(file)?;
+        let k = worker_for(file, seg, workers.len());
+        send_op(&workers[k], f, op)
+    }
+
+    fn entry(&mut self, e: Entry) -> Result<()> {
+        if !valid_rel(&e.path) {
+            return Err(Error::Protocol(format!(
+                "unsafe path in file list: {:?}",
+                shown(&e.path)
+            )));
+        }
+        let stats = self.sh.stats;
+        Stats::add(&stats.files_total, 1);
+        if e.kind() == EntryKind::File {
+            Stats::add(&stats.bytes_total, e.size);
+        }
+        if !self.dirs_ok.contains(parent_of(&e.path)) {
+            stats.error(format!(
+                "{}: parent is not a directory at the destination",
+                shown(&e.path)
+            ));
+            return Ok(());
+        }
+        self.seen.insert(e.path.clone());
+        let dest = if e.path.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(std::ffi::OsStr::from_bytes(&e.path))
+        };
+        let res = match e.kind() {
+            EntryKind::Dir => self.dir(e, &dest),
+            EntryKind::Symlink => self.symlink(&e, &dest),
+            EntryKind::File => {
+                self.paths.insert(e.id, dest.clone());
+                self.file(e, &dest)
+            }
+            EntryKind::HardLink => {
+                self.links.push(e);
+                Ok(())
+            }
+        };
+        if let Err(err) = res {
+            if is_fatal_io(&err) {
+                return Err(Error::io(&dest, err));
+            }
+            stats.error(format!("{}: {}", dest.display(), describe(&err)));
+        }
+        Ok(())
+    }
+
+    /// Make room for a new entry of another type at `dest`.
+    fn clear(&self, dest: &Path, meta: &fs::Metadata) -> io::Result<()> {
+        if self.sh.opts.dry_run {
+            return Ok(());
+        }
+        if meta.is_dir() {
+            if self.sh.opts.delete {
+                fs::remove_dir_all(dest)
+            } else {
+                fs::remove_dir(dest).map_err(|_| {
+                    io::Error::other("a directory is in the way (use --delete to replace it)")
+                })
+            }
+        } else {
+            fs::remove_file(dest)
+        }
+    }
+
+    fn dir(&mut self, e: Entry, dest: &Path) -> io::Result<()> {
+        match fs::symlink_metadata(dest) {
+            Ok(m) if m.is_dir() => {}
+            other => {
+                if let Ok(m) = &other {
+                    self.clear(dest, m)?;
+                }
+                self.sh.stats.change(format!("created {}/", shown(&e.path)));
+                if !self.sh.opts.dry_run {
+                    fs::DirBuilder::new()
+                        .mode(0o700 | (e.mode & 0o777))
+                        .create(dest)?;
+                }
+            }
+        }
+        self.dirs_ok.insert(e.path.clone());
+        self.dirs.push((dest.to_path_buf(), e));
+        Ok(())
+    }
+
+    fn symlink(&mut self, e: &Entry, dest: &Path) -> io::Result<()> {
+        let target = std::ffi::OsStr::from_bytes(&e.target);
+        match fs::symlink_metadata(dest) {
+            Ok(m) if m.file_type().is_symlink() && fs::read_link(dest)?.as_os_str() == target => {
+                if !self.sh.opts.dry_run {
+                    self.link_meta(e, dest)?;
+                }
+                return Ok(());
+            }
+            Ok(m) if m.is_dir() => self.clear(dest, &m)?,
+            _ => {}
+        }
+        self.sh.stats.change(format!(
+            "symlink {} -> {}",
+            shown(&e.path),
+            target.to_string_lossy()
+        ));
+        if self.sh.opts.dry_run {
+            return Ok(());
+        }
+        let tmp = fsutil::temp_path_for(dest);
+        std::os::unix::fs::symlink(target, &tmp)?;
+        if let Err(err) = self.link_meta(e, &tmp).and_then(|_| fs::rename(&tmp, dest)) {
+            let _ = fs::remove_file(&tmp);
+            return Err(err);
+        }
+        Stats::add(&self.sh.stats.files_transferred, 1);
+        Ok(())
+    }
+
+    fn link_meta(&self, e: &Entry, p: &Path) -> io::Result<()> {
+        if self.sh.opts.owner {
+            fsutil::lchown(p, e.uid, e.gid)?;
+        }
+        fsutil::set_mtime_path(p, e.mtime, e.mtime_nsec)
+    }
+
+    fn file(&mut self, e: Entry, dest: &Path) -> io::Result<()> {
+        let opts = self.sh.opts;
+        let stats = self.sh.stats;
+        let mut is_device = false;
+        let mut exists_regular = false;
+        match fs::symlink_metadata(dest) {
+            Ok(m) if m.is_dir() => {
+                self.clear(dest, &m)?;
+            }
+            Ok(m) if m.file_type().is_block_device() => is_device = true,
+            Ok(m) if m.is_file() => {
+                exists_regular = true;
+                if m.len() == e.size && self.unchanged(&e, dest, &m)? {
+                    if !opts.dry_run {
+                        self.fix_meta(&e, dest, &m)?;
+                    }
+                    return Ok(());
+                }
+            }
+            _ => {}
+        }
+        stats.change(format!(
+            "{} {}",
+            if exists_regular || is_device {
+                "update"
+            } else {
+                "new"
+            },
+            shown(&e.path)
+        ));
+        Stats::add(&stats.bytes_transferred, e.size);
+        if opts.dry_run {
+            Stats::add(&stats.files_transferred, 1);
+            return Ok(());
+        }
+        let inplace = is_device || (opts.inplace && exists_regular);
+        let (file, tmp) = if is_device {
+            let f = OpenOptions::new().write(true).open(dest)?;
+            let dev_size = fsutil::size_of(&f, &f.metadata()?)?;
+            if dev_size < e.size {
+                return Err(io::Error::other(format!(
+                    "device holds {dev_size} bytes, source has {}",
+                    e.size
+                )));
+            }
+            (f, None)
+        } else if inplace {
+            (OpenOptions::new().write(true).open(dest)?, None)
+        } else {
+            let tmp = fsutil::temp_path_for(dest);
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            fsutil::register_temp(&tmp);
+            if let Err(err) = f.set_len(e.size) {
+                let _ = fs::remove_file(&tmp);
+                fsutil::unregister_temp(&tmp);
+                return Err(err);
+            }
+            (f, Some(tmp))
+        };
+        let nseg = layout::segment_count(e.size);
+        let id = e.id;
+        let d = Arc::new(DstFile {
+            block: layout::grid_block(e.size),
+            nseg,
+            remaining: AtomicU64::new(nseg),
+            failed: Mutex::new(None),
+            final_path: dest.to_path_buf(),
+            tmp,
+            file,
+            is_device,
+            committed: AtomicBool::new(false),
+            entry: e,
+        });
+        if nseg == 0 {
+            // Empty file: nothing to ask for.
+            return finalize(&d, self.sh);
+        }
+        self.files.insert(id, d);
+        self.tx
+            .send(Message::Want {
+                file: id,
+                mode: WantMode::Whole,
+            })
+            .map_err(|err| io::Error::other(err.to_string()))?;
+        Ok(())
+    }
+
+    /// Is the regular file at `dest` (same size as the source) unchanged?
+    fn unchanged(&self, e: &Entry, dest: &Path, m: &fs::Metadata) -> io::Result<bool> {
+        if self.sh.opts.checksum {
+            let Some(want) = e.digest else {
+                return Ok(e.size == 0);
+            };
+            let f = File::open(dest)?;
+            return Ok(crate::scan::file_digest(&f, e.size, self.sh.opts.threads)? == want);
+        }
+        Ok(fsutil::mtime_of(m) == (e.mtime, e.mtime_nsec))
+    }
+
+    /// Bring an unchanged file's metadata in line with the source.
+    fn fix_meta(&self, e: &Entry, dest: &Path, m: &fs::Metadata) -> io::Result<()> {
+        if m.mode() & 0o7777 != e.mode & 0o7777 {
+            fs::set_permissions(dest, fs::Permissions::from_mode(e.mode & 0o7777))?;
+        }
+        if self.sh.opts.owner && (m.uid() != e.uid || m.gid() != e.gid) {
+            fsutil::lchown(dest, e.uid, e.gid)?;
+        }
+        if fsutil::mtime_of(m) != (e.mtime, e.mtime_nsec) {
+            fsutil::set_mtime_path(dest, e.mtime, e.mtime_nsec)?;
+        }
+        if self.sh.opts.xattrs && !e.xattrs.is_empty() {
+            fsutil::write_xattrs(dest, &e.xattrs)?;
+        }
+        Ok(())
+    }
+
+    /// After all data: hard links, deletions, directory metadata.
+    fn finish(&mut self) {
+        let stats = self.sh.stats;
+        let opts = self.sh.opts;
+        for e in std::mem::take(&mut self.links) {
+            let dest = self.root.join(std::ffi::OsStr::from_bytes(&e.path));
+            let Some(target) = self.paths.get(&e.link_to) else {
+                stats.error(format!(
+                    "{}: hard link to an entry not in the list",
+                    dest.display()
+                ));
+                continue;
+            };
+            if let (Ok(a), Ok(b)) = (fs::symlink_metadata(&dest), fs::metadata(target)) {
+                if a.dev() == b.dev() && a.ino() == b.ino() {
+                    continue;
+                }
+            }
+            stats.change(format!(
+                "hardlink {} => {}",
+                shown(&e.path),
+                target.display()
+            ));
+            if opts.dry_run {
+                continue;
+            }
+            let tmp = fsutil::temp_path_for(&dest);
+            let r = fs::hard_link(target, &tmp).and_then(|_| fs::rename(&tmp, &dest));
+            match r {
+                Ok(()) => Stats::add(&stats.files_transferred, 1),
+                Err(err) => {
+                    let _ = fs::remove_file(&tmp);
+                    stats.error(format!("{}: {}", dest.display(), describe(&err)));
+                }
+            }
+        }
+        if opts.delete {
+            for (dir, e) in &self.dirs {
+                self.delete_extras(dir, &e.path);
+            }
+        }
+        if opts.dry_run {
+            return;
+        }
+        for (dir, e) in self.dirs.iter().rev() {
+            let r = (|| -> io::Result<()> {
+                if opts.owner {
+                    fsutil::lchown(dir, e.uid, e.gid)?;
+                }
+                if opts.xattrs && !e.xattrs.is_empty() {
+                    fsutil::write_xattrs(dir, &e.xattrs)?;
+                }
+                fs::set_permissions(dir, fs::Permissions::from_mode(e.mode & 0o7777))?;
+                fsutil::set_mtime_path(dir, e.mtime, e.mtime_nsec)
+            })();
+            if let Err(err) = r {
+                stats.error(format!("{}: {}", dir.display(), describe(&err)));
+            }
+        }
+    }
+
+    fn delete_extras(&self, dir: &Path, rel: &[u8]) {
+        let stats = self.sh.stats;
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for c in rd.flatten() {
+            let name = c.file_name();
+            let mut crel = rel.to_vec();
+            if !crel.is_empty() {
+                crel.push(b'/');
+            }
+            crel.extend_from_slice(name.as_bytes());
+            if self.seen.contains(&crel) {
+                continue;
+            }
+            let is_dir = c.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if self
+                .sh
+                .opts
+                .excludes
+                .excluded(Path::new(std::ffi::OsStr::from_bytes(&crel)), is_dir)
+            {
+                continue;
+            }
+            stats.change(format!(
+                "delete {}{}",
+                shown(&crel),
+                if is_dir { "/" } else { "" }
+            ));
+            let p = c.path();
+            if self.sh.opts.dry_run {
+                Stats::add(&stats.files_deleted, count_tree(&p));
+                continue;
+            }
+            let n = count_tree(&p);
+            let r = if is_dir {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            };
+            match r {
+                Ok(()) => Stats::add(&stats.files_deleted, n),
+                Err(err) => stats.error(format!(
+                    "{}: cannot delete: {}",
+                    p.display(),
+                    describe(&err)
+                )),
+            }
+        }
+    }
+}
+
+/// Entries in a tree (1 for a non-directory).
+fn count_tree(p: &Path) -> u64 {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => {
+            1 + fs::read_dir(p)
+                .map(|rd| rd.flatten().map(|c| count_tree(&c.path())).sum())
+                .unwrap_or(0)
+        }
+        _ => 1,
+    }
+}
+
+fn worker_for(file: u32, seg: u64, n: usize) -> usize {
+    ((file as u64).wrapping_mul(0x9E37_79B9).wrapping_add(seg) % n as u64) as usize
+}
+
+fn send_op(w: &Sender<(Arc<DstFile>, Op)>, f: Arc<DstFile>, op: Op) -> Result<()> {
+    w.send((f, op))
+        .map_err(|_| Error::Protocol("writer worker stopped".into()))
+}
+
+struct SegState {
+    hasher: SegmentHasher,
+    next: u64,
+}
+
+fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
+    let mut segs: HashMap<(u32, u64), SegState> = HashMap::new();
+    for (f, op) in rx {
+        if sh.fatal_flag.load(Ordering::Relaxed) {
+            continue;
+        }
+        let id = f.entry.id;
+        match op {
+            Op::Data(off, data) => {
+                let seg = off / layout::SEGMENT;
+                let st = segs.entry((id, seg)).or_insert_with(|| SegState {
+                    hasher: SegmentHasher::new(f.block),
+                    next: seg * layout::SEGMENT,
+                });
+                if !in_order(&f, st, off, data.len() as u64) {
+                    continue;
+                }
+                if f.failure().is_none() {
+                    if let Err(e) = f.file.write_all_at(&data, off) {
+                        write_failed(&f, sh, e);
+                    } else {
+                        Stats::add(&sh.stats.bytes_written, data.len() as u64);
+                    }
+                }
+                Stats::add(&sh.stats.bytes_done, data.len() as u64);
+                st.hasher.data(&data);
+            }
+            Op::Zero(off, len) => {
+                let seg = off / layout::SEGMENT;
+                let st = segs.entry((id, seg)).or_insert_with(|| SegState {
+                    hasher: SegmentHasher::new(f.block),
+                    next: seg * layout::SEGMENT,
+                });
+                if !in_order(&f, st, off, len) {
+                    continue;
+                }
+                if f.tmp.is_none() && f.failure().is_none() {
+                    // In place: the old bytes must become zeros (a hole
+                    // where the filesystem allows).
+                    if let Err(e) = fsutil::zero_range(&f.file, off, len) {
+                        write_failed(&f, sh, e);
+                    }
+                }
+                Stats::add(&sh.stats.bytes_done, len);
+                st.hasher.zeros(len);
+            }
+            Op::Done(seg, digest) => {
+                let seg = seg as u64;
+                let (start, end) = layout::segment_range(f.entry.size, seg);
+                let st = segs.remove(&(id, seg));
+                if f.failure().is_none() {
+                    match st {
+                        Some(st) if st.next == end => {
+                            if st.hasher.finish().0 != digest {
+                                f.fail(format!(
+                                    "verification failed: bytes {start}..{end} differ from the source"
+                                ));
+                            }
+                        }
+                        _ => f.fail(format!("incomplete data for bytes {start}..{end}")),
+                    }
+                }
+                if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    if let Err(e) = finalize(&f, sh) {
+                        if is_fatal_io(&e) {
+                            sh.set_fatal(Error::io(&f.final_path, e));
+                        } else {
+                            sh.stats
+                                .error(format!("{}: {}", f.final_path.display(), describe(&e)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn in_order(f: &DstFile, st: &mut SegState, off: u64, len: u64) -> bool {
+    if off != st.next || off + len > f.entry.size {
+        f.fail(format!("protocol error: data out of order at offset {off}"));
+        return false;
+    }
+    st.next = off + len;
+    true
+}
+
+fn write_failed(f: &DstFile, sh: &Shared<'_>, e: io::Error) {
+    f.fail(describe(&e));
+    if is_fatal_io(&e) {
+        sh.set_fatal(Error::io(&f.final_path, e));
+    }
+}
+
+/// Give a completely received file its metadata and move it into place, or
+/// drop it (the temp file goes with it) when anything failed.
+fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
+    if let Some(why) = f.failure() {
+        sh.stats.error(format!("{}: {why}", f.final_path.display()));
+        return Ok(());
+    }
+    let e = &f.entry;
+    if !f.is_device {
+        if f.tmp.is_none() {
+            f.file.set_len(e.size)?;
+        }
+        if sh.opts.owner {
+            fsutil::fchown(&f.file, e.uid, e.gid)?;
+        }
+        fsutil::fchmod(&f.file, e.mode)?;
+        if sh.opts.xattrs && !e.xattrs.is_empty() {
+            fsutil::fwrite_xattrs(&f.file, &e.xattrs)?;
+        }
+        fsutil::set_mtime_fd(&f.file, e.mtime, e.mtime_nsec)?;
+    } else {
+        f.file.sync_data()?;
+    }
+    if let Some(t) = &f.tmp {
+        fs::rename(t, &f.final_path)?;
+        fsutil::unregister_temp(t);
+    }
+    f.committed.store(true, Ordering::SeqCst);
+    Stats::add(&sh.stats.files_transferred, 1);
+    Ok(())
+}

@@ -1,0 +1,416 @@
+//! The sending side: walks the sources, streams the file list, and answers
+//! the receiver's requests with data, zero and copy ops, read by segments in
+//! parallel.
+//!
+//! Threads: the caller's thread walks and sends entries; one thread reads
+//! requests from the receiver and queues segment jobs; `threads` workers
+//! read segments and send their ops. Every segment ends with a
+//! `SegmentDone` carrying its digest; a file whose source changed or could
+//! not be read gets a `FileFailed` before its last `SegmentDone`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{unbounded, Receiver};
+use ferry_proto::{
+    layout, Endpoint, Entry, EntryKind, LinkError, Message, MsgTx, ReceiverReport, WantMode,
+};
+
+use crate::error::{describe, Error, Result};
+use crate::fsutil;
+use crate::plan::SourceSpec;
+use crate::scan::{self, Piece, ScanError};
+use crate::stats::Stats;
+use crate::SyncOptions;
+
+/// A file the receiver may ask for.
+struct SrcFile {
+    path: PathBuf,
+    size: u64,
+    mtime: (i64, u32),
+    open: Mutex<Option<Arc<File>>>,
+    remaining: AtomicU64,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+type Table = Arc<Mutex<HashMap<u32, Arc<SrcFile>>>>;
+
+struct Job {
+    id: u32,
+    file: Arc<SrcFile>,
+    seg: u64,
+}
+
+/// Run the sending side of a session over `ep` until the receiver reports.
+pub fn run_sender(
+    ep: Endpoint,
+    sources: &[SourceSpec],
+    opts: &SyncOptions,
+    stats: &Stats,
+) -> Result<ReceiverReport> {
+    let Endpoint { tx, rx, .. } = ep;
+    tx.send(Message::Hello {
+        version: ferry_proto::PROTOCOL_VERSION,
+        features: ferry_proto::features::ALL,
+    })?;
+    match rx.recv()? {
+        Message::Hello { version, .. } if version == ferry_proto::PROTOCOL_VERSION => {}
+        Message::Hello { version, .. } => {
+            return Err(Error::Protocol(format!(
+                "peer speaks protocol version {version}, this ferry speaks {}",
+                ferry_proto::PROTOCOL_VERSION
+            )))
+        }
+        Message::Fatal { error } => return Err(Error::Peer(error)),
+        m => return Err(Error::Protocol(format!("expected Hello, got {}", m.name()))),
+    }
+
+    let table: Table = Arc::default();
+    let (job_tx, job_rx) = unbounded::<Job>();
+    let threads = opts.threads.max(1);
+
+    std::thread::scope(|s| {
+        // Workers.
+        let mut workers = Vec::new();
+        for _ in 0..threads {
+            let job_rx = job_rx.clone();
+            let tx = tx.clone();
+            workers.push(s.spawn(move || worker(job_rx, tx)));
+        }
+        drop(job_rx);
+
+        // Requests from the receiver.
+        let req_table = table.clone();
+        let req_tx = tx.clone();
+        let requests = s.spawn(move || -> Result<ReceiverReport> {
+            let mut job_tx = Some(job_tx);
+            let mut workers = Some(workers);
+            loop {
+                match rx.recv()? {
+                    Message::Want { file, mode } => {
+                        if mode != WantMode::Whole {
+                            req_tx.send(Message::FileFailed {
+                                file,
+                                error: "delta transfer is not supported by this sender".into(),
+                            })?;
+                            continue;
+                        }
+                        let f = req_table.lock().ok().and_then(|t| t.get(&file).cloned());
+                        let (Some(f), Some(jt)) = (f, job_tx.as_ref()) else {
+                            return Err(Error::Protocol(format!(
+                                "receiver asked for unknown file {file}"
+                            )));
+                        };
+                        let nseg = layout::segment_count(f.size);
+                        f.remaining.store(nseg, Ordering::SeqCst);
+                        for seg in 0..nseg {
+                            let _ = jt.send(Job {
+                                id: file,
+                                file: f.clone(),
+                                seg,
+                            });
+                        }
+                    }
+                    Message::EndOfList => {
+                        // No more requests: let the workers drain, then say so.
+                        job_tx = None;
+                        if let Some(ws) = workers.take() {
+                            for w in ws {
+                                w.join().map_err(|_| {
+                                    Error::Protocol("sender worker panicked".into())
+                                })??;
+                            }
+                        }
+                        req_tx.send(Message::SenderDone)?;
+                    }
+                    Message::ReceiverDone(r) => return Ok(*r),
+                    Message::Fatal { error } => return Err(Error::Peer(error)),
+                    m => {
+                        return Err(Error::Protocol(format!(
+                            "sender got unexpected {}",
+                            m.name()
+                        )))
+                    }
+                }
+            }
+        });
+
+        let walked = walk_all(sources, opts, stats, &tx, &table);
+        if let Err(e) = &walked {
+            let _ = tx.send(Message::Fatal {
+                error: e.to_string(),
+            });
+        }
+        drop(tx);
+        let res = requests
+            .join()
+            .map_err(|_| Error::Protocol("sender request thread panicked".into()))?;
+        walked?;
+        res
+    })
+}
+
+fn worker(jobs: Receiver<Job>, tx: MsgTx) -> Result<()> {
+    let mut buf = Vec::with_capacity(scan::CHUNK);
+    for job in jobs {
+        send_segment(&job, &tx, &mut buf)?;
+    }
+    Ok(())
+}
+
+fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
+    let f = &job.file;
+    let id = job.id;
+    let fail = |error: String| -> Result<()> {
+        f.failed.store(true, Ordering::SeqCst);
+        tx.send(Message::FileFailed { file: id, error })?;
+        Ok(())
+    };
+    let file = {
+        let mut g = f
+            .open
+            .lock()
+            .map_err(|_| Error::Protocol("lock poisoned".into()))?;
+        match &*g {
+            Some(h) => Some(h.clone()),
+            None if f.failed.load(Ordering::SeqCst) => None,
+            None => match File::open(&f.path) {
+                Ok(h) => {
+                    let h = Arc::new(h);
+                    *g = Some(h.clone());
+                    Some(h)
+                }
+                Err(e) => {
+                    drop(g);
+                    fail(format!("{}: {}", f.path.display(), describe(&e)))?;
+                    None
+                }
+            },
+        }
+    };
+    let mut digest = [0u8; 32];
+    if let Some(file) = &file {
+        let res = scan::scan_segment::<LinkError>(file, f.size, job.seg, buf, &mut |p| match p {
+            Piece::Data(offset, d) => tx.send(Message::Data {
+                file: id,
+                offset,
+                data: d.to_vec(),
+            }),
+            Piece::Zero(offset, len) => tx.send(Message::Zero {
+                file: id,
+                offset,
+                len,
+            }),
+        });
+        match res {
+            Ok(d) => digest = d,
+            Err(ScanError::Emit(e)) => return Err(e.into()),
+            Err(ScanError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                fail(format!(
+                    "{}: file shrank while being read",
+                    f.path.display()
+                ))?;
+            }
+            Err(ScanError::Io(e)) => fail(format!("{}: {}", f.path.display(), describe(&e)))?,
+        }
+    }
+    if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // Last segment of this file: was it stable while we read it?
+        if let Some(file) = &file {
+            if !f.failed.load(Ordering::SeqCst) {
+                match file.metadata() {
+                    Ok(m)
+                        if fsutil::size_of(file, &m).ok() == Some(f.size)
+                            && fsutil::mtime_of(&m) == f.mtime => {}
+                    Ok(m) if m.file_type().is_block_device() => {}
+                    Ok(_) => fail(format!(
+                        "{}: file changed while being read",
+                        f.path.display()
+                    ))?,
+                    Err(e) => fail(format!("{}: {}", f.path.display(), describe(&e)))?,
+                }
+            }
+        }
+        if let Ok(mut g) = f.open.lock() {
+            *g = None;
+        }
+    }
+    tx.send(Message::SegmentDone {
+        file: id,
+        segment: job.seg as u32,
+        digest,
+    })?;
+    Ok(())
+}
+
+/// Walks every source and sends the file list.
+fn walk_all(
+    sources: &[SourceSpec],
+    opts: &SyncOptions,
+    stats: &Stats,
+    tx: &MsgTx,
+    table: &Table,
+) -> Result<()> {
+    let mut w = Walker {
+        opts,
+        stats,
+        tx,
+        table,
+        next_id: 0,
+        inodes: HashMap::new(),
+    };
+    for src in sources {
+        let meta = if src.follow {
+            std::fs::metadata(&src.path)
+        } else {
+            std::fs::symlink_metadata(&src.path)
+        }
+        .map_err(|e| Error::io(&src.path, e))?;
+        w.visit(&src.path, src.name.clone(), &meta, true)?;
+    }
+    tx.send(Message::EndOfList)?;
+    Ok(())
+}
+
+struct Walker<'a> {
+    opts: &'a SyncOptions,
+    stats: &'a Stats,
+    tx: &'a MsgTx,
+    table: &'a Table,
+    next_id: u32,
+    inodes: HashMap<(u64, u64), u32>,
+}
+
+impl Walker<'_> {
+    fn visit(
+        &mut self,
+        path: &Path,
+        rel: Vec<u8>,
+        meta: &std::fs::Metadata,
+        top: bool,
+    ) -> Result<()> {
+        let ft = meta.file_type();
+        if !top
+            && self
+                .opts
+                .excludes
+                .excluded(Path::new(std::ffi::OsStr::from_bytes(&rel)), ft.is_dir())
+        {
+            return Ok(());
+        }
+        let id = self.next_id;
+        self.next_id = self
+            .next_id
+            .checked_add(1)
+            .ok_or_else(|| Error::Usage("more than 4 billion entries".into()))?;
+        let mut e = Entry {
+            id,
+            path: rel.clone(),
+            kind: None,
+            mode: meta.mode(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            size: 0,
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec() as u32,
+            ..Default::default()
+        };
+        if self.opts.xattrs {
+            e.xattrs = fsutil::read_xattrs(path).map_err(|err| Error::io(path, err))?;
+        }
+        if ft.is_dir() {
+            e.kind = Some(EntryKind::Dir);
+            self.tx.send(Message::Entry(Box::new(e)))?;
+            let mut children: Vec<_> = match std::fs::read_dir(path) {
+                Ok(rd) => rd.filter_map(|d| d.ok()).collect(),
+                Err(err) => {
+                    self.stats
+                        .error(format!("{}: {}", path.display(), describe(&err)));
+                    return Ok(());
+                }
+            };
+            children.sort_by_key(|d| d.file_name());
+            for c in children {
+                let cp = c.path();
+                let m = match std::fs::symlink_metadata(&cp) {
+                    Ok(m) => m,
+                    Err(err) => {
+                        self.stats
+                            .error(format!("{}: {}", cp.display(), describe(&err)));
+                        continue;
+                    }
+                };
+                let mut crel = rel.clone();
+                if !crel.is_empty() {
+                    crel.push(b'/');
+                }
+                crel.extend_from_slice(c.file_name().as_bytes());
+                self.visit(&cp, crel, &m, false)?;
+            }
+            return Ok(());
+        }
+        if ft.is_symlink() {
+            e.kind = Some(EntryKind::Symlink);
+            e.target = std::fs::read_link(path)
+                .map_err(|err| Error::io(path, err))?
+                .into_os_string()
+                .as_bytes()
+                .to_vec();
+            self.tx.send(Message::Entry(Box::new(e)))?;
+            return Ok(());
+        }
+        let is_file = ft.is_file() || (top && ft.is_block_device());
+        if !is_file {
+            self.stats
+                .change(format!("skipping non-regular file {}", path.display()));
+            return Ok(());
+        }
+        if meta.nlink() > 1 && ft.is_file() {
+            if let Some(&first) = self.inodes.get(&(meta.dev(), meta.ino())) {
+                e.kind = Some(EntryKind::HardLink);
+                e.link_to = first;
+                self.tx.send(Message::Entry(Box::new(e)))?;
+                return Ok(());
+            }
+            self.inodes.insert((meta.dev(), meta.ino()), id);
+        }
+        e.kind = Some(EntryKind::File);
+        let size = if ft.is_block_device() {
+            let f = File::open(path).map_err(|err| Error::io(path, err))?;
+            fsutil::size_of(&f, meta).map_err(|err| Error::io(path, err))?
+        } else {
+            meta.len()
+        };
+        e.size = size;
+        if self.opts.checksum && size > 0 {
+            match File::open(path).and_then(|f| scan::file_digest(&f, size, self.opts.threads)) {
+                Ok(d) => e.digest = Some(d),
+                Err(err) => {
+                    self.stats
+                        .error(format!("{}: {}", path.display(), describe(&err)));
+                    return Ok(());
+                }
+            }
+        }
+        if let Ok(mut t) = self.table.lock() {
+            t.insert(
+                id,
+                Arc::new(SrcFile {
+                    path: path.to_path_buf(),
+                    size,
+                    mtime: (e.mtime, e.mtime_nsec),
+                    open: Mutex::new(None),
+                    remaining: AtomicU64::new(0),
+                    failed: Default::default(),
+                }),
+            );
+        }
+        self.tx.send(Message::Entry(Box::new(e)))?;
+        Ok(())
+    }
+}

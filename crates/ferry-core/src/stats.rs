@@ -1,0 +1,94 @@
+//! Live counters shared by the engine and whoever watches it (the CLI's
+//! progress bar), and the final report.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+/// Counters updated while a run goes on. All fields are monotonic.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Entries in the source list (files, dirs, links).
+    pub files_total: AtomicU64,
+    pub files_transferred: AtomicU64,
+    pub files_delta: AtomicU64,
+    pub files_deleted: AtomicU64,
+    pub files_failed: AtomicU64,
+    /// Logical size of the source's files.
+    pub bytes_total: AtomicU64,
+    /// Logical size of the files that are being transferred (the progress
+    /// bar's total).
+    pub bytes_transferred: AtomicU64,
+    /// Logical bytes of transferred files completed so far (progress).
+    pub bytes_done: AtomicU64,
+    /// Bytes written to the destination (data only: holes and zero runs
+    /// are not written).
+    pub bytes_written: AtomicU64,
+    /// Bytes reused from the destination's old copy (delta).
+    pub bytes_matched: AtomicU64,
+    /// Bytes that crossed the transport, both directions.
+    pub bytes_wire: AtomicU64,
+    /// Human-readable lines for entries that failed (capped).
+    pub errors: Mutex<Vec<String>>,
+    /// What a dry run would do, or what a real run did when itemising.
+    pub changes: Mutex<Vec<String>>,
+}
+
+/// Most error lines kept.
+pub const MAX_ERRORS: usize = 1000;
+
+impl Stats {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+
+    pub fn error(&self, line: String) {
+        self.files_failed.fetch_add(1, Relaxed);
+        if let Ok(mut e) = self.errors.lock() {
+            if e.len() < MAX_ERRORS {
+                e.push(line);
+            }
+        }
+    }
+
+    pub fn change(&self, line: String) {
+        if let Ok(mut c) = self.changes.lock() {
+            c.push(line);
+        }
+    }
+
+    pub fn report(&self, seconds: f64) -> Report {
+        Report {
+            files_total: self.files_total.load(Relaxed),
+            files_transferred: self.files_transferred.load(Relaxed),
+            files_delta: self.files_delta.load(Relaxed),
+            files_deleted: self.files_deleted.load(Relaxed),
+            files_failed: self.files_failed.load(Relaxed),
+            bytes_total: self.bytes_total.load(Relaxed),
+            bytes_transferred: self.bytes_transferred.load(Relaxed),
+            bytes_wire: self.bytes_wire.load(Relaxed),
+            bytes_written: self.bytes_written.load(Relaxed),
+            bytes_matched: self.bytes_matched.load(Relaxed),
+            seconds,
+            errors: self.errors.lock().map(|e| e.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// The result of a run, as `--json` prints it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Report {
+    pub files_total: u64,
+    pub files_transferred: u64,
+    pub files_delta: u64,
+    pub files_deleted: u64,
+    pub files_failed: u64,
+    pub bytes_total: u64,
+    pub bytes_transferred: u64,
+    pub bytes_wire: u64,
+    pub bytes_written: u64,
+    pub bytes_matched: u64,
+    pub seconds: f64,
+    pub errors: Vec<String>,
+}
