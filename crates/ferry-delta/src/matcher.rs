@@ -202,7 +202,39 @@ impl Matcher {
     /// in offset order, ops that cover `data` exactly; adjacent copies that
     /// are contiguous in both files come out as one op.
     pub fn diff(&self, data: &[u8], data_offset: u64, emit: &mut impl FnMut(Op)) {
-        self.diff_inner(data, data_offset, None, emit);
+        self.diff_inner(data, data_offset, 0..data.len(), None, emit);
+    }
+
+    /// Diffs the part `range` of `data` (a segment), using the bytes of
+    /// `data` around it as context: matches may start before the range or
+    /// end after it, and are clipped to it. Ops cover `range` exactly.
+    ///
+    /// Segments are diffed independently, so without context a shifted
+    /// file loses about one block at every segment end (the last window
+    /// does not fit). With one block of context on each side (read
+    /// `[seg_start - bs, seg_end + bs)`, clamped to the file, and pass the
+    /// segment's place in it), a 7-byte insert costs 7 literal bytes in all.
+    /// `data_offset` (the source offset of `data[0]`) must be a multiple of
+    /// the block size. `hashes`, when given, are the block hashes of `data`
+    /// as for [`Matcher::diff_with_hashes`] (ignored if their count is
+    /// wrong). A range past the end of `data` is clamped to it.
+    pub fn diff_range(
+        &self,
+        data: &[u8],
+        data_offset: u64,
+        range: std::ops::Range<usize>,
+        hashes: Option<&[[u8; 32]]>,
+        emit: &mut impl FnMut(Op),
+    ) {
+        let hashes = hashes.filter(|h| self.hashes_fit(data, data_offset, h));
+        let end = range.end.min(data.len());
+        self.diff_inner(data, data_offset, range.start.min(end)..end, hashes, emit);
+    }
+
+    fn hashes_fit(&self, data: &[u8], data_offset: u64, hashes: &[[u8; 32]]) -> bool {
+        self.bs > 0
+            && data_offset % self.bs == 0
+            && hashes.len() as u64 == (data.len() as u64).div_ceil(self.bs)
     }
 
     /// [`Matcher::diff`] reusing the caller's block hashes of `data`:
@@ -217,10 +249,8 @@ impl Matcher {
         hashes: &[[u8; 32]],
         emit: &mut impl FnMut(Op),
     ) {
-        let ok = self.bs > 0
-            && data_offset % self.bs == 0
-            && hashes.len() as u64 == (data.len() as u64).div_ceil(self.bs);
-        self.diff_inner(data, data_offset, ok.then_some(hashes), emit);
+        let ok = self.hashes_fit(data, data_offset, hashes);
+        self.diff_inner(data, data_offset, 0..data.len(), ok.then_some(hashes), emit);
     }
 
     /// Strong hash of `data[p..p + len]`, from `hashes` when that is a
@@ -268,18 +298,21 @@ impl Matcher {
         &self,
         data: &[u8],
         data_offset: u64,
+        range: std::ops::Range<usize>,
         hashes: Option<&[[u8; 32]]>,
         emit: &mut impl FnMut(Op),
     ) {
         let n = data.len();
+        if range.is_empty() || data_offset.checked_add(n as u64).is_none() {
+            return;
+        }
         let mut out = Out {
             emit,
             pending: None,
+            lo: data_offset + range.start as u64,
+            hi: data_offset + range.end as u64,
         };
-        if n == 0 {
-            return;
-        }
-        if self.bs == 0 || self.n == 0 || data_offset.checked_add(n as u64).is_none() {
+        if self.bs == 0 || self.n == 0 {
             out.literal(data_offset, n as u64);
             out.flush();
             return;
@@ -416,10 +449,25 @@ impl Matcher {
 struct Out<'a, F: FnMut(Op)> {
     emit: &'a mut F,
     pending: Option<Op>,
+    /// Ops are clipped to the source range `[lo, hi)`.
+    lo: u64,
+    hi: u64,
 }
 
 impl<F: FnMut(Op)> Out<'_, F> {
+    /// `[offset, offset + len)` clipped to `[lo, hi)`: the new offset, the
+    /// bytes cut off the front, and the new length.
+    fn clip(&self, offset: u64, len: u64) -> Option<(u64, u64, u64)> {
+        let start = offset.max(self.lo);
+        let end = (offset + len).min(self.hi);
+        (start < end).then(|| (start, start - offset, end - start))
+    }
+
     fn copy(&mut self, offset: u64, basis_offset: u64, len: u64) {
+        let Some((offset, cut, len)) = self.clip(offset, len) else {
+            return;
+        };
+        let basis_offset = basis_offset + cut;
         if let Some(Op::Copy {
             offset: o,
             basis_offset: b,
@@ -440,9 +488,9 @@ impl<F: FnMut(Op)> Out<'_, F> {
     }
 
     fn literal(&mut self, offset: u64, len: u64) {
-        if len == 0 {
+        let Some((offset, _, len)) = self.clip(offset, len) else {
             return;
-        }
+        };
         if let Some(Op::Literal { offset: o, len: l }) = &mut self.pending {
             if *o + *l == offset {
                 *l += len;

@@ -22,16 +22,30 @@ fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
 /// Diffs `source` segment by segment, checking each segment's ops are in
 /// order, non-empty and cover it exactly.
 fn diff_all(m: &Matcher, source: &[u8], seg: usize) -> Vec<Op> {
+    diff_all_ctx(m, source, seg, 0)
+}
+
+/// [`diff_all`] with `ctx` bytes of context on each side of each segment
+/// (a multiple of the block size), through `Matcher::diff_range`.
+fn diff_all_ctx(m: &Matcher, source: &[u8], seg: usize, ctx: usize) -> Vec<Op> {
     let mut ops = Vec::new();
     for (k, piece) in source.chunks(seg).enumerate() {
         let base = (k * seg) as u64;
         let mut at = base;
-        m.diff(piece, base, &mut |op| {
+        let mut check = |op: Op| {
             assert_eq!(op.offset(), at, "ops out of order: {op:?}");
             assert!(!op.is_empty());
             at += op.len();
             ops.push(op);
-        });
+        };
+        if ctx == 0 {
+            m.diff(piece, base, &mut check);
+        } else {
+            let start = (k * seg).saturating_sub(ctx);
+            let end = (k * seg + piece.len() + ctx).min(source.len());
+            let range = k * seg - start..k * seg - start + piece.len();
+            m.diff_range(&source[start..end], start as u64, range, None, &mut check);
+        }
         assert_eq!(at, base + piece.len() as u64);
     }
     ops
@@ -45,9 +59,13 @@ fn literal_bytes(ops: &[Op]) -> u64 {
 }
 
 fn roundtrip(basis: &[u8], source: &[u8], bs: u64, seg: usize) -> Vec<Op> {
+    roundtrip_ctx(basis, source, bs, seg, 0)
+}
+
+fn roundtrip_ctx(basis: &[u8], source: &[u8], bs: u64, seg: usize, ctx: usize) -> Vec<Op> {
     let (sig, _) = signature_of_bytes(basis, bs);
     let m = Matcher::new(&sig);
-    let ops = diff_all(&m, source, seg);
+    let ops = diff_all_ctx(&m, source, seg, ctx);
     let out = apply_to_vec(basis, source.len() as u64, &ops, source);
     assert!(out == source, "apply did not reproduce the source");
     // Adjacent copies contiguous in both files are merged.
@@ -222,6 +240,23 @@ fn seven_byte_insert_costs_under_one_percent() {
 }
 
 #[test]
+fn seven_byte_insert_with_context_costs_seven_bytes() {
+    // Many small segments, so every segment boundary would cost a block
+    // without context.
+    let size = 3_000_000;
+    let bs = 8192u64;
+    let basis = random_bytes(13, size);
+    let mut src = basis.clone();
+    src.splice(100_000..100_000, *b"7 bytes");
+    let seg = 64 * bs as usize;
+    let ops = roundtrip_ctx(&basis, &src, bs, seg, bs as usize);
+    // The block holding the insert point is sent, plus the 7 bytes.
+    assert!(literal_bytes(&ops) <= bs + 7, "{ops:?}");
+    let without = literal_bytes(&roundtrip(&basis, &src, bs, seg));
+    assert!(without > 4 * bs, "segment ends should cost without context");
+}
+
+#[test]
 fn scattered_overwrites_cost_under_eight_percent() {
     let size = 64usize << 20;
     let bs = 8192u64;
@@ -353,6 +388,7 @@ proptest! {
         edits in proptest::collection::vec(edit(), 0..6),
         bs_pick in 0usize..4,
         seg_blocks in 1usize..6,
+        ctx_blocks in 0usize..3,
     ) {
         let bs = [64u64, 256, 1024, 8192][bs_pick];
         let mut basis = random_bytes(seed, size);
@@ -365,7 +401,7 @@ proptest! {
         for e in &edits {
             apply_edit(&mut src, e, 3 * bs as usize + 100);
         }
-        roundtrip(&basis, &src, bs, seg_blocks * bs as usize);
+        roundtrip_ctx(&basis, &src, bs, seg_blocks * bs as usize, ctx_blocks * bs as usize);
     }
 
     /// Periodic, low-entropy data (many weak collisions, repeated blocks)
