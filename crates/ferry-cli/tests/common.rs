@@ -1,0 +1,111 @@
+//! Helpers shared by the integration tests: run the real `ferry` binary,
+//! build trees, compare them.
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn ferry_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ferry"))
+}
+
+pub fn ferry(args: &[&str]) -> Output {
+    Command::new(ferry_bin())
+        .args(args)
+        .output()
+        .expect("run ferry binary")
+}
+
+pub fn ferry_ok(args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = ferry(&a);
+    assert!(
+        out.status.success(),
+        "ferry {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+pub fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 temp path")
+}
+
+pub fn slash(path: &Path) -> String {
+    format!("{}/", path.display())
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+/// Assert two trees are equal: names, types, contents, modes, mtimes (ns),
+/// symlink targets, and hard-link structure.
+pub fn assert_same_tree(a: &Path, b: &Path) {
+    let mut na: Vec<_> = fs::read_dir(a).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut nb: Vec<_> = fs::read_dir(b).unwrap().map(|e| e.unwrap().file_name()).collect();
+    na.sort();
+    nb.sort();
+    assert_eq!(na, nb, "names differ in {} vs {}", a.display(), b.display());
+    for n in na {
+        let (pa, pb) = (a.join(&n), b.join(&n));
+        let (ma, mb) = (fs::symlink_metadata(&pa).unwrap(), fs::symlink_metadata(&pb).unwrap());
+        assert_eq!(ma.file_type(), mb.file_type(), "{}", pb.display());
+        if ma.file_type().is_symlink() {
+            assert_eq!(fs::read_link(&pa).unwrap(), fs::read_link(&pb).unwrap());
+            continue;
+        }
+        assert_eq!(ma.mode(), mb.mode(), "mode of {}", pb.display());
+        if ma.is_dir() {
+            assert_same_tree(&pa, &pb);
+        } else {
+            assert!(fs::read(&pa).unwrap() == fs::read(&pb).unwrap(), "contents of {}", pb.display());
+            assert_eq!(ma.nlink(), mb.nlink(), "link count of {}", pb.display());
+        }
+        assert_eq!((ma.mtime(), ma.mtime_nsec()), (mb.mtime(), mb.mtime_nsec()), "mtime of {}", pb.display());
+    }
+}
+
+/// Files whose name looks like one of ferry's temporary files.
+pub fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let path = e.path();
+            if e.file_name().to_string_lossy().contains(".ferry-") {
+                out.push(path.clone());
+            }
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                out.extend(temp_files(&path));
+            }
+        }
+    }
+    out
+}
+
+pub fn allocated(path: &Path) -> u64 {
+    fs::metadata(path).unwrap().blocks() * 512
+}
+
+pub fn is_root() -> bool {
+    // SAFETY-free check through the id command's view of the process.
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}

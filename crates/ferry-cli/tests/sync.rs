@@ -1,0 +1,312 @@
+//! `ferry sync` driven through the real binary on temp dirs.
+
+mod common;
+
+use std::fs::{self, File};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::*;
+
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("a/b")).unwrap();
+    fs::create_dir_all(root.join("empty")).unwrap();
+    fs::write(root.join("top.txt"), b"hello\n").unwrap();
+    fs::write(root.join("a/one.bin"), bytes(1, 300_000)).unwrap();
+    fs::write(root.join("a/b/two.txt"), b"two").unwrap();
+    fs::write(root.join("zero-len"), b"").unwrap();
+    fs::set_permissions(root.join("a/b/two.txt"), fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::symlink("a/b/two.txt", root.join("link")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/target", root.join("dangling")).unwrap();
+    fs::hard_link(root.join("a/one.bin"), root.join("a/one-again.bin")).unwrap();
+}
+
+#[test]
+fn copies_a_tree_and_rerun_moves_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    tree(&src);
+    let j = ferry_ok(&["sync", &slash(&src), p(&dst)]);
+    assert_same_tree(&src, &dst);
+    assert_eq!(j["files_failed"], 0);
+    assert_eq!(j["bytes_total"], 300_000 + 6 + 3);
+    assert!(j["bytes_wire"].as_u64().unwrap() >= 300_000);
+    let again = ferry_ok(&["sync", &slash(&src), p(&dst)]);
+    assert_eq!(again["files_transferred"], 0);
+    assert_eq!(again["bytes_transferred"], 0);
+    assert_eq!(again["bytes_written"], 0);
+    assert!(again["bytes_wire"].as_u64().unwrap() < 10_000, "{again}");
+    for key in [
+        "files_total",
+        "files_transferred",
+        "files_deleted",
+        "bytes_total",
+        "bytes_transferred",
+        "bytes_wire",
+        "bytes_written",
+        "seconds",
+    ] {
+        assert!(again.get(key).is_some(), "--json lacks {key}");
+    }
+}
+
+#[test]
+fn trailing_slash_rule() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let with = d.path().join("with");
+    let without = d.path().join("without");
+    ferry_ok(&["sync", &slash(&src), p(&with)]);
+    ferry_ok(&["sync", p(&src), p(&without)]);
+    assert!(with.join("top.txt").exists());
+    assert!(without.join("src/top.txt").exists());
+    assert!(!without.join("top.txt").exists());
+}
+
+#[test]
+fn file_to_file_and_into_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("f.bin");
+    fs::write(&f, bytes(2, 50_000)).unwrap();
+    let g = d.path().join("g.bin");
+    ferry_ok(&["sync", p(&f), p(&g)]);
+    assert_eq!(fs::read(&g).unwrap(), fs::read(&f).unwrap());
+    let dir = d.path().join("dir");
+    fs::create_dir(&dir).unwrap();
+    ferry_ok(&["sync", p(&f), p(&dir)]);
+    assert_eq!(fs::read(dir.join("f.bin")).unwrap(), fs::read(&f).unwrap());
+}
+
+#[test]
+fn changed_files_are_replaced_atomically_and_checksum_sees_same_size_edits() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    tree(&src);
+    ferry_ok(&["sync", &slash(&src), p(&dst)]);
+    let before_ino = fs::metadata(dst.join("top.txt")).unwrap().ino();
+    // Same size, same mtime, other content: only --checksum notices.
+    let m = fs::metadata(src.join("top.txt")).unwrap();
+    fs::write(src.join("top.txt"), b"HELLO\n").unwrap();
+    let mtime = filetime(&m);
+    set_mtime(&src.join("top.txt"), mtime);
+    let plain = ferry_ok(&["sync", &slash(&src), p(&dst)]);
+    assert_eq!(plain["files_transferred"], 0);
+    let sum = ferry_ok(&["sync", "--checksum", &slash(&src), p(&dst)]);
+    assert_eq!(sum["files_transferred"], 1);
+    assert_eq!(fs::read(dst.join("top.txt")).unwrap(), b"HELLO\n");
+    assert_ne!(fs::metadata(dst.join("top.txt")).unwrap().ino(), before_ino, "temp + rename gives a new inode");
+    assert!(temp_files(&dst).is_empty());
+}
+
+fn filetime(m: &fs::Metadata) -> (i64, i64) {
+    (m.mtime(), m.mtime_nsec())
+}
+
+fn set_mtime(path: &Path, (s, ns): (i64, i64)) {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::new(s as u64, ns as u32);
+    File::options().write(true).open(path).unwrap().set_modified(t).unwrap();
+}
+
+#[test]
+fn inplace_keeps_the_inode() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("s.bin"), d.path().join("d.bin"));
+    fs::write(&src, bytes(3, 200_000)).unwrap();
+    ferry_ok(&["sync", p(&src), p(&dst)]);
+    let ino = fs::metadata(&dst).unwrap().ino();
+    fs::write(&src, bytes(4, 100_000)).unwrap();
+    ferry_ok(&["sync", "--inplace", p(&src), p(&dst)]);
+    assert_eq!(fs::metadata(&dst).unwrap().ino(), ino);
+    assert_eq!(fs::read(&dst).unwrap(), fs::read(&src).unwrap());
+}
+
+#[test]
+fn delete_dry_run_and_exclude() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    tree(&src);
+    fs::write(src.join("skip.tmp"), b"x").unwrap();
+    ferry_ok(&["sync", "--exclude", "*.tmp", &slash(&src), p(&dst)]);
+    assert!(!dst.join("skip.tmp").exists());
+    fs::write(dst.join("extra"), b"x").unwrap();
+    fs::create_dir_all(dst.join("extradir/sub")).unwrap();
+    fs::write(dst.join("extradir/sub/f"), b"x").unwrap();
+    fs::write(dst.join("keep.tmp"), b"excluded, so protected").unwrap();
+    // Dry run: reports, changes nothing.
+    let out = ferry(&["sync", "-n", "--delete", "--exclude", "*.tmp", &slash(&src), p(&dst)]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("would delete extra"), "{text}");
+    assert!(dst.join("extra").exists());
+    let j = ferry_ok(&["sync", "--delete", "--exclude", "*.tmp", &slash(&src), p(&dst)]);
+    assert_eq!(j["files_deleted"], 4, "extra, extradir, sub, f: {j}");
+    assert!(!dst.join("extra").exists() && !dst.join("extradir").exists());
+    assert!(dst.join("keep.tmp").exists());
+}
+
+#[test]
+fn sparse_image_stays_sparse_and_zero_blocks_become_holes() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("img"), d.path().join("copy"));
+    let f = File::create(&src).unwrap();
+    let size = 64u64 << 20;
+    f.set_len(size).unwrap();
+    f.write_all_at(&bytes(5, 1 << 20), 4 << 20).unwrap();
+    f.write_all_at(&vec![0u8; 2 << 20], 20 << 20).unwrap(); // written zeros
+    f.write_all_at(&bytes(6, 4096), size - 4096).unwrap();
+    f.sync_all().unwrap();
+    let j = ferry_ok(&["sync", p(&src), p(&dst)]);
+    assert_eq!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
+    assert!(allocated(&dst) <= allocated(&src) - (2 << 20), "{} vs {}", allocated(&dst), allocated(&src));
+    assert_eq!(j["bytes_written"], (1 << 20) + 4096);
+    assert!(j["bytes_wire"].as_u64().unwrap() < (1 << 20) + 64 * 1024);
+    // Overwriting in place punches holes where the source now has zeros.
+    let f = File::options().write(true).open(&src).unwrap();
+    f.write_all_at(&vec![0u8; 1 << 20], 4 << 20).unwrap();
+    drop(f);
+    ferry_ok(&["sync", "--inplace", p(&src), p(&dst)]);
+    assert_eq!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
+    assert!(allocated(&dst) <= 64 * 1024, "holes punched: {}", allocated(&dst));
+}
+
+#[test]
+fn xattrs_are_copied_with_dash_x() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    fs::create_dir(&src).unwrap();
+    let f = src.join("f");
+    fs::write(&f, b"x").unwrap();
+    let ok = std::process::Command::new("setfattr")
+        .args(["-n", "user.ferry", "-v", "yes", p(&f)])
+        .status();
+    if !matches!(ok, Ok(s) if s.success()) {
+        eprintln!("SKIPPED: setfattr (package attr) missing or user xattrs unsupported on this filesystem");
+        return;
+    }
+    ferry_ok(&["sync", "-X", &slash(&src), p(&dst)]);
+    let out = std::process::Command::new("getfattr")
+        .args(["--only-values", "-n", "user.ferry", p(&dst.join("f"))])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"yes");
+}
+
+#[test]
+fn errors_name_the_path_and_exit_with_documented_codes() {
+    let d = tempfile::tempdir().unwrap();
+    // Missing source: I/O error, exit 3.
+    let out = ferry(&["sync", p(&d.path().join("nope")), p(&d.path().join("x"))]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nope") && err.contains("no such file"), "{err}");
+    // Usage error: exit 1.
+    let out = ferry(&["sync", "only-one"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = ferry(&["sync", "--no-such-flag", "a", "b"]);
+    assert_eq!(out.status.code(), Some(1));
+    // A file onto a directory: partial (2), the directory untouched.
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("x"), b"file").unwrap();
+    fs::write(src.join("y"), b"fine").unwrap();
+    let dst = d.path().join("dst");
+    fs::create_dir_all(dst.join("x")).unwrap();
+    fs::write(dst.join("x/keep"), b"precious").unwrap();
+    let out = ferry(&["sync", &slash(&src), p(&dst)]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("directory is in the way"));
+    assert_eq!(fs::read(dst.join("x/keep")).unwrap(), b"precious");
+    assert_eq!(fs::read(dst.join("y")).unwrap(), b"fine");
+    // Several sources onto an existing file: usage error.
+    let out = ferry(&["sync", p(&src.join("x")), p(&src.join("y")), p(&dst.join("y"))]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn help_documents_exit_codes_and_the_slash_rule() {
+    let out = ferry(&["sync", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("trailing-slash"));
+    let out = ferry(&["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Exit codes") && text.contains("partial transfer"));
+}
+
+/// A disk that fills up: clear error, exit 3, the old file intact, no temp
+/// file left. Needs root to mount a small tmpfs.
+#[test]
+fn full_disk_keeps_the_old_file() {
+    if !is_root() {
+        eprintln!("SKIPPED: full_disk_keeps_the_old_file needs root to mount a tmpfs");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mnt = d.path().join("small");
+    fs::create_dir(&mnt).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs", p(&mnt)])
+        .status();
+    if !matches!(st, Ok(s) if s.success()) {
+        eprintln!("SKIPPED: full_disk_keeps_the_old_file: cannot mount tmpfs here");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _u = Unmount(&mnt);
+    let dst = mnt.join("big.bin");
+    fs::write(&dst, b"old contents").unwrap();
+    let src = d.path().join("big.bin");
+    fs::write(&src, bytes(7, 6 << 20)).unwrap();
+    let out = ferry(&["sync", p(&src), p(&dst)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("no space left"), "{err}");
+    assert_eq!(fs::read(&dst).unwrap(), b"old contents");
+    assert!(temp_files(&mnt).is_empty(), "{:?}", temp_files(&mnt));
+}
+
+/// Writing an image onto a block device (a loop device), in place.
+#[test]
+fn block_device_destination() {
+    if !is_root() {
+        eprintln!("SKIPPED: block_device_destination needs root for losetup");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let backing = d.path().join("backing");
+    let bf = File::create(&backing).unwrap();
+    bf.set_len(16 << 20).unwrap();
+    bf.write_all_at(&vec![0xAAu8; 16 << 20], 0).unwrap();
+    drop(bf);
+    let out = std::process::Command::new("losetup")
+        .args(["--find", "--show", p(&backing)])
+        .output();
+    let dev = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => {
+            eprintln!("SKIPPED: block_device_destination: no loop devices here");
+            return;
+        }
+    };
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let _g = Detach(dev.clone());
+    let img = d.path().join("img");
+    let f = File::create(&img).unwrap();
+    f.set_len(8 << 20).unwrap();
+    f.write_all_at(&bytes(8, 1 << 20), 1 << 20).unwrap();
+    drop(f);
+    ferry_ok(&["sync", p(&img), &dev]);
+    let mut got = vec![0u8; 8 << 20];
+    File::open(&dev).unwrap().read_exact_at(&mut got, 0).unwrap();
+    assert!(got == fs::read(&img).unwrap(), "device holds the image, zeros included");
+}
