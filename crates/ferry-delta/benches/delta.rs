@@ -86,6 +86,21 @@ fn match_all_new(b: Bencher) {
         .bench(|| diff_all(&m, black_box(&src)));
 }
 
+/// A sparse image: 90% zeros, the rest unrelated to the basis. Zero runs
+/// are passed without rolling.
+#[divan::bench(sample_count = 5)]
+fn match_sparse_new(b: Bencher) {
+    let basis = random_bytes(8, SIZE);
+    let mut src = vec![0u8; SIZE];
+    for (k, c) in src.chunks_mut(1 << 20).enumerate() {
+        let n = c.len() / 10;
+        c[..n].copy_from_slice(&random_bytes(100 + k as u64, n));
+    }
+    let m = Matcher::new(&signature_of_bytes(&basis, BS).0);
+    b.counter(BytesCount::new(SIZE))
+        .bench(|| diff_all(&m, black_box(&src)));
+}
+
 #[divan::bench(sample_count = 5)]
 fn apply(b: Bencher) {
     let basis = random_bytes(7, SIZE);
