@@ -1,8 +1,8 @@
 //! Copies an NBD export to a file (or a file to an export) and prints the
 //! time and statistics; used to compare with nbdcopy and qemu-img convert.
 //!
-//! `nbd_copy URI OUT [threads] [request_KiB] [in_flight]`
-//! `nbd_copy --to-nbd IN URI [threads] [request_KiB] [in_flight]`
+//! `nbd_copy URI OUT [threads] [request_KiB] [in_flight] [segment_MiB]`
+//! `nbd_copy --to-nbd IN URI [threads] [request_KiB] [in_flight] [segment_MiB]`
 
 use std::fs::{File, OpenOptions};
 use std::process::ExitCode;
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         threads: num(2, 2),
         request_size: num(3, 1024) * 1024,
         in_flight: num(4, 16),
-        ..CopyOptions::default()
+        segment: num(5, 32) as u64 * 1024 * 1024,
     };
     let r = if to_nbd {
         File::open(&rest[0])
@@ -48,11 +48,7 @@ fn main() -> ExitCode {
     };
     match r {
         Ok(st) => {
-            println!(
-                "{:.3} s  {:?}",
-                st.elapsed.as_secs_f64(),
-                st
-            );
+            println!("{:.3} s  {:?}", st.elapsed.as_secs_f64(), st);
             ExitCode::SUCCESS
         }
         Err(e) => {

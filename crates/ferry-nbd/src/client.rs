@@ -199,22 +199,7 @@ impl Client {
                 }
             };
             let before = pos;
-            for (l, flags) in descs {
-                if pos >= end {
-                    break;
-                }
-                let l = u64::from(l).min(end - pos);
-                push_merged(
-                    &mut out,
-                    Extent {
-                        offset: pos,
-                        len: l,
-                        hole: flags & STATE_HOLE != 0,
-                        zero: flags & STATE_ZERO != 0,
-                    },
-                );
-                pos += l;
-            }
+            pos = append_descriptors(&mut out, pos, end, &descs);
             if pos == before {
                 return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
                     "BLOCK_STATUS made no progress".into(),
@@ -381,6 +366,33 @@ pub(crate) struct PendingZero {
     pub(crate) len: u64,
     fast: bool,
     ticket: Ticket,
+}
+
+/// Appends `base:allocation` descriptors starting at `pos`, clipped to `end`;
+/// returns the new position.
+pub(crate) fn append_descriptors(
+    out: &mut Vec<Extent>,
+    mut pos: u64,
+    end: u64,
+    descs: &[(u32, u32)],
+) -> u64 {
+    for &(l, flags) in descs {
+        if pos >= end {
+            break;
+        }
+        let l = u64::from(l).min(end - pos);
+        push_merged(
+            out,
+            Extent {
+                offset: pos,
+                len: l,
+                hole: flags & STATE_HOLE != 0,
+                zero: flags & STATE_ZERO != 0,
+            },
+        );
+        pos += l;
+    }
+    pos
 }
 
 fn push_merged(out: &mut Vec<Extent>, e: Extent) {

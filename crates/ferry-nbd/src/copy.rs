@@ -22,7 +22,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, PendingZero};
+use crate::client::{append_descriptors, Client, Extent, PendingZero};
 use crate::conn::{Reply, Ticket};
 use crate::error::{Error, Result};
 
@@ -48,7 +48,7 @@ impl Default for CopyOptions {
             threads: 2,
             request_size: 1 << 20,
             in_flight: 16,
-            segment: 64 << 20,
+            segment: 32 << 20,
         }
     }
 }
@@ -264,6 +264,56 @@ fn claim(next: &AtomicU64, segment: u64, size: u64) -> Option<(u64, u64)> {
     }
 }
 
+/// A claimed segment whose block status may already be in flight.
+struct Mapping {
+    start: u64,
+    len: u64,
+    ticket: Option<Ticket>,
+}
+
+/// Claims the next segment and submits its BLOCK_STATUS without waiting, so
+/// the map of the next segment arrives while the current one is copied.
+fn start_map(
+    client: &Client,
+    next: &AtomicU64,
+    segment: u64,
+    size: u64,
+) -> Result<Option<Mapping>> {
+    let Some((start, len)) = claim(next, segment, size) else {
+        return Ok(None);
+    };
+    let ticket = if client.has_block_status() {
+        Some(client.connection().submit_block_status(start, len as u32)?)
+    } else {
+        None
+    };
+    Ok(Some(Mapping { start, len, ticket }))
+}
+
+fn finish_map(client: &Client, m: Mapping) -> Result<Vec<Extent>> {
+    let end = m.start + m.len;
+    let Some(t) = m.ticket else {
+        return client.extents(m.start, m.len);
+    };
+    let descs = match t.wait()? {
+        Reply::Extents(d) => d,
+        other => {
+            return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
+                format!("unexpected reply {other:?} to BLOCK_STATUS"),
+            )))
+        }
+    };
+    let mut out = Vec::new();
+    let pos = append_descriptors(&mut out, m.start, end, &descs);
+    if pos < end {
+        // The server answered for less than asked: map the rest.
+        for e in client.extents(pos, end - pos)? {
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
 fn to_file_worker(
     client: &Client,
     file: &File,
@@ -274,41 +324,44 @@ fn to_file_worker(
     c: &Counters,
 ) -> Result<()> {
     let rs = client.request_size(opts.request_size) as u64;
-    let segment = opts.segment.max(rs);
+    // BLOCK_STATUS lengths are 32-bit.
+    let segment = opts.segment.max(rs).min(1 << 30);
     let depth = opts.in_flight.max(1);
     let size = client.size();
     let mut work: VecDeque<(u64, u64)> = VecDeque::new();
     let mut queue: VecDeque<(u64, Ticket)> = VecDeque::new();
     let mut free: Vec<Vec<u8>> = Vec::new();
-    let mut exhausted = false;
+    let mut mapping = start_map(client, next, segment, size)?;
     loop {
         if abort.load(Ordering::Relaxed) {
             return Ok(());
         }
         while queue.len() < depth {
-            if work.is_empty() && !exhausted {
-                match claim(next, segment, size) {
-                    None => exhausted = true,
-                    Some((s, l)) => {
-                        for e in client.extents(s, l)? {
-                            if e.skippable() {
-                                Counters::add(&c.zero_skipped, e.len);
-                                if !regular {
-                                    zero_file_range(file, e.offset, e.len)?;
-                                }
-                            } else {
-                                let mut p = e.offset;
-                                while p < e.offset + e.len {
-                                    let n = rs.min(e.offset + e.len - p);
-                                    work.push_back((p, n));
-                                    p += n;
-                                }
+            if work.is_empty() {
+                if let Some(m) = mapping.take() {
+                    let extents = finish_map(client, m)?;
+                    mapping = start_map(client, next, segment, size)?;
+                    for e in extents {
+                        if e.skippable() {
+                            Counters::add(&c.zero_skipped, e.len);
+                            if !regular {
+                                zero_file_range(file, e.offset, e.len)?;
+                            }
+                        } else {
+                            let mut p = e.offset;
+                            while p < e.offset + e.len {
+                                let n = rs.min(e.offset + e.len - p);
+                                work.push_back((p, n));
+                                p += n;
                             }
                         }
                     }
                 }
             }
             let Some((off, len)) = work.pop_front() else {
+                if mapping.is_some() {
+                    continue;
+                }
                 break;
             };
             let mut buf = free.pop().unwrap_or_default();

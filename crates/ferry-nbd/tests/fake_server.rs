@@ -4,6 +4,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -12,6 +13,11 @@ use ferry_nbd::proto::*;
 use ferry_nbd::{Client, ConnectOptions, Error};
 
 const SIZE: u64 = 1 << 20;
+
+/// WRITE_ZEROES requests refused with ENOTSUP because they had FAST_ZERO.
+static FAST_ZERO_REFUSED: AtomicUsize = AtomicUsize::new(0);
+/// WRITE_ZEROES requests without FAST_ZERO (accepted).
+static PLAIN_ZERO: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Clone, Copy, Debug)]
 enum Script {
@@ -95,7 +101,11 @@ fn handshake(s: &mut UnixStream) -> bool {
                 let mut p = INFO_EXPORT.to_be_bytes().to_vec();
                 p.extend_from_slice(&SIZE.to_be_bytes());
                 p.extend_from_slice(
-                    &(FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_SEND_WRITE_ZEROES).to_be_bytes(),
+                    &(FLAG_HAS_FLAGS
+                        | FLAG_SEND_FLUSH
+                        | FLAG_SEND_WRITE_ZEROES
+                        | FLAG_SEND_FAST_ZERO)
+                        .to_be_bytes(),
                 );
                 opt_reply(s, opt, REP_INFO, &p);
                 opt_reply(s, opt, REP_ACK, &[]);
@@ -115,6 +125,7 @@ fn serve(mut s: UnixStream, script: Script) {
         if s.read_exact(&mut r).is_err() {
             return;
         }
+        let flags = u16::from_be_bytes([r[4], r[5]]);
         let cmd = u16::from_be_bytes([r[6], r[7]]);
         let cookie = u64::from_be_bytes(r[8..16].try_into().unwrap());
         let off = u64::from_be_bytes(r[16..24].try_into().unwrap());
@@ -204,7 +215,17 @@ fn serve(mut s: UnixStream, script: Script) {
                     b.extend(chunk(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie, &p));
                     b
                 }
+                CMD_WRITE_ZEROES if flags & CMD_FLAG_FAST_ZERO != 0 => {
+                    FAST_ZERO_REFUSED.fetch_add(1, Ordering::SeqCst);
+                    let mut b = SIMPLE_REPLY_MAGIC.to_be_bytes().to_vec();
+                    b.extend_from_slice(&ENOTSUP.to_be_bytes());
+                    b.extend_from_slice(&cookie.to_be_bytes());
+                    b
+                }
                 _ => {
+                    if cmd == CMD_WRITE_ZEROES {
+                        PLAIN_ZERO.fetch_add(1, Ordering::SeqCst);
+                    }
                     if cmd == CMD_WRITE {
                         let mut sink = vec![0u8; len as usize];
                         if s.read_exact(&mut sink).is_err() {
@@ -358,7 +379,7 @@ fn good_server_chunks_and_contexts() {
     let f = Fake::start(Script::Good);
     let c = Client::connect_with(&f.uri("disk"), opts()).unwrap();
     assert_eq!(c.size(), SIZE);
-    assert!(c.has_block_status() && c.can_zero() && c.can_flush() && !c.can_fast_zero());
+    assert!(c.has_block_status() && c.can_zero() && c.can_flush() && c.can_fast_zero());
     let mut b = vec![1u8; 10000];
     c.read_at(100, &mut b).unwrap();
     assert!(b[..5000].iter().all(|&x| x == 0x5a) && b[5000..].iter().all(|&x| x == 0));
@@ -367,7 +388,11 @@ fn good_server_chunks_and_contexts() {
     assert!(!ext[0].skippable() && ext[0].len == 4096);
     assert!(ext[1].hole && ext[1].zero && ext[1].offset == 8192 + 4096);
     c.write_at(0, &[3u8; 5000]).unwrap();
+    // FAST_ZERO refused with ENOTSUP: retried without it, and not tried again.
     c.write_zeroes(0, 4096).unwrap();
+    c.write_zeroes(8192, 4096).unwrap();
+    assert_eq!(FAST_ZERO_REFUSED.load(Ordering::SeqCst), 1);
+    assert_eq!(PLAIN_ZERO.load(Ordering::SeqCst), 2);
     c.flush().unwrap();
     // Many requests in flight from several threads on one connection.
     let conn = c.connection().clone();
