@@ -182,6 +182,18 @@ fn repeated_blocks_are_indexed_once() {
 }
 
 #[test]
+fn candidates_per_weak_value_are_capped() {
+    let data = random_bytes(14, 8192 * 40);
+    let (mut sig, _) = signature_of_bytes(&data, 8192);
+    sig.weak.iter_mut().for_each(|w| *w = 42);
+    let m = Matcher::new(&sig);
+    assert_eq!(m.indexed_blocks(), MAX_CANDIDATES);
+    // Still correct: aligned blocks match by strong hash.
+    let ops = diff_all(&m, &data, 1 << 20);
+    assert_eq!(literal_bytes(&ops), 0);
+}
+
+#[test]
 fn inconsistent_signature_does_not_panic() {
     let data = random_bytes(6, 100_000);
     let (mut sig, _) = signature_of_bytes(&data, 8192);
@@ -402,6 +414,33 @@ proptest! {
             apply_edit(&mut src, e, 3 * bs as usize + 100);
         }
         roundtrip_ctx(&basis, &src, bs, seg_blocks * bs as usize, ctx_blocks * bs as usize);
+    }
+
+    /// Reusing block hashes changes nothing, with or without context.
+    #[test]
+    fn hashes_do_not_change_the_ops(
+        seed in any::<u64>(),
+        size in 1usize..40_000,
+        edits in proptest::collection::vec(edit(), 0..4),
+        start_blocks in 0usize..4,
+        len in 0usize..40_000,
+    ) {
+        let bs = 1024u64;
+        let basis = random_bytes(seed, size);
+        let mut src = basis.clone();
+        for e in &edits {
+            apply_edit(&mut src, e, 3000);
+        }
+        let m = Matcher::new(&signature_of_bytes(&basis, bs).0);
+        let hashes: Vec<[u8; 32]> = src.chunks(bs as usize).map(block_hash).collect();
+        let start = (start_blocks * bs as usize).min(src.len());
+        let range = start..(start + len).min(src.len());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        m.diff_range(&src, 0, range.clone(), None, &mut |op| a.push(op));
+        m.diff_range(&src, 0, range.clone(), Some(&hashes), &mut |op| b.push(op));
+        prop_assert_eq!(&a, &b);
+        let covered: u64 = a.iter().map(|o| o.len()).sum();
+        prop_assert_eq!(covered, range.len() as u64);
     }
 
     /// Periodic, low-entropy data (many weak collisions, repeated blocks)
