@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         request_size: num(3, 1024) * 1024,
         in_flight: num(4, 16),
         segment: num(5, 32) as u64 * 1024 * 1024,
+        ..CopyOptions::default()
     };
     let r = if to_nbd {
         File::open(&rest[0])

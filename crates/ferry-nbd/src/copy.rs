@@ -40,6 +40,11 @@ pub struct CopyOptions {
     pub in_flight: usize,
     /// Bytes of the export a worker claims at a time.
     pub segment: u64,
+    /// The destination already reads as zeroes (a fresh export, a new block
+    /// device area): zero areas are then skipped instead of being zeroed.
+    /// Regular destination files are always truncated, so this only matters
+    /// for block devices and NBD destinations.
+    pub destination_is_zero: bool,
 }
 
 impl Default for CopyOptions {
@@ -49,6 +54,7 @@ impl Default for CopyOptions {
             request_size: 1 << 20,
             in_flight: 16,
             segment: 32 << 20,
+            destination_is_zero: false,
         }
     }
 }
@@ -213,7 +219,8 @@ pub fn copy_to_file_with(client: &Client, file: &File, opts: &CopyOptions) -> Re
             .map(|c| {
                 let (next, abort, counters) = (&next, &abort, &counters);
                 s.spawn(move || {
-                    let r = to_file_worker(c, file, regular, opts, next, abort, counters);
+                    let punch = !regular && !opts.destination_is_zero;
+                    let r = to_file_worker(c, file, punch, opts, next, abort, counters);
                     if r.is_err() {
                         abort.store(true, Ordering::SeqCst);
                     }
@@ -317,7 +324,7 @@ fn finish_map(client: &Client, m: Mapping) -> Result<Vec<Extent>> {
 fn to_file_worker(
     client: &Client,
     file: &File,
-    regular: bool,
+    zero_dest: bool,
     opts: &CopyOptions,
     next: &AtomicU64,
     abort: &AtomicBool,
@@ -344,7 +351,7 @@ fn to_file_worker(
                     for e in extents {
                         if e.skippable() {
                             Counters::add(&c.zero_skipped, e.len);
-                            if !regular {
+                            if zero_dest {
                                 zero_file_range(file, e.offset, e.len)?;
                             }
                         } else {
@@ -384,7 +391,7 @@ fn to_file_worker(
         zero_runs(off, &data, |o, run, z| -> Result<()> {
             if z {
                 Counters::add(&c.zero_detected, run.len() as u64);
-                if !regular {
+                if zero_dest {
                     zero_file_range(file, o, run.len() as u64)?;
                 }
             } else {
@@ -517,6 +524,9 @@ fn from_file_worker(
         Ok(())
     };
     let zero = |queue: &mut VecDeque<Pend>, mut off: u64, len: u64| -> Result<()> {
+        if opts.destination_is_zero {
+            return Ok(());
+        }
         let end = off + len;
         while off < end {
             drain_to(queue, depth - 1)?;

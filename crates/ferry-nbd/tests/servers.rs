@@ -241,6 +241,7 @@ fn qemu_nbd_extents_and_sparse_copy_to_file() {
             request_size: 256 * 1024,
             in_flight: 8,
             segment: 8 * MIB,
+            ..CopyOptions::default()
         },
     )
     .unwrap();
@@ -497,4 +498,61 @@ fn server_killed_mid_read_fails_fast() {
         Ok(Ok(())) => panic!("copy cannot have succeeded"),
         Err(_) => panic!("copy hung after the server was killed"),
     }
+}
+
+#[test]
+fn nbdkit_over_tcp_loopback() {
+    require!("nbdkit");
+    let dir = tempfile::tempdir().unwrap();
+    // Pick a free port on 127.0.0.1 (tiny race with other processes; retried).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pidfile = dir.path().join("nbdkit.pid");
+    let mut cmd = Command::new("nbdkit");
+    cmd.args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .arg("-P")
+        .arg(&pidfile)
+        .args(["pattern", "8M"]);
+    // The pid file appears once nbdkit listens.
+    let srv = spawn(&mut cmd, &pidfile);
+    let c = connect(&format!("nbd://127.0.0.1:{port}/"));
+    assert_eq!(c.size(), 8 * MIB);
+    // The pattern plugin stores each 8-byte big-endian offset at that offset.
+    let mut b = vec![0u8; 16];
+    c.read_at(4 * MIB, &mut b).unwrap();
+    assert_eq!(u64::from_be_bytes(b[..8].try_into().unwrap()), 4 * MIB);
+    assert_eq!(u64::from_be_bytes(b[8..].try_into().unwrap()), 4 * MIB + 8);
+    drop(c);
+    drop(srv);
+}
+
+#[test]
+fn copy_into_zeroed_export_skips_zeroing() {
+    require!("nbdkit");
+    let dir = tempfile::tempdir().unwrap();
+    let size = 8 * MIB;
+    let src = dir.path().join("src.img");
+    let f = File::create(&src).unwrap();
+    f.set_len(size).unwrap();
+    f.write_all_at(&[1u8; 8192], MIB).unwrap();
+    drop(f);
+    let srv = nbdkit(dir.path(), &["memory", &size.to_string()]);
+    let c = connect(&srv.uri(""));
+    let st = ferry_nbd::copy_from_file_with(
+        &File::open(&src).unwrap(),
+        &c,
+        &CopyOptions {
+            destination_is_zero: true,
+            ..CopyOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(st.data_written, 8192);
+    let mut b = vec![9u8; size as usize];
+    c.read_at(0, &mut b).unwrap();
+    assert!(b == std::fs::read(&src).unwrap());
 }
