@@ -324,8 +324,9 @@ impl Matcher {
         let mut budget = n / bs * 4 + 16;
         let mut p = 0usize; // next byte not yet decided
         let mut lit = 0usize; // start of the pending literal
-                              // Where in the basis the next source byte is expected: the aligned
-                              // phase at first, then the phase of the last match.
+
+        // Where in the basis the next source byte is expected: the aligned
+        // phase at first, then the phase of the last match.
         let mut expect: Option<u64> = Some(data_offset);
 
         'outer: while p < n {
@@ -336,7 +337,7 @@ impl Matcher {
                 let zlen = bs.min(n - p);
                 if is_zero(&data[p..p + zlen]) {
                     p += zlen;
-                    expect = Some(b + zlen as u64);
+                    expect = Some(b.saturating_add(zlen as u64));
                     continue 'outer;
                 }
                 // One strong check, no rolling.
@@ -348,7 +349,7 @@ impl Matcher {
                         out.copy(abs(p), b, len as u64);
                         p += len;
                         lit = p;
-                        expect = Some(b + len as u64);
+                        expect = Some(b.saturating_add(len as u64));
                         continue 'outer;
                     }
                 }
