@@ -73,6 +73,25 @@
 //! They are also never rolled over: a zero block met while synchronised is
 //! passed with the phase kept, and one met on the grid while rolling ends
 //! the search, so the zero runs of a sparse image cost a zero check only.
+//!
+//! # Wiring (for the transfer engine)
+//!
+//! * Receiver, holding a basis of `basis_size` bytes for a source of
+//!   `size` bytes: `bs = grid_block(size)`; look in [`SigCache`] with a
+//!   [`CacheKey`] of the basis's path, size, mtime, inode and `bs`, else
+//!   [`signature_of_file`]`(&basis, basis_size, bs, threads)` and `put`;
+//!   send the signature in `Message::Signature` parts; keep the full
+//!   hashes for verification.
+//! * Sender: assemble the parts with [`Signature::receiving`] and
+//!   [`Signature::extend_part`] (bounded by the claimed basis size), check
+//!   [`Signature::is_consistent`] and that `block_size` is `grid_block(size)`,
+//!   build one [`Matcher`] per file and share it between segment workers.
+//!   For each segment read `[start - bs, end + bs)` clamped to the file and
+//!   call [`Matcher::diff_range`] with the segment's place in that buffer
+//!   (or [`Matcher::diff`] on the bare segment). `Copy` ops become `Copy`
+//!   messages; `Literal` ranges are scanned for zero grains and sent as
+//!   `Zero`/`Data`, as in a whole-file transfer. The segment digest is
+//!   computed over the source bytes as always.
 
 pub mod apply;
 pub mod cache;
@@ -83,7 +102,7 @@ pub mod weak;
 pub use apply::apply_to_vec;
 pub use cache::{CacheKey, SigCache};
 pub use matcher::{Matcher, Op, MAX_CANDIDATES};
-pub use sig::{signature_of_bytes, signature_of_file, Signature};
+pub use sig::{signature_of_bytes, signature_of_file, PartError, Signature};
 pub use weak::{weak_hash, zero_weak, Roller};
 
 #[cfg(test)]

@@ -22,6 +22,19 @@ pub struct Signature {
     pub strong: Vec<[u8; 16]>,
 }
 
+/// Why a signature part from a peer was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartError {
+    #[error("signature block size is 0")]
+    BlockSize,
+    #[error("signature part out of order: expected block {expected}, got {got}")]
+    OutOfOrder { expected: u64, got: u64 },
+    #[error("signature part has unequal weak and strong counts")]
+    Lengths,
+    #[error("signature has more blocks than its basis ({total})")]
+    TooMany { total: u64 },
+}
+
 /// First 16 bytes of a 32-byte block hash.
 #[inline]
 pub fn short(h: &[u8; 32]) -> [u8; 16] {
@@ -51,6 +64,50 @@ impl Signature {
     pub fn block_len(&self, i: u64) -> u64 {
         let start = i.saturating_mul(self.block_size);
         self.basis_size.saturating_sub(start).min(self.block_size)
+    }
+
+    /// An empty signature to be filled by [`Signature::extend_part`] from
+    /// the parts a peer sends (`Message::Signature`).
+    pub fn receiving(block_size: u64, basis_size: u64) -> Self {
+        Self {
+            block_size,
+            basis_size,
+            weak: Vec::new(),
+            strong: Vec::new(),
+        }
+    }
+
+    /// Appends one part received from a peer: `weak[i]`/`strong[i]`
+    /// describe block `first_block + i`. Parts must come in order, and the
+    /// whole may not exceed the basis's block count, so a peer cannot make
+    /// the receiver of a signature allocate more than its basis implies.
+    /// Check [`Signature::is_consistent`] after the last part.
+    pub fn extend_part(
+        &mut self,
+        first_block: u64,
+        weak: &[u64],
+        strong: &[[u8; 16]],
+    ) -> Result<(), PartError> {
+        let have = self.weak.len() as u64;
+        let total = Self::block_count(self.basis_size, self.block_size);
+        if self.block_size == 0 {
+            return Err(PartError::BlockSize);
+        }
+        if first_block != have {
+            return Err(PartError::OutOfOrder {
+                expected: have,
+                got: first_block,
+            });
+        }
+        if weak.len() != strong.len() {
+            return Err(PartError::Lengths);
+        }
+        if have + weak.len() as u64 > total {
+            return Err(PartError::TooMany { total });
+        }
+        self.weak.extend_from_slice(weak);
+        self.strong.extend_from_slice(strong);
+        Ok(())
     }
 
     /// Builds a signature from the 32-byte block hashes and weak hashes.
@@ -261,6 +318,36 @@ pub fn signature_of_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_assemble_and_are_bounded() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 253) as u8).collect();
+        let (sig, _) = signature_of_bytes(&data, 8192);
+        let mut r = Signature::receiving(8192, 50_000);
+        r.extend_part(0, &sig.weak[..3], &sig.strong[..3])
+            .expect("part 1");
+        assert_eq!(
+            r.extend_part(4, &sig.weak[4..], &sig.strong[4..]),
+            Err(PartError::OutOfOrder {
+                expected: 3,
+                got: 4
+            })
+        );
+        assert_eq!(
+            r.extend_part(3, &sig.weak[3..], &sig.strong[4..]),
+            Err(PartError::Lengths)
+        );
+        r.extend_part(3, &sig.weak[3..], &sig.strong[3..])
+            .expect("part 2");
+        assert!(r.is_consistent());
+        assert_eq!(r, sig);
+        assert_eq!(
+            r.extend_part(7, &[1], &[[0; 16]]),
+            Err(PartError::TooMany { total: 7 })
+        );
+        let mut z = Signature::receiving(0, 10);
+        assert_eq!(z.extend_part(0, &[], &[]), Err(PartError::BlockSize));
+    }
 
     #[test]
     fn extents_skip_holes_where_the_filesystem_reports_them() {
