@@ -80,8 +80,10 @@ impl Signature {
     /// Appends one part received from a peer: `weak[i]`/`strong[i]`
     /// describe block `first_block + i`. Parts must come in order, and the
     /// whole may not exceed the basis's block count, so a peer cannot make
-    /// the receiver of a signature allocate more than its basis implies.
-    /// Check [`Signature::is_consistent`] after the last part.
+    /// the receiver of a signature allocate more than its claimed basis
+    /// implies (24 bytes per block; the caller decides how large a claimed
+    /// basis it accepts before calling [`Signature::receiving`]). Check
+    /// [`Signature::is_consistent`] after the last part.
     pub fn extend_part(
         &mut self,
         first_block: u64,
