@@ -525,6 +525,8 @@ struct Shared {
     space: Condvar,
     max_in_flight: usize,
     closing: AtomicBool,
+    /// The server answered ESHUTDOWN: no new requests, disconnect softly.
+    server_shutdown: AtomicBool,
     /// A clone of the socket used only to shut it down.
     killer: Sock,
 }
@@ -613,6 +615,7 @@ impl Connection {
             space: Condvar::new(),
             max_in_flight: opts.max_in_flight.max(1),
             closing: AtomicBool::new(false),
+            server_shutdown: AtomicBool::new(false),
             killer,
         });
         let sh = shared.clone();
@@ -695,6 +698,11 @@ impl Connection {
             loop {
                 if let Some(d) = &st.dead {
                     return Err(d.to_error());
+                }
+                if self.shared.server_shutdown.load(Ordering::SeqCst) {
+                    return Err(Error::ConnectionLost(
+                        "the server is shutting down (it answered ESHUTDOWN)".into(),
+                    ));
                 }
                 if st.in_flight < self.shared.max_in_flight {
                     break;
@@ -1026,6 +1034,11 @@ impl Reader<'_> {
         match r {
             Ok(true) => {
                 let result = finalize(&mut p);
+                if matches!(&result, Err(e) if e.server_errno() == Some(ESHUTDOWN)) {
+                    // The spec requires a soft disconnect: refuse new
+                    // requests; NBD_CMD_DISC goes out on disconnect/drop.
+                    self.shared.server_shutdown.store(true, Ordering::SeqCst);
+                }
                 self.shared.finish(p, result);
                 Ok(())
             }

@@ -12,8 +12,16 @@
 //! * [`proto`]: constants and pure decoders of everything the server sends
 //!   (fuzzed by `fuzz/fuzz_targets/nbd_reply_decode.rs`).
 //!
+//! Robustness: every length read off the wire is checked against the
+//! request it answers or a fixed cap before anything is allocated; a dead
+//! connection (EOF, reset, protocol violation, no byte for
+//! [`ConnectOptions::io_timeout`] while requests are in flight) fails every
+//! outstanding and later request instead of hanging.
+//!
 //! Not implemented: TLS (`nbds://` is refused with a clear error), oldstyle
-//! negotiation, extended headers (64-bit lengths), `NBD_CMD_CACHE`, resize.
+//! negotiation, extended headers (64-bit lengths), `NBD_CMD_CACHE`, resize,
+//! `NBD_OPT_LIST`, metadata contexts other than `base:allocation`, FUA on
+//! the copy paths (a final FLUSH is used instead).
 
 pub mod client;
 pub mod conn;
