@@ -1018,8 +1018,11 @@ impl Reader<'_> {
         lock(&self.shared.state).pending.insert(cookie, p);
     }
 
-    /// Runs `f` on a pending request taken out of the table; on error the
-    /// request is failed too (the whole connection dies with it).
+    /// Reads one reply message and applies it to the request it answers
+    /// (taken out of the table meanwhile, so no lock is held during socket
+    /// reads). On error that request fails too, and the reader's caller
+    /// fails the whole connection; entries put back after a concurrent
+    /// `fail` are drained by the final `fail` when the reader exits.
     fn one(&mut self) -> Result<(), ReadErr> {
         let mut magic = [0u8; 4];
         self.fill(&mut magic, true)?;
