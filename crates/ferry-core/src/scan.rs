@@ -16,7 +16,11 @@ pub const CHUNK: usize = 1 << 20;
 
 /// A piece of a segment, in offset order.
 pub enum Piece<'a> {
+    /// Data at an offset, borrowed from the scan buffer.
     Data(u64, &'a [u8]),
+    /// Data at an offset that filled a whole read: the buffer itself, so a
+    /// sender can move it into a message without copying.
+    Owned(u64, Vec<u8>),
     Zero(u64, u64),
 }
 
@@ -57,7 +61,13 @@ pub fn scan_segment<E>(
         }
         while pos < dstop {
             let n = ((dstop - pos) as usize).min(CHUNK);
-            buf.resize(n, 0);
+            if buf.capacity() < n {
+                // Fresh zeroed memory costs no memset (calloc); resizing an
+                // emptied buffer would.
+                *buf = vec![0u8; n];
+            } else {
+                buf.resize(n, 0);
+            }
             fsutil::read_exact_at(file, &mut buf[..n], pos).map_err(ScanError::Io)?;
             // Split the chunk into runs of zero grains and data, on grain
             // boundaries of the file (not of the chunk).
@@ -81,7 +91,11 @@ pub fn scan_segment<E>(
                 } else {
                     flush_zero(&mut zero_from, off, emit)?;
                     h.data(&buf[i..j]);
-                    emit(Piece::Data(off, &buf[i..j])).map_err(ScanError::Emit)?;
+                    if i == 0 && j == n {
+                        emit(Piece::Owned(off, std::mem::take(buf))).map_err(ScanError::Emit)?;
+                    } else {
+                        emit(Piece::Data(off, &buf[i..j])).map_err(ScanError::Emit)?;
+                    }
                 }
                 i = j;
             }
@@ -166,6 +180,11 @@ mod tests {
                         assert_eq!(o, seen);
                         assert!(!layout::is_zero(b));
                         all[o as usize..o as usize + b.len()].copy_from_slice(b);
+                        seen += b.len() as u64;
+                    }
+                    Piece::Owned(o, b) => {
+                        assert_eq!(o, seen);
+                        all[o as usize..o as usize + b.len()].copy_from_slice(&b);
                         seen += b.len() as u64;
                     }
                     Piece::Zero(o, l) => {

@@ -201,6 +201,11 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
                 offset,
                 data: d.to_vec(),
             }),
+            Piece::Owned(offset, data) => tx.send(Message::Data {
+                file: id,
+                offset,
+                data,
+            }),
             Piece::Zero(offset, len) => tx.send(Message::Zero {
                 file: id,
                 offset,

@@ -308,7 +308,12 @@ impl<'a> In<'a> {
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
-    fn count(&mut self, limit: usize, per_item: usize, what: &'static str) -> Result<usize, DecodeError> {
+    fn count(
+        &mut self,
+        limit: usize,
+        per_item: usize,
+        what: &'static str,
+    ) -> Result<usize, DecodeError> {
         let n = self.var()?;
         // Each item takes at least `per_item` bytes, so a count larger than
         // what remains is a lie: refuse before allocating for it.

@@ -2,10 +2,13 @@
 //!
 //! Both ends derive the same layout from the file's size alone:
 //!
-//! * **grid blocks** of [`grid_block`] bytes: the unit of content hashing and
-//!   of delta matching. The block size grows with the file so a signature
-//!   has at most about 2^17 blocks (8 KiB blocks up to 1 GiB, 1 MiB blocks
-//!   from 128 GiB);
+//! * **grid blocks** of [`grid_block`] bytes: the unit of content hashing
+//!   (64 KiB, more for files over 8 GiB, so BLAKE3 runs at full SIMD width
+//!   and a digest list stays under 2^17 entries);
+//! * **delta blocks** of [`delta_block`] bytes: the unit of delta matching,
+//!   finer so that scattered small edits cost little (8 KiB up to 1 GiB,
+//!   growing so a signature has at most about 2^17 blocks, 1 MiB from
+//!   128 GiB);
 //! * **segments** of [`segment_size`] bytes (a whole number of grid blocks):
 //!   the unit of parallel work. Every op of a segment travels in order; ops
 //!   of different segments interleave freely.
@@ -20,7 +23,9 @@
 use std::sync::OnceLock;
 
 /// Smallest grid block.
-pub const MIN_BLOCK: u64 = 8 << 10;
+pub const MIN_BLOCK: u64 = 64 << 10;
+/// Smallest delta block.
+pub const MIN_DELTA_BLOCK: u64 = 8 << 10;
 /// Largest grid block.
 pub const MAX_BLOCK: u64 = 1 << 20;
 /// Granularity of zero detection: runs of zeros this long and aligned are
@@ -32,6 +37,13 @@ pub const SEGMENT: u64 = 8 << 20;
 /// Grid block size for a file of `size` bytes.
 pub fn grid_block(size: u64) -> u64 {
     (size >> 17).next_power_of_two().clamp(MIN_BLOCK, MAX_BLOCK)
+}
+
+/// Delta block size for a file of `size` bytes.
+pub fn delta_block(size: u64) -> u64 {
+    (size >> 17)
+        .next_power_of_two()
+        .clamp(MIN_DELTA_BLOCK, MAX_BLOCK)
 }
 
 /// Segment size for a file of `size` bytes (a multiple of its grid block).
@@ -71,7 +83,7 @@ pub fn zero_block_hash(len: u64) -> [u8; 32] {
     static COMMON: OnceLock<Vec<(u64, [u8; 32])>> = OnceLock::new();
     let table = COMMON.get_or_init(|| {
         let mut v = Vec::new();
-        let mut b = MIN_BLOCK;
+        let mut b = MIN_DELTA_BLOCK;
         while b <= MAX_BLOCK {
             v.push((b, compute_zero_hash(b)));
             b *= 2;
@@ -252,8 +264,10 @@ mod tests {
     #[test]
     fn grid_sizes() {
         assert_eq!(grid_block(0), MIN_BLOCK);
-        assert_eq!(grid_block(1 << 30), 8 << 10);
-        assert_eq!(grid_block(8 << 30), 64 << 10);
+        assert_eq!(grid_block(1 << 30), 64 << 10);
+        assert_eq!(grid_block(16 << 30), 128 << 10);
+        assert_eq!(delta_block(1 << 30), 8 << 10);
+        assert_eq!(delta_block(8 << 30), 64 << 10);
         assert_eq!(grid_block(1 << 40), MAX_BLOCK);
         assert_eq!(segment_count(0), 0);
         assert_eq!(segment_count(SEGMENT + 1), 2);
@@ -278,7 +292,7 @@ mod tests {
         fn any_split_gives_the_reference_digest(
             pieces in proptest::collection::vec((0usize..20_000, any::<bool>(), any::<u8>()), 0..12),
         ) {
-            let block = MIN_BLOCK;
+            let block = MIN_DELTA_BLOCK;
             let mut bytes = Vec::new();
             let mut h = SegmentHasher::new(block);
             for (len, zero, fill) in pieces {

@@ -119,15 +119,28 @@ pub enum Message {
         last: bool,
     },
     /// S→R: literal bytes of `file` at `offset`.
-    Data { file: u32, offset: u64, data: Vec<u8> },
+    Data {
+        file: u32,
+        offset: u64,
+        data: Vec<u8>,
+    },
     /// S→R: `len` bytes of zeros (a hole or zero blocks) at `offset`.
     Zero { file: u32, offset: u64, len: u64 },
     /// S→R: `len` bytes at `offset` are the receiver's old bytes at
     /// `basis_offset` (delta transfer only).
-    Copy { file: u32, offset: u64, basis_offset: u64, len: u64 },
+    Copy {
+        file: u32,
+        offset: u64,
+        basis_offset: u64,
+        len: u64,
+    },
     /// S→R: every op of segment `segment` of `file` has been sent; `digest`
     /// is the segment digest of the source bytes (see [`crate::layout`]).
-    SegmentDone { file: u32, segment: u32, digest: [u8; 32] },
+    SegmentDone {
+        file: u32,
+        segment: u32,
+        digest: [u8; 32],
+    },
     /// Either way: `file` cannot be transferred (source unreadable, changed
     /// while read, …). The receiver drops its partial copy.
     FileFailed { file: u32, error: String },

@@ -81,15 +81,23 @@ impl MsgTx {
 
 /// Receiving half of a link.
 pub struct MsgRx {
-    rx: Receiver<Result<Message, LinkError>>,
+    rx: Receiver<Message>,
+    /// Why the link ended, set by a stream reader before it hangs up.
+    failure: Arc<Mutex<Option<LinkError>>>,
 }
 
 impl MsgRx {
-    /// Next message from the peer; `Err(Closed)` once the peer hung up.
+    /// Next message from the peer; an error once the peer hung up or sent
+    /// garbage.
     pub fn recv(&self) -> Result<Message, LinkError> {
         match self.rx.recv() {
-            Ok(r) => r,
-            Err(_) => Err(LinkError::Closed),
+            Ok(m) => Ok(m),
+            Err(_) => Err(self
+                .failure
+                .lock()
+                .ok()
+                .and_then(|g| g.clone())
+                .unwrap_or(LinkError::Closed)),
         }
     }
 }
@@ -119,7 +127,10 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             count_on_send: Some(a_sent.clone()),
             failure: Arc::default(),
         },
-        rx: wrap_ok(a_rx),
+        rx: MsgRx {
+            rx: a_rx,
+            failure: Arc::default(),
+        },
         sent: a_sent.clone(),
         received: b_sent.clone(),
     };
@@ -129,33 +140,14 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             count_on_send: Some(b_sent.clone()),
             failure: Arc::default(),
         },
-        rx: wrap_ok(b_rx),
+        rx: MsgRx {
+            rx: b_rx,
+            failure: Arc::default(),
+        },
         sent: b_sent,
         received: a_sent,
     };
     (a, b)
-}
-
-/// Adapts a channel of plain messages into a [`MsgRx`] with one forwarding
-/// thread-free trick: a zero-cost map is not possible on crossbeam receivers,
-/// so in-process links use a small forwarding thread.
-fn wrap_ok(rx: Receiver<Message>) -> MsgRx {
-    let (tx, out) = bounded::<Result<Message, LinkError>>(QUEUE);
-    let spawned = thread::Builder::new()
-        .name("ferry-link".into())
-        .spawn(move || {
-            for m in rx {
-                if tx.send(Ok(m)).is_err() {
-                    break;
-                }
-            }
-        });
-    if spawned.is_err() {
-        // Without the thread the link reads as closed; the engine reports it.
-        let (_, dead) = bounded(0);
-        return MsgRx { rx: dead };
-    }
-    MsgRx { rx: out }
 }
 
 /// An endpoint speaking frames over a byte pipe. Spawns one reader and one
@@ -170,7 +162,8 @@ where
     let failure: Arc<Mutex<Option<LinkError>>> = Arc::default();
 
     let (tx, wrx) = bounded::<Message>(QUEUE);
-    let (rtx, rx) = bounded::<Result<Message, LinkError>>(QUEUE);
+    let (rtx, rx) = bounded::<Message>(QUEUE);
+    let rfailure: Arc<Mutex<Option<LinkError>>> = Arc::default();
 
     let wsent = sent.clone();
     let wfail = failure.clone();
@@ -185,13 +178,16 @@ where
         });
 
     let rrecv = received.clone();
+    let rfail = rfailure.clone();
     let _ = thread::Builder::new()
         .name("ferry-reader".into())
         .spawn(move || {
-            let res = read_loop(&mut r, &rtx, &rrecv);
-            if let Err(e) = res {
-                let _ = rtx.send(Err(e));
+            if let Err(e) = read_loop(&mut r, &rtx, &rrecv) {
+                if let Ok(mut g) = rfail.lock() {
+                    *g = Some(e);
+                }
             }
+            // Dropping `rtx` here wakes the receiver with the error.
         });
 
     Endpoint {
@@ -200,7 +196,10 @@ where
             count_on_send: None,
             failure,
         },
-        rx: MsgRx { rx },
+        rx: MsgRx {
+            rx,
+            failure: rfailure,
+        },
         sent,
         received,
     }
@@ -215,7 +214,11 @@ fn io_err(e: std::io::Error) -> LinkError {
     }
 }
 
-fn write_loop<W: Write>(w: &mut W, rx: &Receiver<Message>, sent: &WireCounter) -> Result<(), LinkError> {
+fn write_loop<W: Write>(
+    w: &mut W,
+    rx: &Receiver<Message>,
+    sent: &WireCounter,
+) -> Result<(), LinkError> {
     w.write_all(MAGIC).map_err(io_err)?;
     sent.add(MAGIC.len() as u64);
     let mut buf = Vec::with_capacity(1 << 20);
@@ -244,7 +247,7 @@ fn write_loop<W: Write>(w: &mut W, rx: &Receiver<Message>, sent: &WireCounter) -
 
 fn read_loop<R: Read>(
     r: &mut R,
-    tx: &Sender<Result<Message, LinkError>>,
+    tx: &Sender<Message>,
     received: &WireCounter,
 ) -> Result<(), LinkError> {
     let mut magic = [0u8; 8];
@@ -252,7 +255,11 @@ fn read_loop<R: Read>(
     while got < magic.len() {
         match r.read(&mut magic[got..]) {
             Ok(0) if got == 0 => return Err(LinkError::Closed),
-            Ok(0) => return Err(LinkError::BadMagic(String::from_utf8_lossy(&magic[..got]).into())),
+            Ok(0) => {
+                return Err(LinkError::BadMagic(
+                    String::from_utf8_lossy(&magic[..got]).into(),
+                ))
+            }
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(io_err(e)),
@@ -264,7 +271,9 @@ fn read_loop<R: Read>(
         let n = r.read(&mut more).unwrap_or(0);
         let mut text = magic.to_vec();
         text.extend_from_slice(&more[..n]);
-        return Err(LinkError::BadMagic(String::from_utf8_lossy(&text).trim().to_string()));
+        return Err(LinkError::BadMagic(
+            String::from_utf8_lossy(&text).trim().to_string(),
+        ));
     }
     received.add(MAGIC.len() as u64);
     let mut body = Vec::new();
@@ -272,7 +281,9 @@ fn read_loop<R: Read>(
         let mut len = [0u8; 4];
         match r.read_exact(&mut len) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(LinkError::Closed),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(LinkError::Closed)
+            }
             Err(e) => return Err(io_err(e)),
         }
         let n = u32::from_le_bytes(len) as u64;
@@ -283,7 +294,7 @@ fn read_loop<R: Read>(
         r.read_exact(&mut body).map_err(io_err)?;
         received.add(4 + n);
         let m = codec::decode(&body)?;
-        if tx.send(Ok(m)).is_err() {
+        if tx.send(m).is_err() {
             return Ok(());
         }
     }
