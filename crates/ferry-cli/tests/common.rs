@@ -56,14 +56,23 @@ pub fn bytes(seed: u64, n: usize) -> Vec<u8> {
 /// Assert two trees are equal: names, types, contents, modes, mtimes (ns),
 /// symlink targets, and hard-link structure.
 pub fn assert_same_tree(a: &Path, b: &Path) {
-    let mut na: Vec<_> = fs::read_dir(a).unwrap().map(|e| e.unwrap().file_name()).collect();
-    let mut nb: Vec<_> = fs::read_dir(b).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut na: Vec<_> = fs::read_dir(a)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let mut nb: Vec<_> = fs::read_dir(b)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     na.sort();
     nb.sort();
     assert_eq!(na, nb, "names differ in {} vs {}", a.display(), b.display());
     for n in na {
         let (pa, pb) = (a.join(&n), b.join(&n));
-        let (ma, mb) = (fs::symlink_metadata(&pa).unwrap(), fs::symlink_metadata(&pb).unwrap());
+        let (ma, mb) = (
+            fs::symlink_metadata(&pa).unwrap(),
+            fs::symlink_metadata(&pb).unwrap(),
+        );
         assert_eq!(ma.file_type(), mb.file_type(), "{}", pb.display());
         if ma.file_type().is_symlink() {
             assert_eq!(fs::read_link(&pa).unwrap(), fs::read_link(&pb).unwrap());
@@ -73,10 +82,19 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
         if ma.is_dir() {
             assert_same_tree(&pa, &pb);
         } else {
-            assert!(fs::read(&pa).unwrap() == fs::read(&pb).unwrap(), "contents of {}", pb.display());
+            assert!(
+                fs::read(&pa).unwrap() == fs::read(&pb).unwrap(),
+                "contents of {}",
+                pb.display()
+            );
             assert_eq!(ma.nlink(), mb.nlink(), "link count of {}", pb.display());
         }
-        assert_eq!((ma.mtime(), ma.mtime_nsec()), (mb.mtime(), mb.mtime_nsec()), "mtime of {}", pb.display());
+        assert_eq!(
+            (ma.mtime(), ma.mtime_nsec()),
+            (mb.mtime(), mb.mtime_nsec()),
+            "mtime of {}",
+            pb.display()
+        );
     }
 }
 

@@ -13,10 +13,22 @@ use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
 enum Node {
-    File { size: usize, seed: u64, hole: bool, zeros: bool, mode: u32 },
-    Dir { mode: u32 },
-    Symlink { target: u8 },
-    HardLink { to: u8 },
+    File {
+        size: usize,
+        seed: u64,
+        hole: bool,
+        zeros: bool,
+        mode: u32,
+    },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: u8,
+    },
+    HardLink {
+        to: u8,
+    },
 }
 
 fn node() -> impl Strategy<Value = Node> {
@@ -36,7 +48,8 @@ fn write_file(path: &Path, size: usize, seed: u64, hole: bool, zeros: bool, mode
         // Data at both ends, a hole in the middle.
         f.set_len(size as u64).unwrap();
         f.write_all_at(&bytes(seed, 20_000), 0).unwrap();
-        f.write_all_at(&bytes(seed ^ 1, 10_000), size as u64 - 10_000).unwrap();
+        f.write_all_at(&bytes(seed ^ 1, 10_000), size as u64 - 10_000)
+            .unwrap();
     } else {
         let mut data = bytes(seed, size);
         if zeros && size > 20_000 {
@@ -55,7 +68,13 @@ fn build(root: &Path, nodes: &[Node]) {
         let parent = dirs[i % dirs.len()].clone();
         let path = parent.join(format!("n{i}"));
         match n {
-            Node::File { size, seed, hole, zeros, mode } => {
+            Node::File {
+                size,
+                seed,
+                hole,
+                zeros,
+                mode,
+            } => {
                 write_file(&path, *size, *seed, *hole, *zeros, *mode);
                 files.push(path);
             }
@@ -79,7 +98,10 @@ fn build(root: &Path, nodes: &[Node]) {
         if let Node::Dir { mode } = n {
             let parent = dirs.iter().find(|d| d.join(format!("n{i}")).exists());
             if let Some(pd) = parent {
-                let _ = fs::set_permissions(pd.join(format!("n{i}")), fs::Permissions::from_mode(*mode | 0o200));
+                let _ = fs::set_permissions(
+                    pd.join(format!("n{i}")),
+                    fs::Permissions::from_mode(*mode | 0o200),
+                );
             }
         }
     }
@@ -101,10 +123,16 @@ fn mutate(root: &Path, edits: &[(u8, u64)]) {
         match op % 5 {
             0 if meta.is_file() => {
                 let f = File::options().write(true).open(&target).unwrap();
-                f.write_all_at(&bytes(*seed, 5000), seed % (meta.len() + 1)).unwrap();
+                f.write_all_at(&bytes(*seed, 5000), seed % (meta.len() + 1))
+                    .unwrap();
             }
             1 if meta.is_file() => {
-                File::options().write(true).open(&target).unwrap().set_len(seed % (meta.len() + 1)).unwrap();
+                File::options()
+                    .write(true)
+                    .open(&target)
+                    .unwrap()
+                    .set_len(seed % (meta.len() + 1))
+                    .unwrap();
             }
             2 if !meta.is_dir() => {
                 fs::remove_file(&target).unwrap();
@@ -113,8 +141,19 @@ fn mutate(root: &Path, edits: &[(u8, u64)]) {
                 fs::set_permissions(&target, fs::Permissions::from_mode(0o600)).unwrap();
             }
             _ => {
-                let parent = if meta.is_dir() { target.clone() } else { target.parent().unwrap().to_path_buf() };
-                write_file(&parent.join(format!("new{k}")), (*seed % 200_000) as usize, *seed, seed % 2 == 0, true, 0o644);
+                let parent = if meta.is_dir() {
+                    target.clone()
+                } else {
+                    target.parent().unwrap().to_path_buf()
+                };
+                write_file(
+                    &parent.join(format!("new{k}")),
+                    (*seed % 200_000) as usize,
+                    *seed,
+                    seed % 2 == 0,
+                    true,
+                    0o644,
+                );
             }
         }
     }

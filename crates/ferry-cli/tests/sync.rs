@@ -95,7 +95,11 @@ fn changed_files_are_replaced_atomically_and_checksum_sees_same_size_edits() {
     let sum = ferry_ok(&["sync", "--checksum", &slash(&src), p(&dst)]);
     assert_eq!(sum["files_transferred"], 1);
     assert_eq!(fs::read(dst.join("top.txt")).unwrap(), b"HELLO\n");
-    assert_ne!(fs::metadata(dst.join("top.txt")).unwrap().ino(), before_ino, "temp + rename gives a new inode");
+    assert_ne!(
+        fs::metadata(dst.join("top.txt")).unwrap().ino(),
+        before_ino,
+        "temp + rename gives a new inode"
+    );
     assert!(temp_files(&dst).is_empty());
 }
 
@@ -105,7 +109,12 @@ fn filetime(m: &fs::Metadata) -> (i64, i64) {
 
 fn set_mtime(path: &Path, (s, ns): (i64, i64)) {
     let t = std::time::UNIX_EPOCH + std::time::Duration::new(s as u64, ns as u32);
-    File::options().write(true).open(path).unwrap().set_modified(t).unwrap();
+    File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
 }
 
 #[test]
@@ -134,12 +143,27 @@ fn delete_dry_run_and_exclude() {
     fs::write(dst.join("extradir/sub/f"), b"x").unwrap();
     fs::write(dst.join("keep.tmp"), b"excluded, so protected").unwrap();
     // Dry run: reports, changes nothing.
-    let out = ferry(&["sync", "-n", "--delete", "--exclude", "*.tmp", &slash(&src), p(&dst)]);
+    let out = ferry(&[
+        "sync",
+        "-n",
+        "--delete",
+        "--exclude",
+        "*.tmp",
+        &slash(&src),
+        p(&dst),
+    ]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("would delete extra"), "{text}");
     assert!(dst.join("extra").exists());
-    let j = ferry_ok(&["sync", "--delete", "--exclude", "*.tmp", &slash(&src), p(&dst)]);
+    let j = ferry_ok(&[
+        "sync",
+        "--delete",
+        "--exclude",
+        "*.tmp",
+        &slash(&src),
+        p(&dst),
+    ]);
     assert_eq!(j["files_deleted"], 4, "extra, extradir, sub, f: {j}");
     assert!(!dst.join("extra").exists() && !dst.join("extradir").exists());
     assert!(dst.join("keep.tmp").exists());
@@ -158,7 +182,12 @@ fn sparse_image_stays_sparse_and_zero_blocks_become_holes() {
     f.sync_all().unwrap();
     let j = ferry_ok(&["sync", p(&src), p(&dst)]);
     assert_eq!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
-    assert!(allocated(&dst) <= allocated(&src) - (2 << 20), "{} vs {}", allocated(&dst), allocated(&src));
+    assert!(
+        allocated(&dst) <= allocated(&src) - (2 << 20),
+        "{} vs {}",
+        allocated(&dst),
+        allocated(&src)
+    );
     assert_eq!(j["bytes_written"], (1 << 20) + 4096);
     assert!(j["bytes_wire"].as_u64().unwrap() < (1 << 20) + 64 * 1024);
     // Overwriting in place punches holes where the source now has zeros.
@@ -167,7 +196,11 @@ fn sparse_image_stays_sparse_and_zero_blocks_become_holes() {
     drop(f);
     ferry_ok(&["sync", "--inplace", p(&src), p(&dst)]);
     assert_eq!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
-    assert!(allocated(&dst) <= 64 * 1024, "holes punched: {}", allocated(&dst));
+    assert!(
+        allocated(&dst) <= 64 * 1024,
+        "holes punched: {}",
+        allocated(&dst)
+    );
 }
 
 #[test]
@@ -199,7 +232,10 @@ fn errors_name_the_path_and_exit_with_documented_codes() {
     let out = ferry(&["sync", p(&d.path().join("nope")), p(&d.path().join("x"))]);
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("nope") && err.contains("no such file"), "{err}");
+    assert!(
+        err.contains("nope") && err.contains("no such file"),
+        "{err}"
+    );
     // Usage error: exit 1.
     let out = ferry(&["sync", "only-one"]);
     assert_eq!(out.status.code(), Some(1));
@@ -214,12 +250,22 @@ fn errors_name_the_path_and_exit_with_documented_codes() {
     fs::create_dir_all(dst.join("x")).unwrap();
     fs::write(dst.join("x/keep"), b"precious").unwrap();
     let out = ferry(&["sync", &slash(&src), p(&dst)]);
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("directory is in the way"));
     assert_eq!(fs::read(dst.join("x/keep")).unwrap(), b"precious");
     assert_eq!(fs::read(dst.join("y")).unwrap(), b"fine");
     // Several sources onto an existing file: usage error.
-    let out = ferry(&["sync", p(&src.join("x")), p(&src.join("y")), p(&dst.join("y"))]);
+    let out = ferry(&[
+        "sync",
+        p(&src.join("x")),
+        p(&src.join("y")),
+        p(&dst.join("y")),
+    ]);
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -296,7 +342,9 @@ fn block_device_destination() {
     struct Detach(String);
     impl Drop for Detach {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", &self.0])
+                .status();
         }
     }
     let _g = Detach(dev.clone());
@@ -307,6 +355,12 @@ fn block_device_destination() {
     drop(f);
     ferry_ok(&["sync", p(&img), &dev]);
     let mut got = vec![0u8; 8 << 20];
-    File::open(&dev).unwrap().read_exact_at(&mut got, 0).unwrap();
-    assert!(got == fs::read(&img).unwrap(), "device holds the image, zeros included");
+    File::open(&dev)
+        .unwrap()
+        .read_exact_at(&mut got, 0)
+        .unwrap();
+    assert!(
+        got == fs::read(&img).unwrap(),
+        "device holds the image, zeros included"
+    );
 }
