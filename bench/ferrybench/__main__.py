@@ -1,0 +1,204 @@
+"""ferrybench: ferry against the tools it replaces, same data, same link,
+one run. Entry point: bash bench/run.sh [options] [scenario ...]."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shlex
+import signal
+import subprocess
+import sys
+
+from . import data, report, util
+from .ferry_forms import Ferry
+from .link import PRESETS, Link, Procs, netns_available
+from .scenarios import SCENARIOS, Ctx
+from .util import log, loud
+
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(BENCH)
+
+FULL = dict(files=1024, file_kb=256, big_mib=512, mangle_pct=5.0, img_mib=512, img_data_mib=64,
+            stream_mib=1024, runs=3)
+QUICK = dict(files=48, file_kb=32, big_mib=16, mangle_pct=5.0, img_mib=64, img_data_mib=8,
+             stream_mib=32, runs=1)
+
+DESCRIBE = {
+    "tree": "A tree ({files} files, about {file_kb} KiB each, half compressible text, half random, "
+            "a few empty files and symlinks) pushed over ssh from namespace A to B: the initial copy, "
+            "an unchanged re-run, then 30% and 60% of the files rewritten (whole files, so N% churn "
+            "changes about N% of the bytes). Each tool keeps its own destination through the phases.",
+    "bigfile": "One {big_mib} MiB file (1 MiB blocks, half random, half text) already at the destination "
+               "in its old version; the source has {mangle_pct:g}% of it overwritten in scattered 4-64 KiB "
+               "pieces, or 7 bytes inserted at 1 MiB (everything after shifts). Pushed over ssh.",
+    "sparse": "A raw image of {img_mib} MiB holding about {img_data_mib} MiB of extents (random, text, and "
+              "one in five written zeros), the rest holes. scp and rsync push over ssh; nbdkit (file plugin, "
+              "read-only) serves it from A over TCP and nbdcopy / qemu-img convert pull it into a file in B "
+              "(server start not timed). dst allocated = st_blocks of the copy.",
+    "stream": "A {stream_mib} MiB stream (1 MiB blocks, 60% random, 40% text) read from a file and written "
+              "to a file on the other side. mbuffer's receiver is started (untimed) before the sender, "
+              "as its users must; `-s 128k -m 128M` both ends.",
+    "local": "The same tree, image and mangled big file copied disk to disk on one host: tree initial "
+             "copy / unchanged / 30% churn, sparse image copy, big-file update.",
+}
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(
+        prog="bench/run.sh",
+        description="Benchmark ferry against rsync, scp, qemu-img, nbdkit+nbdcopy and mbuffer "
+                    "on the same data over the same emulated link in one run.")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                   help=f"any of {', '.join(SCENARIOS)} (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke mode for CI: tiny data, 1 run, link 1gbit; fails only on a verification error")
+    p.add_argument("--runs", type=int, help="timed runs per tool and case (default 3, quick 1)")
+    p.add_argument("--link", choices=list(PRESETS),
+                   help="one link for every networked scenario (default: tree/bigfile/stream 1gbit, sparse 100mbit)")
+    p.add_argument("--ferry", help="ferry binary (default: $FERRY, $CARGO_TARGET_DIR/release/ferry, target/release/ferry)")
+    p.add_argument("--work", default=os.environ.get("FERRYBENCH_WORK", "/var/tmp/ferrybench"),
+                   help="scratch directory for data and destinations (default /var/tmp/ferrybench; data is cached here)")
+    p.add_argument("--out", help="results directory (default bench/results/<UTC timestamp>)")
+    p.add_argument("--report", metavar="FILE", help="also write/update FILE (e.g. BENCHMARKS.md) and bench/charts/*.png")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before one timed run is killed")
+    g = p.add_argument_group("data sizes (defaults: full / --quick)")
+    for k, h in (("files", "tree: number of files"), ("file_kb", "tree: average file size, KiB"),
+                 ("big_mib", "bigfile: size, MiB"), ("mangle_pct", "bigfile: percent overwritten"),
+                 ("img_mib", "sparse: virtual size, MiB"), ("img_data_mib", "sparse: data written, MiB"),
+                 ("stream_mib", "stream: size, MiB")):
+        g.add_argument("--" + k.replace("_", "-"), type=float if k == "mangle_pct" else int,
+                       help=f"{h} ({FULL[k]:g} / {QUICK[k]:g})")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every command")
+    a = p.parse_args(argv)
+    for s in a.scenarios:
+        if s not in SCENARIOS:
+            p.error(f"unknown scenario {s!r}; choose from {', '.join(SCENARIOS)}")
+    return a
+
+
+def find_ferry(a) -> str | None:
+    cands = [a.ferry, os.environ.get("FERRY")]
+    if os.environ.get("CARGO_TARGET_DIR"):
+        cands.append(os.path.join(os.environ["CARGO_TARGET_DIR"], "release", "ferry"))
+    cands.append(os.path.join(REPO, "target", "release", "ferry"))
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    return None
+
+
+def git_commit() -> str:
+    r = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h (%cd)", "--date=format:%Y-%m-%d %H:%M"],
+                       capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "crates", "Cargo.lock"],
+                           capture_output=True, text=True).stdout.strip()
+    return (r.stdout.strip() or "?") + (" + uncommitted changes in crates/" if dirty else "")
+
+
+def main(argv=None) -> int:
+    a = parse(sys.argv[1:] if argv is None else argv)
+    util.VERBOSE = a.verbose
+    base = QUICK if a.quick else FULL
+    sizes = {k: (getattr(a, k) if getattr(a, k, None) is not None else base[k]) for k in base if k != "runs"}
+    sizes["timeout"] = a.timeout
+    runs = a.runs or base["runs"]
+    wanted = a.scenarios or list(SCENARIOS)
+    ferry_path = find_ferry(a)
+    if not ferry_path:
+        print("ferrybench: no ferry binary; build it (CARGO_TARGET_DIR=... cargo build --release -p ferry-cli) "
+              "or pass --ferry PATH", file=sys.stderr)
+        return 2
+    started = dt.datetime.now(dt.timezone.utc)
+    outdir = a.out or os.path.join(BENCH, "results", started.strftime("%Y%m%dT%H%M%SZ"))
+    os.makedirs(outdir, exist_ok=True)
+    logdir = os.path.join(outdir, "logs")
+    os.makedirs(logdir, exist_ok=True)
+    os.makedirs(a.work, exist_ok=True)
+    pidfile = os.environ.get("FERRYBENCH_PIDFILE")
+    procs = Procs(pidfile)
+
+    def on_signal(sig, _frame):
+        raise KeyboardInterrupt(f"signal {sig}")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    net = [s for s in wanted if SCENARIOS[s]["net"]]
+    ok_ns, why = netns_available() if net else (False, "")
+    skipped = []
+    if net and not ok_ns:
+        loud(f"SKIPPED: network scenarios ({', '.join(net)}): network namespaces unavailable ({why}); "
+             "running the local scenario only")
+        skipped = net
+        wanted = [s for s in wanted if not SCENARIOS[s]["net"]] or ["local"]
+    can_drop = util.sync_and_drop()
+    if not can_drop:
+        loud("WARNING: cannot drop caches (not root): runs are warm-cache")
+
+    link = None
+    ferry = Ferry(ferry_path, a.work)
+    links = {s: (a.link or ("1gbit" if a.quick else SCENARIOS[s]["link"])) if SCENARIOS[s]["net"] else None
+             for s in wanted}
+    records = []
+    ctx = None
+    try:
+        if any(SCENARIOS[s]["net"] for s in wanted):
+            link = Link(a.work, procs)
+            link.create()
+            link.shape("none")
+            link.start_sshd(ferry_path)
+        log(f"ferry: {ferry_path} ({ferry.version()})")
+        ferry.probe(procs, link, logdir)
+        ctx = Ctx(work=a.work, ferry=ferry, link=link, procs=procs, logdir=logdir, runs=runs, sizes=sizes)
+        for s in wanted:
+            if SCENARIOS[s]["net"]:
+                link.shape(links[s])
+                ctx.current_link = links[s]
+            else:
+                ctx.current_link = "none"
+            log(f"=== scenario {s} (seed {SCENARIOS[s]['seed']}), link {links[s] or 'local'}, {runs} run(s)")
+            SCENARIOS[s]["fn"](ctx)
+    except KeyboardInterrupt as e:
+        loud(f"interrupted ({e}); cleaning up")
+        return 130
+    finally:
+        procs.stop_all()
+        if link:
+            link.close()
+        if ctx is not None:
+            records = list(ctx.records.values())
+
+    cmd = "bash bench/run.sh " + shlex.join(sys.argv[1:] if argv is None else argv)
+    meta = {
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"), "command": cmd.strip(),
+        "machine": report.machine(a.work), "ferry_version": ferry.version(), "ferry_path": ferry_path,
+        "commit": git_commit(), "runs": runs, "links": links, "sizes": sizes,
+        "drop_caches": can_drop, "skipped": skipped,
+        "forms": {k: {"supported": v[0], "why": v[1]} for k, v in ferry.forms.items()},
+        "seeds": {s: SCENARIOS[s]["seed"] for s in SCENARIOS},
+        "describe": {s: DESCRIBE[s].format(**sizes) for s in SCENARIOS},
+        "data_text": (f"tree {sizes['files']} files x ~{sizes['file_kb']} KiB; big file {sizes['big_mib']} MiB "
+                      f"({sizes['mangle_pct']:g}% mangled / 7 bytes inserted); sparse image {sizes['img_mib']} MiB "
+                      f"with ~{sizes['img_data_mib']} MiB data; stream {sizes['stream_mib']} MiB. "
+                      "Generated deterministically (seeded) by bench/ferrybench/data.py."),
+    }
+    text, charts = report.write_results(outdir, meta, records)
+    print(text)
+    if a.report:
+        report.write_benchmarks_md(os.path.abspath(a.report), REPO, outdir, meta, records, charts)
+    fails = [r for r in records if r["status"] == "FAIL"]
+    na = [r for r in records if r["status"] == "n/a"]
+    log(f"results: {outdir}/results.md, results.json" + (", charts" if charts else ""))
+    if skipped:
+        loud(f"SKIPPED: {', '.join(skipped)} (network namespaces unavailable: {why})")
+    log(f"{len(records) - len(fails) - len(na)} measured, {len(na)} n/a, {len(fails)} failed")
+    if fails:
+        for r in fails:
+            loud(f"FAILED: {r['scenario']} / {r['case']} / {r['tool']}: {r['reason']}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

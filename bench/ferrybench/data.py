@@ -1,0 +1,191 @@
+"""Deterministic, seeded data generators. The same flags and seed give the
+same bytes on every machine (random.Random is specified to be stable for a
+given seed), so two runs, or two tools, see identical data.
+
+Text is built from slices of a 4 MiB pool of pseudo-words taken at random
+offsets, so it compresses like prose (zstd -1 about 2.5-3x) but repeats
+only beyond zstd -1's 512 KiB window.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+_POOL: bytes | None = None
+
+
+def _text_pool() -> bytes:
+    global _POOL
+    if _POOL is None:
+        rnd = random.Random(0x7E47)
+        letters = "etaoinshrdlcumwfgypbvkjxqz"
+        weights = [12, 9, 8, 7, 7, 6, 6, 6, 5, 4, 4, 3, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1]
+        vocab = ["".join(rnd.choices(letters, weights, k=rnd.randint(2, 10))) for _ in range(6000)]
+        vocab += [w.capitalize() + "," for w in vocab[:400]] + [w + "." for w in vocab[:400]]
+        words = rnd.choices(vocab, k=760_000)
+        for i in range(0, len(words), rnd.randint(9, 14)):
+            words[i] += "\n"
+        _POOL = " ".join(words).encode()[: 4 * MiB]
+    return _POOL
+
+
+def text_bytes(rnd: random.Random, n: int) -> bytes:
+    pool = _text_pool()
+    out = bytearray()
+    while len(out) < n:
+        take = min(n - len(out), rnd.randint(16 * KiB, 64 * KiB))
+        off = rnd.randrange(0, len(pool) - take)
+        out += pool[off: off + take]
+    return bytes(out)
+
+
+def random_bytes(rnd: random.Random, n: int) -> bytes:
+    if n <= 64 * MiB:
+        return rnd.randbytes(n)
+    return b"".join(rnd.randbytes(min(64 * MiB, n - o)) for o in range(0, n, 64 * MiB))
+
+
+def _write_mixed(f, rnd: random.Random, size: int, p_random: float, block=MiB):
+    left = size
+    while left > 0:
+        n = min(block, left)
+        f.write(random_bytes(rnd, n) if rnd.random() < p_random else text_bytes(rnd, n))
+        left -= n
+
+
+# -- caching ---------------------------------------------------------------
+
+def cached(path: str, params: dict, make) -> str:
+    """Build `path` with make(path) unless a marker says it was built with
+    the same params."""
+    marker = path.rstrip("/") + ".params.json"
+    want = json.dumps(params, sort_keys=True)
+    if os.path.exists(marker) and os.path.exists(path):
+        with open(marker) as f:
+            if f.read() == want:
+                return path
+    for p in (path, marker):
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+        elif os.path.lexists(p):
+            os.unlink(p)
+    make(path)
+    with open(marker, "w") as f:
+        f.write(want)
+    return path
+
+
+# -- generators ------------------------------------------------------------
+
+def tree(root: str, files: int, file_kb: int, seed: int = 1) -> None:
+    """N files in directories of 64; even-numbered files compressible text,
+    odd-numbered random; sizes spread 0.25x-1.75x around file_kb; a few
+    empty files and symlinks so metadata paths are exercised too."""
+    rnd = random.Random(seed)
+    os.makedirs(root, exist_ok=True)
+    for i in range(files):
+        d = os.path.join(root, f"d{i // 64:03d}")
+        os.makedirs(d, exist_ok=True)
+        size = 0 if i % 97 == 13 else int(file_kb * KiB * rnd.uniform(0.25, 1.75))
+        with open(os.path.join(d, f"f{i:05d}.{'txt' if i % 2 == 0 else 'bin'}"), "wb") as f:
+            f.write(text_bytes(rnd, size) if i % 2 == 0 else random_bytes(rnd, size))
+    for j in range(max(1, files // 256)):
+        os.symlink(f"d000/f{j:05d}.txt", os.path.join(root, f"link{j}"))
+
+
+def tree_files(root: str) -> list[str]:
+    out = []
+    for dp, dns, fns in os.walk(root):
+        dns.sort()
+        for fn in sorted(fns):
+            p = os.path.join(dp, fn)
+            if not os.path.islink(p):
+                out.append(p)
+    return out
+
+
+def churn(root: str, percent: float, seed: int) -> int:
+    """Rewrite percent% of the files completely (same size, new bytes of the
+    same kind). Unlike the seed's generator, which rewrote only the first
+    MiB, N% churn here really changes about N% of the bytes. Returns the
+    number of bytes rewritten."""
+    rnd = random.Random(seed)
+    files = tree_files(root)
+    pick = rnd.sample(files, round(len(files) * percent / 100))
+    total = 0
+    for p in sorted(pick):
+        size = os.path.getsize(p)
+        data = text_bytes(rnd, size) if p.endswith(".txt") else random_bytes(rnd, size)
+        with open(p, "wb") as f:
+            f.write(data)
+        total += size
+    return total
+
+
+def bigfile(path: str, size_mib: int, seed: int = 2) -> None:
+    """One file of 1 MiB blocks, half random, half text."""
+    rnd = random.Random(seed)
+    with open(path, "wb") as f:
+        _write_mixed(f, rnd, size_mib * MiB, 0.5)
+
+
+def mangle(path: str, percent: float, seed: int = 3) -> int:
+    """Scattered 4-64 KiB overwrites with random bytes until percent% of the
+    file has been overwritten (in place). Returns bytes overwritten."""
+    rnd = random.Random(seed)
+    size = os.path.getsize(path)
+    goal = int(size * percent / 100)
+    done = 0
+    with open(path, "r+b") as f:
+        while done < goal:
+            n = min(rnd.randint(4 * KiB, 64 * KiB), goal - done)
+            f.seek(rnd.randrange(0, size - n))
+            f.write(random_bytes(rnd, n))
+            done += n
+    return done
+
+
+def insert(src: str, dst: str, at: int = MiB, data: bytes = b"FERRY!\n") -> None:
+    """dst = src with `data` (7 bytes) inserted at offset `at`: everything
+    after it shifts, which defeats aligned-block matching."""
+    with open(src, "rb") as i, open(dst, "wb") as o:
+        o.write(i.read(at))
+        o.write(data)
+        shutil.copyfileobj(i, o, 8 * MiB)
+
+
+def sparse_image(path: str, size_mib: int, data_mib: int, seed: int = 4) -> None:
+    """A raw disk image of size_mib with about data_mib written in extents
+    of 64 KiB-4 MiB at 64 KiB-aligned offsets: random, text, and written
+    zeros (allocated but all zero, one extent in five); the rest holes."""
+    rnd = random.Random(seed)
+    size = size_mib * MiB
+    with open(path, "wb") as f:
+        f.truncate(size)
+        written, i = 0, 0
+        while written < data_mib * MiB:
+            ext = rnd.choice([64, 256, 1024, 4096]) * KiB
+            off = rnd.randrange(0, size - ext) & ~0xFFFF
+            f.seek(off)
+            kind = i % 5
+            if kind == 0:
+                f.write(bytes(ext))
+            elif kind in (1, 3):
+                f.write(random_bytes(rnd, ext))
+            else:
+                f.write(text_bytes(rnd, ext))
+            written += ext
+            i += 1
+
+
+def stream(path: str, size_mib: int, seed: int = 5) -> None:
+    """A stream's bytes, saved to a file: 1 MiB blocks, 60% random, 40% text."""
+    rnd = random.Random(seed)
+    with open(path, "wb") as f:
+        _write_mixed(f, rnd, size_mib * MiB, 0.6)

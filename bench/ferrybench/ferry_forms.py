@@ -1,0 +1,201 @@
+"""Which ways of running ferry this binary supports, found at run time.
+
+Remote forms are being built while this suite exists, so each form is
+probed once on a tiny input: a form whose subcommand is absent from
+`ferry --help`, or whose probe exits with ferry's usage code (1), is
+"n/a (not supported by this build)"; a probe that fails otherwise is
+"n/a (probe failed: ...)" with the error, loudly, but is not a failure of
+the suite. Extra flags (an ssh command, a key) are passed only when the
+subcommand's --help mentions them, so the suite follows the CLI as it lands.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import subprocess
+
+from .link import ADDR_B, NS_A, NS_B, Link, Procs
+from .measure import Server, timed
+from .util import log, loud, rm_rf, sh
+from . import verify
+
+NOT_SUPPORTED = "not supported by this build"
+RECV_PORT = 7411
+
+
+class Ferry:
+    def __init__(self, path: str, workdir: str):
+        self.path = os.path.abspath(path)
+        self.workdir = workdir
+        self.forms: dict[str, tuple[bool, str]] = {}
+        self._help: dict[str, str] = {}
+        self.key = secrets.token_hex(16)
+        self.keyfile = os.path.join(workdir, "ferry.key")
+        with open(self.keyfile, "w") as f:
+            f.write(self.key + "\n")
+        os.chmod(self.keyfile, 0o600)
+
+    # -- help parsing -------------------------------------------------------
+    def help(self, sub: str | None = None) -> str:
+        k = sub or ""
+        if k not in self._help:
+            args = [self.path] + ([sub] if sub else []) + ["--help"]
+            r = subprocess.run(args, capture_output=True, text=True)
+            self._help[k] = (r.stdout + r.stderr) if r.returncode == 0 else ""
+        return self._help[k]
+
+    def has_sub(self, sub: str) -> bool:
+        top = self.help()
+        m = re.search(r"Commands:\n(.*?)(\n\n|\Z)", top, re.S)
+        block = m.group(1) if m else top
+        return re.search(rf"^\s+{re.escape(sub)}\b", block, re.M) is not None
+
+    def has_flag(self, sub: str, flag: str) -> bool:
+        return re.search(rf"(^|[\s,]){re.escape(flag)}([\s,=\[<]|$)", self.help(sub), re.M) is not None
+
+    def version(self) -> str:
+        r = subprocess.run([self.path, "--version"], capture_output=True, text=True)
+        return r.stdout.strip()
+
+    # -- command builders ----------------------------------------------------
+    def rsh_args(self, sub: str, link: Link) -> str:
+        """How to tell ferry which ssh to use, if it asks; otherwise the
+        bench PATH has an `ssh` wrapper with our config."""
+        for flag in ("-e", "--rsh", "--ssh"):
+            if self.has_flag(sub, flag):
+                return f"{flag} {shlex.quote(link.ssh_cmd())} "
+        return ""
+
+    def key_args(self, sub: str) -> str:
+        if self.has_flag(sub, "--key-file"):
+            return f"--key-file {shlex.quote(self.keyfile)} "
+        if self.has_flag(sub, "--psk-file"):
+            return f"--psk-file {shlex.quote(self.keyfile)} "
+        if self.has_flag(sub, "--key"):
+            return f"--key {self.key} "
+        return ""
+
+    def key_env(self, sub: str, base: dict) -> dict:
+        env = dict(base)
+        for var in set(re.findall(r"\bFERRY_[A-Z_]*(?:KEY|PSK)[A-Z_]*\b", self.help(sub))):
+            env[var] = self.key
+        env.setdefault("FERRY_KEY", self.key)
+        return env
+
+    def sync_cmd(self, args: str, remote_link: Link | None = None) -> str:
+        rsh = self.rsh_args("sync", remote_link) if remote_link else ""
+        return f"{shlex.quote(self.path)} sync {rsh}--json {args}"
+
+    def pipe_cmd(self, producer: str, link: Link, remote_cmd: str) -> str:
+        rsh = self.rsh_args("pipe", link)
+        return (f"{producer} | {shlex.quote(self.path)} pipe {rsh}{self.key_args('pipe')}"
+                f"{ADDR_B} -- {remote_cmd}")
+
+    def recv_server(self, out: str, env: dict) -> Server:
+        listen = "--listen " if self.has_flag("recv", "--listen") else ""
+        return Server(
+            cmd=f"{shlex.quote(self.path)} recv {self.key_args('recv')}{listen}"
+                f"{ADDR_B}:{RECV_PORT} > {shlex.quote(out)}",
+            ns=NS_B, port=RECV_PORT, env=self.key_env("recv", env))
+
+    def send_cmd(self, producer: str) -> str:
+        return (f"{producer} | {shlex.quote(self.path)} send {self.key_args('send')}"
+                f"{ADDR_B}:{RECV_PORT}")
+
+    # -- probing -------------------------------------------------------------
+    def _set(self, form: str, ok: bool, why: str = ""):
+        self.forms[form] = (ok, why)
+        if ok:
+            log(f"ferry: form {form}: supported")
+        elif why == NOT_SUPPORTED:
+            log(f"ferry: form {form}: n/a ({why})")
+        else:
+            loud(f"ferry: form {form}: n/a (probe failed: {why})")
+
+    def supported(self, form: str) -> tuple[bool, str]:
+        return self.forms.get(form, (False, "not probed"))
+
+    def _judge(self, form: str, r, check) -> None:
+        text = (r.stderr or "") + (r.stdout or "")
+        if r.rc == 1 or re.search(r"not supported|unrecognized subcommand|unexpected argument", text):
+            self._set(form, False, NOT_SUPPORTED)
+        elif r.timed_out:
+            self._set(form, False, "timed out")
+        elif r.rc != 0:
+            first = (r.stderr.strip().splitlines() or ["?"])[-1]
+            self._set(form, False, f"exit {r.rc}: {first[:200]}")
+        else:
+            ok, msg = check()
+            self._set(form, ok, "" if ok else f"wrong output: {msg}")
+
+    def probe(self, procs: Procs, link: Link | None, logdir: str):
+        d = os.path.join(self.workdir, "probe")
+        rm_rf(d)
+        os.makedirs(os.path.join(d, "src", "sub"))
+        for i in range(3):
+            with open(os.path.join(d, "src", "sub", f"f{i}"), "wb") as f:
+                f.write(os.urandom(100_000 + i))
+        with open(os.path.join(d, "old"), "wb") as f:
+            f.write(os.urandom(300_000))
+        with open(os.path.join(d, "old"), "rb") as f:
+            old = f.read()
+        with open(os.path.join(d, "new"), "wb") as f:
+            f.write(old[:150_000] + b"changed" + old[150_000:])
+        src, new = os.path.join(d, "src"), os.path.join(d, "new")
+
+        def run(form, cmd, ns=None, env=None, servers=()):
+            return timed(cmd, ns=ns, env=env, servers=list(servers), procs=procs,
+                         link=None, logdir=logdir, tag=f"probe-{form}", timeout=60, drop=False)
+
+        if not self.has_sub("sync"):
+            self._set("local", False, NOT_SUPPORTED)
+        else:
+            out = os.path.join(d, "out-local")
+            r = run("local", self.sync_cmd(f"{src}/ {out}/"))
+            self._judge("local", r, lambda: verify.same_tree(src, out))
+            dst = os.path.join(d, "delta-local")
+            sh(["cp", "--preserve=mode", os.path.join(d, "old"), dst])
+            if self.has_flag("sync", "--delta"):
+                r = run("local-delta", self.sync_cmd(f"--delta {new} {dst}"))
+                self._judge("local-delta", r, lambda: verify.same_file(new, dst))
+            else:
+                self._set("local-delta", False, NOT_SUPPORTED)
+        if link is None:
+            for f in ("remote", "remote-delta", "pipe", "send-recv"):
+                self.forms[f] = (False, "no link (netns unavailable)")
+            return
+        env = link.env()
+        if not self.forms["local"][0]:
+            self._set("remote", False, NOT_SUPPORTED)
+            self._set("remote-delta", False, NOT_SUPPORTED)
+        else:
+            out = os.path.join(d, "out-remote")
+            r = run("remote", self.sync_cmd(f"{src}/ {ADDR_B}:{out}/", link), NS_A, env)
+            self._judge("remote", r, lambda: verify.same_tree(src, out))
+            if self.forms["remote"][0] and self.has_flag("sync", "--delta"):
+                dst = os.path.join(d, "delta-remote")
+                sh(["cp", os.path.join(d, "old"), dst])
+                r = run("remote-delta", self.sync_cmd(f"--delta {new} {ADDR_B}:{dst}", link), NS_A, env)
+                self._judge("remote-delta", r, lambda: verify.same_file(new, dst))
+            else:
+                self._set("remote-delta", False, NOT_SUPPORTED)
+        if self.has_sub("pipe"):
+            out = os.path.join(d, "out-pipe")
+            r = run("pipe", self.pipe_cmd(f"cat {new}", link, f"sh -c 'cat > {out}'"),
+                    NS_A, self.key_env("pipe", env))
+            self._judge("pipe", r, lambda: verify.same_file(new, out))
+        else:
+            self._set("pipe", False, NOT_SUPPORTED)
+        if self.has_sub("send") and self.has_sub("recv"):
+            out = os.path.join(d, "out-send")
+            try:
+                r = run("send-recv", self.send_cmd(f"cat {new}"), NS_A,
+                        self.key_env("send", env), [self.recv_server(out, env)])
+                self._judge("send-recv", r, lambda: verify.same_file(new, out))
+            except RuntimeError as e:
+                self._set("send-recv", False, str(e)[:200])
+        else:
+            self._set("send-recv", False, NOT_SUPPORTED)

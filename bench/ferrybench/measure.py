@@ -1,0 +1,161 @@
+"""One timed run: start the servers it needs (untimed, until they listen),
+then the client; stop the clock when the client and every non-persistent
+server have exited. CPU is user+sys from wait4() rusage of everything the
+suite started (a shell's rusage includes the pipeline it waited for) plus
+what the namespace's sshd reaped meanwhile (the remote side of ssh-based
+tools). Peak RSS is the largest ru_maxrss among those processes; processes
+that sshd spawns are counted in CPU but not in RSS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from .link import Link, Procs
+from .util import debug, sh, sync_and_drop
+
+
+@dataclass
+class Server:
+    cmd: str
+    ns: str | None = None
+    port: int | None = None      # wait until something listens here
+    persistent: bool = False     # does not exit by itself: SIGTERM after the client
+    env: dict | None = None
+
+
+@dataclass
+class Run:
+    rc: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0
+    cpu_client: float = 0.0
+    cpu_servers: float = 0.0
+    cpu_sshd: float = 0.0
+    maxrss_kb: int = 0
+    wire: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+
+def _popen(cmd: str, ns: str | None, env, out, err, procs: Procs, rss_file: str | None = None):
+    args = ["bash", "-c", cmd]
+    if ns:
+        args = ["ip", "netns", "exec", ns] + args
+    if rss_file and GNU_TIME:
+        args = [GNU_TIME, "-f", "%M", "-o", rss_file, "--"] + args
+    debug(f"$ {'[' + ns + '] ' if ns else ''}{cmd}")
+    return procs.add(subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=err, env=env, start_new_session=True))
+
+
+def _listening(ns: str | None, port: int) -> bool:
+    args = ["ss", "-H", "-ltn", f"sport = :{port}"]
+    if ns:
+        args[1:1] = ["-N", ns]
+    r = sh(args, check=False)
+    return bool(r.stdout.strip())
+
+
+def _rss_kib(path: str) -> int:
+    try:
+        with open(path) as f:
+            lines = f.read().strip().splitlines()
+        return int(lines[-1]) if lines else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def _reap(p, timeout: float | None):
+    """wait4 with a deadline; returns (status, rusage) or None on timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return status, ru
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        time.sleep(0.005)
+
+
+def timed(cmd: str, *, ns: str | None, env: dict | None, servers: list[Server],
+          procs: Procs, link: Link | None, logdir: str, tag: str,
+          timeout: float = 3600.0, drop: bool = True) -> Run:
+    run = Run()
+    out_path = os.path.join(logdir, f"{tag}.out")
+    err_path = os.path.join(logdir, f"{tag}.err")
+    started: list[tuple[Server, subprocess.Popen]] = []
+    try:
+        for i, s in enumerate(servers):
+            serr = open(os.path.join(logdir, f"{tag}.server{i}.err"), "w")
+            p = _popen(s.cmd, s.ns, s.env or env, subprocess.DEVNULL, serr, procs,
+                       os.path.join(logdir, f"{tag}.server{i}.rss"))
+            started.append((s, p))
+            if s.port:
+                deadline = time.monotonic() + 20
+                while not _listening(s.ns, s.port):
+                    if p.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"server did not listen on {s.port}: {s.cmd}")
+                    time.sleep(0.02)
+        if drop:
+            sync_and_drop()
+        wire0 = link.wire_bytes() if link and link.up else None
+        sshd0 = link.sshd_children_cpu() if link else 0.0
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            t0 = time.monotonic()
+            client = _popen(cmd, ns, env, out, err, procs, os.path.join(logdir, f"{tag}.rss"))
+            r = _reap(client, timeout)
+            if r is None:
+                run.timed_out = True
+                os.killpg(client.pid, signal.SIGKILL)
+                r = _reap(client, None)
+            status, ru = r
+            procs.forget(client.pid)
+            run.rc = client.returncode
+            run.cpu_client = ru.ru_utime + ru.ru_stime
+            run.maxrss_kb = _rss_kib(os.path.join(logdir, f"{tag}.rss"))
+            for s, p in started:
+                if s.persistent:
+                    continue
+                left = max(5.0, timeout - (time.monotonic() - t0))
+                r = _reap(p, left)
+                if r is None:
+                    run.timed_out = True
+                    os.killpg(p.pid, signal.SIGKILL)
+                    r = _reap(p, None)
+                procs.forget(p.pid)
+                if p.returncode != 0 and run.rc == 0:
+                    run.rc = 1000 + p.returncode
+                run.cpu_servers += r[1].ru_utime + r[1].ru_stime
+            run.wall = time.monotonic() - t0
+        for s, p in started:
+            if s.persistent:
+                ru = procs.stop(p, tree=True)
+                if ru is not None:
+                    run.cpu_servers += ru.ru_utime + ru.ru_stime
+        if link:
+            link.sshd_idle()
+            run.cpu_sshd = max(0.0, link.sshd_children_cpu() - sshd0)
+        if wire0 is not None:
+            run.wire = link.wire_bytes() - wire0
+        run.cpu = run.cpu_client + run.cpu_servers + run.cpu_sshd
+        for i in range(len(started)):
+            run.maxrss_kb = max(run.maxrss_kb, _rss_kib(os.path.join(logdir, f"{tag}.server{i}.rss")))
+    finally:
+        for s, p in started:
+            if p.returncode is None:
+                procs.stop(p, grace=3.0, tree=True)
+    with open(out_path) as f:
+        run.stdout = f.read()[-20000:]
+    with open(err_path) as f:
+        run.stderr = f.read()[-4000:]
+    return run

@@ -1,0 +1,394 @@
+"""The scenarios, one per seed, each measuring ferry and the tools it
+replaces on the same data over the same link in one run, tools alternating
+(the order rotates every round so no tool always runs first or right after
+the same neighbour: these VMs drift and the run after heavy I/O is slower).
+
+Every timed run: untimed preparation of the destination, sync + drop
+caches, the timed command, then a byte-for-byte check of the destination.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import data, verify
+from .ferry_forms import NOT_SUPPORTED, Ferry
+from .link import ADDR_A, ADDR_B, NS_A, NS_B, Link, Procs
+from .measure import Server, timed
+from .util import log, loud, rm_rf, sh, which
+
+q = shlex.quote
+NBD_PORT = 10809
+MBUF_PORT = 7412
+MBUF = "mbuffer -q -s 128k -m 128M"
+
+
+@dataclass
+class Tool:
+    name: str
+    kind: str                                  # "peer" or "ferry"
+    cmd: Callable[[str, str], str]             # (src, dst) -> shell command
+    ns: str | None = None
+    servers: Callable[[str, str], list] | None = None
+    form: str | None = None                    # ferry form it needs
+    needs: tuple = ()                          # executables it needs
+    env: dict | None = None
+    phases: tuple | None = None                # tree: phases it runs in (None: all)
+
+
+@dataclass
+class Ctx:
+    work: str
+    ferry: Ferry
+    link: Link | None
+    procs: Procs
+    logdir: str
+    runs: int
+    sizes: dict
+    records: dict = field(default_factory=dict)
+    current_link: str = "none"
+    failures: int = 0
+
+    def data(self, name: str) -> str:
+        d = os.path.join(self.work, "data")
+        os.makedirs(d, exist_ok=True)
+        return os.path.join(d, name)
+
+    def dst(self, scen: str, tool: Tool, suffix: str = "") -> str:
+        d = os.path.join(self.work, "dst", scen)
+        os.makedirs(d, exist_ok=True)
+        return os.path.join(d, re.sub(r"[^A-Za-z0-9]+", "-", tool.name).strip("-") + suffix)
+
+
+def slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
+
+
+def availability(ctx: Ctx, t: Tool) -> str | None:
+    """None when the tool can run, else why not (the n/a reason)."""
+    for exe in t.needs:
+        if not which(exe):
+            return f"{exe} not installed (bench/setup.sh)"
+    if t.form:
+        ok, why = ctx.ferry.supported(t.form)
+        if not ok:
+            return why if why in (NOT_SUPPORTED,) or why.startswith("no link") else f"probe failed: {why}"
+    return None
+
+
+def record(ctx: Ctx, scen: str, case: str, t: Tool) -> dict:
+    key = (scen, case, t.name)
+    if key not in ctx.records:
+        ctx.records[key] = {
+            "scenario": scen, "case": case, "tool": t.name, "kind": t.kind,
+            "link": ctx.current_link, "status": "ok", "reason": "", "runs": [],
+        }
+    return ctx.records[key]
+
+
+def mark_na(ctx: Ctx, scen: str, case: str, t: Tool, why: str):
+    r = record(ctx, scen, case, t)
+    r["status"], r["reason"] = "n/a", why
+
+
+def ferry_json(stdout: str) -> dict | None:
+    import json
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
+            check: Callable[[], tuple[bool, str]], image: bool = False):
+    rec = record(ctx, scen, case, t)
+    tag = f"{slug(scen)}-{slug(case)}-{slug(t.name)}-{len(rec['runs'])}"
+    servers = t.servers(src, dst) if t.servers else []
+    env = t.env if t.env is not None else (ctx.link.env() if ctx.link else None)
+    try:
+        r = timed(t.cmd(src, dst), ns=t.ns, env=env, servers=servers, procs=ctx.procs,
+                  link=ctx.link if t.ns else None, logdir=ctx.logdir, tag=tag,
+                  timeout=ctx.sizes["timeout"])
+    except RuntimeError as e:
+        rec["status"], rec["reason"] = "FAIL", str(e)[:300]
+        ctx.failures += 1
+        loud(f"FAIL {scen} / {case} / {t.name}: {e}")
+        return
+    if r.rc != 0:
+        ok, msg = False, f"exit {r.rc}{' (timed out)' if r.timed_out else ''}: " + \
+            (r.stderr.strip().splitlines() or [""])[-1][:200]
+    else:
+        ok, msg = check()
+    run = {"wall_s": round(r.wall, 4), "cpu_s": round(r.cpu, 4),
+           "cpu_client_s": round(r.cpu_client, 4), "cpu_servers_s": round(r.cpu_servers, 4),
+           "cpu_sshd_s": round(r.cpu_sshd, 4), "peak_rss_kib": r.maxrss_kb,
+           "wire_bytes": r.wire, "rc": r.rc, "verified": ok, "error": msg}
+    if image and os.path.exists(dst):
+        run["dst_allocated_bytes"] = verify.allocated(dst)
+        run["src_allocated_bytes"] = verify.allocated(src)
+    if t.kind == "ferry":
+        j = ferry_json(r.stdout)
+        if j:
+            run["ferry_json"] = j
+    rec["runs"].append(run)
+    wire = f", wire {r.wire / 1e6:.1f} MB" if r.wire is not None else ""
+    log(f"{scen} / {case} / {t.name}: {r.wall:.2f}s, cpu {r.cpu:.2f}s{wire}"
+        + ("" if ok else f"  VERIFY FAILED: {msg}"))
+    if not ok:
+        rec["status"], rec["reason"] = "FAIL", msg
+        ctx.failures += 1
+        loud(f"FAIL {scen} / {case} / {t.name}: {msg} (logs: {ctx.logdir}/{tag}.*)")
+
+
+def rotate(xs: list, k: int) -> list:
+    if not xs:
+        return xs
+    k %= len(xs)
+    return xs[k:] + xs[:k]
+
+
+def usable(ctx: Ctx, scen: str, cases: list[str], tools: list[Tool]) -> list[Tool]:
+    out = []
+    for t in tools:
+        why = availability(ctx, t)
+        if why:
+            for c in cases:
+                if t.phases is None or c in t.phases:
+                    mark_na(ctx, scen, c, t, why)
+            log(f"{scen}: {t.name}: n/a ({why})")
+        else:
+            out.append(t)
+    return out
+
+
+# -- generic runners ---------------------------------------------------------
+
+def run_file_case(ctx: Ctx, scen: str, case: str, tools: list[Tool], src: str,
+                  prepare: Callable[[str], None], image: bool = False):
+    tools = usable(ctx, scen, [case], tools)
+    for rnd in range(ctx.runs):
+        for t in rotate(tools, rnd):
+            dst = ctx.dst(scen, t)
+            rm_rf(dst)
+            prepare(dst)
+            one_run(ctx, scen, case, t, src, dst,
+                    lambda: verify.same_file(src, dst), image=image)
+    for t in tools:
+        rm_rf(ctx.dst(scen, t))
+
+
+TREE_PHASES = [("initial", 0), ("unchanged", 0), ("churn 30%", 30), ("churn 60%", 60)]
+
+
+def run_tree(ctx: Ctx, scen: str, tools: list[Tool], base: str, phases=TREE_PHASES):
+    tools = usable(ctx, scen, [p for p, _ in phases], tools)
+    src = os.path.join(ctx.work, "src", scen)
+    for rnd in range(ctx.runs):
+        rm_rf(src)
+        os.makedirs(os.path.dirname(src), exist_ok=True)
+        sh(["cp", "-a", base, src])
+        for t in tools:
+            rm_rf(ctx.dst(scen, t))
+        for pi, (phase, pct) in enumerate(phases):
+            if pct:
+                n = data.churn(src, pct, seed=1000 + pct)
+                log(f"{scen}: {phase}: rewrote {n / 2**20:.1f} MiB of the source")
+            for t in rotate([t for t in tools if t.phases is None or phase in t.phases], rnd + pi):
+                dst = ctx.dst(scen, t)
+                one_run(ctx, scen, phase, t, src, dst, lambda: verify.same_tree(src, dst))
+    for t in tools:
+        rm_rf(ctx.dst(scen, t))
+    rm_rf(src)
+
+
+# -- data ----------------------------------------------------------------------
+
+def tree_base(ctx: Ctx) -> str:
+    s = ctx.sizes
+    p = {"files": s["files"], "file_kb": s["file_kb"], "seed": 1}
+    path = ctx.data(f"tree-{s['files']}x{s['file_kb']}k")
+    return data.cached(path, p, lambda d: data.tree(d, s["files"], s["file_kb"], 1))
+
+
+def big_files(ctx: Ctx) -> tuple[str, str, str]:
+    n, pct = ctx.sizes["big_mib"], ctx.sizes["mangle_pct"]
+    base = data.cached(ctx.data(f"big-{n}M"), {"mib": n, "seed": 2},
+                       lambda p: data.bigfile(p, n, 2))
+
+    def mk_mangled(p):
+        shutil.copyfile(base, p)
+        data.mangle(p, pct, 3)
+    mangled = data.cached(ctx.data(f"big-{n}M-mangled{pct}"), {"mib": n, "pct": pct, "seed": 3},
+                          mk_mangled)
+    inserted = data.cached(ctx.data(f"big-{n}M-insert7"), {"mib": n, "at": 1 << 20},
+                           lambda p: data.insert(base, p))
+    # the sources are "newer" than the old copy, as after a real change
+    os.utime(base, (1_600_000_000, 1_600_000_000))
+    return base, mangled, inserted
+
+
+def sparse_img(ctx: Ctx) -> str:
+    s = ctx.sizes
+    return data.cached(ctx.data(f"sparse-{s['img_mib']}M-{s['img_data_mib']}M.img"),
+                       {"mib": s["img_mib"], "data": s["img_data_mib"], "seed": 4},
+                       lambda p: data.sparse_image(p, s["img_mib"], s["img_data_mib"], 4))
+
+
+def stream_file(ctx: Ctx) -> str:
+    n = ctx.sizes["stream_mib"]
+    return data.cached(ctx.data(f"stream-{n}M"), {"mib": n, "seed": 5},
+                       lambda p: data.stream(p, n, 5))
+
+
+def old_copy(base: str):
+    def prep(dst: str):
+        sh(["cp", "--preserve=timestamps,mode", base, dst])
+    return prep
+
+
+# -- scenarios ---------------------------------------------------------------------
+
+def scen_tree(ctx: Ctx):
+    """seed 000: incremental stages of a tree, rsync -a over ssh vs ferry."""
+    base = tree_base(ctx)
+    ssh = ctx.link.ssh_cmd()
+    tools = [
+        Tool("rsync -a (ssh)", "peer", lambda s, d: f"rsync -a -e {q(ssh)} {s}/ {ADDR_B}:{d}/",
+             NS_A, needs=("rsync",)),
+        Tool("ferry sync (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"{s}/ {ADDR_B}:{d}/", ctx.link), NS_A, form="remote"),
+    ]
+    run_tree(ctx, "tree", tools, base)
+
+
+def scen_bigfile(ctx: Ctx):
+    """seed 000, large-file part: one big file mangled 5%, and 7 bytes inserted."""
+    base, mangled, inserted = big_files(ctx)
+    ssh = ctx.link.ssh_cmd()
+
+    def rs(flags):
+        return lambda s, d: f"rsync -a {flags}-e {q(ssh)} {s} {ADDR_B}:{d}"
+    tools = [
+        Tool("rsync (delta)", "peer", rs(""), NS_A, needs=("rsync",)),
+        Tool("rsync --inplace", "peer", rs("--inplace "), NS_A, needs=("rsync",)),
+        Tool("rsync --whole-file", "peer", rs("--whole-file "), NS_A, needs=("rsync",)),
+        Tool("rsync --inplace --whole-file", "peer", rs("--inplace --whole-file "), NS_A, needs=("rsync",)),
+        Tool("ferry sync (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
+        Tool("ferry sync --delta (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--delta {s} {ADDR_B}:{d}", ctx.link), NS_A,
+             form="remote-delta"),
+    ]
+    pct = ctx.sizes["mangle_pct"]
+    run_file_case(ctx, "bigfile", f"mangled {pct:g}%", tools, mangled, old_copy(base))
+    run_file_case(ctx, "bigfile", "7 bytes inserted at 1 MiB",
+                  [t for t in tools if "--whole-file" not in t.name], inserted, old_copy(base))
+
+
+def nbd_server(s: str, d: str) -> list:
+    return [Server(f"exec nbdkit -f -r -i {ADDR_A} -p {NBD_PORT} file file={q(s)}", NS_A,
+                   NBD_PORT, persistent=True)]
+
+
+def scen_sparse(ctx: Ctx):
+    """seed 002: a sparse disk image pulled/pushed over 100 Mbit/s."""
+    img = sparse_img(ctx)
+    ssh = ctx.link.ssh_cmd()
+    tools = [
+        Tool("scp", "peer", lambda s, d: f"scp -q -F {q(ctx.link.ssh_config)} {s} {ADDR_B}:{d}",
+             NS_A, needs=("scp",)),
+        Tool("rsync --sparse (ssh)", "peer",
+             lambda s, d: f"rsync -a --sparse -e {q(ssh)} {s} {ADDR_B}:{d}", NS_A, needs=("rsync",)),
+        Tool("nbdkit + nbdcopy", "peer", lambda s, d: f"nbdcopy nbd://{ADDR_A}:{NBD_PORT} {d}",
+             NS_B, servers=nbd_server, needs=("nbdkit", "nbdcopy")),
+        Tool("nbdkit + qemu-img convert", "peer",
+             lambda s, d: f"qemu-img convert -f raw -O raw nbd://{ADDR_A}:{NBD_PORT} {d}",
+             NS_B, servers=nbd_server, needs=("nbdkit", "qemu-img")),
+        Tool("ferry sync (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
+    ]
+    run_file_case(ctx, "sparse", "sparse image", tools, img, lambda d: None, image=True)
+
+
+def scen_stream(ctx: Ctx):
+    """seed 003: one byte stream (60% random, 40% text) over 1 Gbit/s."""
+    src = stream_file(ctx)
+    link = ctx.link
+    ssh = link.ssh_cmd()
+
+    def mbuf_server(tail: str):
+        return lambda s, d: [Server(f"{MBUF} -I {MBUF_PORT} {tail}{q(d)}", NS_B, MBUF_PORT)]
+    penv = ctx.ferry.key_env("pipe", link.env())
+    senv = ctx.ferry.key_env("send", link.env())
+    tools = [
+        Tool("ssh 'cat > out'", "peer", lambda s, d: f"cat {s} | {ssh} {ADDR_B} {q('cat > ' + d)}",
+             NS_A, needs=("ssh",)),
+        Tool("mbuffer -O / -I", "peer", lambda s, d: f"cat {s} | {MBUF} -O {ADDR_B}:{MBUF_PORT}",
+             NS_A, servers=mbuf_server("-o "), needs=("mbuffer",)),
+        Tool("zstd -1 | mbuffer | zstd -d", "peer",
+             lambda s, d: f"cat {s} | zstd -1 -q -c | {MBUF} -O {ADDR_B}:{MBUF_PORT}",
+             NS_A, servers=mbuf_server("| zstd -d -q -c > "), needs=("mbuffer", "zstd")),
+        Tool("ferry pipe (ssh)", "ferry",
+             lambda s, d: ctx.ferry.pipe_cmd(f"cat {s}", link, f"sh -c {q('cat > ' + d)}"),
+             NS_A, form="pipe", env=penv),
+        Tool("ferry send / recv", "ferry", lambda s, d: ctx.ferry.send_cmd(f"cat {s}"), NS_A,
+             servers=lambda s, d: [ctx.ferry.recv_server(d, link.env())], form="send-recv",
+             env=senv),
+    ]
+    run_file_case(ctx, "stream", "stream", tools, src, lambda d: None)
+
+
+def scen_local(ctx: Ctx):
+    """Local copies (bench/local.sh's ground): no link, ferry local sync vs
+    cp, rsync, qemu-img, nbdcopy."""
+    base = tree_base(ctx)
+    fs = ctx.ferry
+    tools = [
+        Tool("cp -a", "peer", lambda s, d: f"cp -a {s} {d}", phases=("initial",)),
+        Tool("rsync -a", "peer", lambda s, d: f"rsync -a {s}/ {d}/", needs=("rsync",)),
+        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s}/ {d}/"), form="local"),
+    ]
+    run_tree(ctx, "local", tools, base, phases=TREE_PHASES[:3])
+    img = sparse_img(ctx)
+    tools = [
+        Tool("cp --sparse=always", "peer", lambda s, d: f"cp --sparse=always {s} {d}"),
+        Tool("qemu-img convert -O raw", "peer", lambda s, d: f"qemu-img convert -f raw -O raw {s} {d}",
+             needs=("qemu-img",)),
+        Tool("nbdcopy", "peer", lambda s, d: f"nbdcopy {s} {d}", needs=("nbdcopy",)),
+        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s} {d}"), form="local"),
+    ]
+    run_file_case(ctx, "local", "sparse image", tools, img, lambda d: None, image=True)
+    base, mangled, _ = big_files(ctx)
+    tools = [
+        Tool("rsync -a (whole file)", "peer", lambda s, d: f"rsync -a {s} {d}", needs=("rsync",)),
+        Tool("rsync -a --no-whole-file", "peer", lambda s, d: f"rsync -a --no-whole-file {s} {d}",
+             needs=("rsync",)),
+        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s} {d}"), form="local"),
+        Tool("ferry sync --delta", "ferry", lambda s, d: fs.sync_cmd(f"--delta {s} {d}"),
+             form="local-delta"),
+    ]
+    pct = ctx.sizes["mangle_pct"]
+    run_file_case(ctx, "local", f"big file mangled {pct:g}%", tools, mangled, old_copy(base))
+
+
+SCENARIOS = {
+    "tree": {"fn": scen_tree, "link": "1gbit", "net": True,
+             "seed": "000 (pvc-migrate: incremental stages, initial / unchanged / 30% / 60% churn)"},
+    "bigfile": {"fn": scen_bigfile, "link": "1gbit", "net": True,
+                "seed": "000 (large-file workload: rsync defaults vs --inplace vs --whole-file)"},
+    "sparse": {"fn": scen_sparse, "link": "100mbit", "net": True,
+               "seed": "002 (disk image over a 100 Mbps link: scp vs nbdkit + nbdcopy / qemu-img)"},
+    "stream": {"fn": scen_stream, "link": "1gbit", "net": True,
+               "seed": "003 (zfs send | mbuffer -O / -I vs ssh, with and without compression)"},
+    "local": {"fn": scen_local, "link": None, "net": False,
+              "seed": "local copies (bench/local.sh): cp, rsync, qemu-img, nbdcopy"},
+}
