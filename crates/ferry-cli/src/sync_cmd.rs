@@ -57,6 +57,14 @@ pub struct SyncArgs {
     /// Always send deltas against the destination's old copy.
     #[arg(long)]
     delta: bool,
+    /// Limit the bytes the sender puts on the link per second: 110M = 110 MB/s
+    /// (suffixes k M G decimal, Ki Mi Gi binary).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    bwlimit: Option<u64>,
+    /// Keep delta signatures of received files in DIR, so the next delta
+    /// re-sync need not re-read unchanged destination files.
+    #[arg(long, value_name = "DIR")]
+    sig_cache: Option<std::path::PathBuf>,
     /// Worker threads per side (default: core count, at least 2).
     #[arg(short = 'j', long, value_name = "N")]
     threads: Option<usize>,
@@ -132,6 +140,8 @@ pub fn run(a: SyncArgs) -> i32 {
         } else {
             DeltaMode::Auto
         },
+        bwlimit: a.bwlimit,
+        sig_cache: a.sig_cache.clone(),
         ..SyncOptions::default()
     };
     let plan = match ferry_core::plan_local(&paths, &dest) {
@@ -209,5 +219,45 @@ pub fn is_remote(p: &str) -> bool {
         (Some(c), Some(s)) => c < s && c > 0,
         (Some(c), None) => c > 0,
         _ => false,
+    }
+}
+
+/// `110M` → 110_000_000; `64Ki` → 65536; a bare number is bytes.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s}: not a rate (e.g. 50M)"))?;
+    let mult: f64 = match unit.trim_end_matches("/s").trim_end_matches(['B', 'b']) {
+        "" => 1.0,
+        "k" | "K" => 1e3,
+        "M" | "m" => 1e6,
+        "G" | "g" => 1e9,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(format!("{s}: unknown unit (use k, M, G, Ki, Mi, Gi)")),
+    };
+    let r = v * mult;
+    if !(1.0..=1e13).contains(&r) {
+        return Err(format!("{s}: rate out of range"));
+    }
+    Ok(r as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rates() {
+        assert_eq!(super::parse_rate("110M"), Ok(110_000_000));
+        assert_eq!(super::parse_rate("64Ki"), Ok(65536));
+        assert_eq!(super::parse_rate("1.5G"), Ok(1_500_000_000));
+        assert_eq!(super::parse_rate("500"), Ok(500));
+        assert!(super::parse_rate("fast").is_err());
+        assert!(super::parse_rate("0").is_err());
     }
 }

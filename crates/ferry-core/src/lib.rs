@@ -60,6 +60,10 @@ pub struct SyncOptions {
     /// Worker threads per side.
     pub threads: usize,
     pub delta: DeltaMode,
+    /// `--bwlimit`: bytes per second the sender may put on the link.
+    pub bwlimit: Option<u64>,
+    /// Directory of the receiver's signature cache (`--sig-cache`).
+    pub sig_cache: Option<std::path::PathBuf>,
 }
 
 impl Default for SyncOptions {
@@ -74,6 +78,8 @@ impl Default for SyncOptions {
             excludes: Excludes::new(&[]).unwrap_or_else(|_| unreachable!("empty exclude set")),
             threads: default_threads(),
             delta: DeltaMode::Auto,
+            bwlimit: None,
+            sig_cache: None,
         }
     }
 }
@@ -109,10 +115,45 @@ pub fn plan_local(sources: &[String], dest: &str) -> Result<Plan> {
 }
 
 /// Run a local-to-local sync: sender and receiver in this process, joined
-/// by an in-process link. `stats` is updated live.
+/// by an in-process link. `stats` is updated live. Local runs send whole
+/// files unless `--delta` is given, as rsync does: reading both copies to
+/// save a memory copy does not pay. A delta whose result fails
+/// verification is sent again whole, in a second pass.
 pub fn sync_local(plan: &Plan, opts: &SyncOptions, stats: &Stats) -> Result<Report> {
     let start = Instant::now();
+    let mut report = sync_local_pass(plan, opts, stats, start)?;
+    let retries = stats.delta_mismatch.load(Ordering::Relaxed);
+    if retries > 0 && opts.delta != DeltaMode::Whole {
+        let whole = SyncOptions {
+            delta: DeltaMode::Whole,
+            ..opts.clone()
+        };
+        let again = Stats::default();
+        let r2 = sync_local_pass(plan, &whole, &again, start);
+        for (a, b) in [
+            (&stats.files_transferred, &again.files_transferred),
+            (&stats.bytes_written, &again.bytes_written),
+            (&stats.bytes_wire, &again.bytes_wire),
+        ] {
+            a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        r2?;
+        report = stats.report(start.elapsed().as_secs_f64());
+    }
+    Ok(report)
+}
+
+fn sync_local_pass(
+    plan: &Plan,
+    opts: &SyncOptions,
+    stats: &Stats,
+    start: Instant,
+) -> Result<Report> {
     let (a, b) = ferry_proto::in_process();
+    let mut a = a;
+    if let Some(rate) = opts.bwlimit {
+        a.tx = a.tx.with_rate_limit(rate);
+    }
     let sent_a = a.sent.clone();
     let sent_b = b.sent.clone();
     let wire = || sent_a.get() + sent_b.get();
@@ -126,7 +167,7 @@ pub fn sync_local(plan: &Plan, opts: &SyncOptions, stats: &Stats) -> Result<Repo
         r?;
         sres
     });
-    stats.bytes_wire.store(wire(), Ordering::Relaxed);
+    stats.bytes_wire.fetch_add(wire(), Ordering::Relaxed);
     res?;
     let report = stats.report(start.elapsed().as_secs_f64());
     if report.files_failed > 0 {

@@ -71,39 +71,59 @@ pub fn scan_segment<E>(
             fsutil::read_exact_at(file, &mut buf[..n], pos).map_err(ScanError::Io)?;
             // Split the chunk into runs of zero grains and data, on grain
             // boundaries of the file (not of the chunk).
-            let mut i = 0usize;
-            while i < n {
-                let grain_end =
-                    (((pos + i as u64) / ZERO_GRAIN + 1) * ZERO_GRAIN - pos).min(n as u64) as usize;
-                let zero = layout::is_zero(&buf[i..grain_end]);
-                let mut j = grain_end;
-                while j < n {
-                    let k = (j + ZERO_GRAIN as usize).min(n);
-                    if layout::is_zero(&buf[j..k]) != zero {
-                        break;
-                    }
-                    j = k;
+            let mut whole: Option<u64> = None;
+            let mut res = Ok(());
+            grain_runs(&buf[..n], pos, |zero, i, j| {
+                if res.is_err() {
+                    return;
                 }
                 let off = pos + i as u64;
                 if zero {
                     h.zeros((j - i) as u64);
                     zero_from.get_or_insert(off);
                 } else {
-                    flush_zero(&mut zero_from, off, emit)?;
+                    res = flush_zero(&mut zero_from, off, emit);
                     h.data(&buf[i..j]);
                     if i == 0 && j == n {
-                        emit(Piece::Owned(off, std::mem::take(buf))).map_err(ScanError::Emit)?;
-                    } else {
-                        emit(Piece::Data(off, &buf[i..j])).map_err(ScanError::Emit)?;
+                        whole = Some(off);
+                    } else if res.is_ok() {
+                        res = emit(Piece::Data(off, &buf[i..j])).map_err(ScanError::Emit);
                     }
                 }
-                i = j;
+            });
+            res?;
+            if let Some(off) = whole {
+                emit(Piece::Owned(off, std::mem::take(buf))).map_err(ScanError::Emit)?;
             }
             pos += n as u64;
         }
     }
     flush_zero(&mut zero_from, end, emit)?;
     Ok(h.finish().0)
+}
+
+/// Split `data`, which sits at file offset `off`, into maximal runs of
+/// zero grains and of data, on [`ZERO_GRAIN`] boundaries of the file:
+/// `f(is_zero, start, end)` with indexes into `data`, in order.
+pub fn grain_runs(data: &[u8], off: u64, mut f: impl FnMut(bool, usize, usize)) {
+    let n = data.len();
+    let g = ZERO_GRAIN as usize;
+    let mut i = 0usize;
+    while i < n {
+        let first_end =
+            (((off + i as u64) / ZERO_GRAIN + 1) * ZERO_GRAIN - off).min(n as u64) as usize;
+        let zero = layout::is_zero(&data[i..first_end]);
+        let mut j = first_end;
+        while j < n {
+            let k = (j + g).min(n);
+            if layout::is_zero(&data[j..k]) != zero {
+                break;
+            }
+            j = k;
+        }
+        f(zero, i, j);
+        i = j;
+    }
 }
 
 /// Why a scan stopped.

@@ -44,7 +44,18 @@ struct Job {
     id: u32,
     file: Arc<SrcFile>,
     seg: u64,
+    delta: Option<Arc<DeltaJob>>,
 }
+
+/// A file to send as a delta against the receiver's signature.
+struct DeltaJob {
+    matcher: ferry_delta::Matcher,
+    /// The receiver writes in place: copies must keep their offset.
+    inplace: bool,
+}
+
+/// Largest signature accepted from a receiver, in blocks (24 bytes each).
+const MAX_SIGNATURE_BLOCKS: u64 = 1 << 22;
 
 /// Run the sending side of a session over `ep` until the receiver reports.
 pub fn run_sender(
@@ -90,30 +101,59 @@ pub fn run_sender(
         let requests = s.spawn(move || -> Result<ReceiverReport> {
             let mut job_tx = Some(job_tx);
             let mut workers = Some(workers);
+            let mut pending: HashMap<u32, (Option<ferry_delta::Signature>, bool)> = HashMap::new();
             loop {
                 match rx.recv()? {
                     Message::Want { file, mode } => {
-                        if mode != WantMode::Whole {
-                            req_tx.send(Message::FileFailed {
-                                file,
-                                error: "delta transfer is not supported by this sender".into(),
-                            })?;
-                            continue;
-                        }
                         let f = req_table.lock().ok().and_then(|t| t.get(&file).cloned());
-                        let (Some(f), Some(jt)) = (f, job_tx.as_ref()) else {
-                            return Err(Error::Protocol(format!(
-                                "receiver asked for unknown file {file}"
-                            )));
+                        let Some(f) = f else {
+                            return Err(Error::Protocol(format!("receiver asked for unknown file {file}")));
                         };
-                        let nseg = layout::segment_count(f.size);
-                        f.remaining.store(nseg, Ordering::SeqCst);
-                        for seg in 0..nseg {
-                            let _ = jt.send(Job {
-                                id: file,
-                                file: f.clone(),
-                                seg,
-                            });
+                        if mode == WantMode::Whole {
+                            enqueue(job_tx.as_ref(), file, &f, None)?;
+                        } else {
+                            pending.insert(file, (None, mode == WantMode::DeltaInPlace));
+                        }
+                    }
+                    Message::Signature {
+                        file,
+                        block_size,
+                        basis_size,
+                        first_block,
+                        weak,
+                        strong,
+                        last,
+                    } => {
+                        let f = req_table.lock().ok().and_then(|t| t.get(&file).cloned());
+                        let (Some(f), Some((sig, inplace))) = (f, pending.get_mut(&file)) else {
+                            return Err(Error::Protocol(format!("signature for file {file}, which is not awaiting one")));
+                        };
+                        let bs = block_size as u64;
+                        if sig.is_none() {
+                            if bs != layout::delta_block(f.size)
+                                || ferry_delta::Signature::block_count(basis_size, bs) > MAX_SIGNATURE_BLOCKS
+                            {
+                                return Err(Error::Protocol(format!(
+                                    "unacceptable signature for file {file}: block size {bs}, basis {basis_size} bytes"
+                                )));
+                            }
+                            *sig = Some(ferry_delta::Signature::receiving(bs, basis_size));
+                        }
+                        let inplace = *inplace;
+                        if let Some(sg) = sig.as_mut() {
+                            sg.extend_part(first_block, &weak, &strong)
+                                .map_err(|e| Error::Protocol(format!("signature for file {file}: {e}")))?;
+                        }
+                        if last {
+                            let sg = pending.remove(&file).and_then(|(s, _)| s);
+                            let Some(sg) = sg.filter(|s| s.is_consistent()) else {
+                                return Err(Error::Protocol(format!("incomplete signature for file {file}")));
+                            };
+                            let job = DeltaJob {
+                                matcher: ferry_delta::Matcher::new(&sg),
+                                inplace,
+                            };
+                            enqueue(job_tx.as_ref(), file, &f, Some(Arc::new(job)))?;
                         }
                     }
                     Message::EndOfList => {
@@ -155,6 +195,28 @@ pub fn run_sender(
     })
 }
 
+fn enqueue(
+    jobs: Option<&crossbeam_channel::Sender<Job>>,
+    id: u32,
+    f: &Arc<SrcFile>,
+    delta: Option<Arc<DeltaJob>>,
+) -> Result<()> {
+    let Some(jobs) = jobs else {
+        return Err(Error::Protocol("request after the end of requests".into()));
+    };
+    let nseg = layout::segment_count(f.size);
+    f.remaining.store(nseg, Ordering::SeqCst);
+    for seg in 0..nseg {
+        let _ = jobs.send(Job {
+            id,
+            file: f.clone(),
+            seg,
+            delta: delta.clone(),
+        });
+    }
+    Ok(())
+}
+
 fn worker(jobs: Receiver<Job>, tx: MsgTx) -> Result<()> {
     let mut buf = Vec::with_capacity(scan::CHUNK);
     for job in jobs {
@@ -194,7 +256,19 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
         }
     };
     let mut digest = [0u8; 32];
-    if let Some(file) = &file {
+    if let (Some(file), Some(d)) = (&file, &job.delta) {
+        match send_delta_segment(job, file, d, tx, buf) {
+            Ok(Ok(dg)) => digest = dg,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                fail(format!(
+                    "{}: file shrank while being read",
+                    f.path.display()
+                ))?;
+            }
+            Ok(Err(e)) => fail(format!("{}: {}", f.path.display(), describe(&e)))?,
+            Err(e) => return Err(e),
+        }
+    } else if let Some(file) = &file {
         let res = scan::scan_segment::<LinkError>(file, f.size, job.seg, buf, &mut |p| match p {
             Piece::Data(offset, d) => tx.send(Message::Data {
                 file: id,
@@ -251,6 +325,88 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
         digest,
     })?;
     Ok(())
+}
+
+/// Send one segment as a delta: read it with a block of context on each
+/// side, diff it against the receiver's signature, send copies as `Copy`
+/// and literals as data and zero runs. Returns the segment digest, or the
+/// read error.
+fn send_delta_segment(
+    job: &Job,
+    file: &File,
+    d: &DeltaJob,
+    tx: &MsgTx,
+    buf: &mut Vec<u8>,
+) -> Result<std::io::Result<[u8; 32]>> {
+    let size = job.file.size;
+    let id = job.id;
+    let bs = d.matcher.block_size();
+    let (start, end) = layout::segment_range(size, job.seg);
+    let lo = start.saturating_sub(bs);
+    let hi = (end + bs).min(size);
+    buf.clear();
+    buf.resize((hi - lo) as usize, 0);
+    if let Err(e) = fsutil::read_exact_at(file, buf, lo) {
+        return Ok(Err(e));
+    }
+    let range = (start - lo) as usize..(end - lo) as usize;
+    let mut h = layout::SegmentHasher::new(layout::grid_block(size));
+    h.data(&buf[range.clone()]);
+    let mut ops = Vec::new();
+    d.matcher
+        .diff_range(buf, lo, range, None, &mut |op| ops.push(op));
+    for op in ops {
+        match op {
+            ferry_delta::Op::Copy {
+                offset,
+                basis_offset,
+                len,
+            } if !d.inplace || basis_offset == offset => {
+                tx.send(Message::Copy {
+                    file: id,
+                    offset,
+                    basis_offset,
+                    len,
+                })?;
+            }
+            op => {
+                let (offset, len) = (op.offset(), op.len());
+                let lit = &buf[(offset - lo) as usize..(offset - lo + len) as usize];
+                let mut err = None;
+                scan::grain_runs(lit, offset, |zero, i, j| {
+                    if err.is_some() {
+                        return;
+                    }
+                    let off = offset + i as u64;
+                    let r = if zero {
+                        tx.send(Message::Zero {
+                            file: id,
+                            offset: off,
+                            len: (j - i) as u64,
+                        })
+                    } else {
+                        lit[i..j]
+                            .chunks(scan::CHUNK)
+                            .enumerate()
+                            .try_for_each(|(k, c)| {
+                                tx.send(Message::Data {
+                                    file: id,
+                                    offset: off + (k * scan::CHUNK) as u64,
+                                    data: c.to_vec(),
+                                })
+                            })
+                    };
+                    if let Err(e) = r {
+                        err = Some(e);
+                    }
+                });
+                if let Some(e) = err {
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+    Ok(Ok(h.finish().0))
 }
 
 /// Walks every source and sends the file list.

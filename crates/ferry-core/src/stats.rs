@@ -29,6 +29,8 @@ pub struct Stats {
     pub bytes_matched: AtomicU64,
     /// Bytes that crossed the transport, both directions.
     pub bytes_wire: AtomicU64,
+    /// Delta results that failed verification (re-sent whole).
+    pub delta_mismatch: AtomicU64,
     /// Human-readable lines for entries that failed (capped).
     pub errors: Mutex<Vec<String>>,
     /// What a dry run would do, or what a real run did when itemising.

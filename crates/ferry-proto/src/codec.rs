@@ -385,6 +385,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             mode: match i.u8()? {
                 0 => WantMode::Whole,
                 1 => WantMode::Delta,
+                2 => WantMode::DeltaInPlace,
                 _ => return Err(DecodeError::BadValue("want mode")),
             },
         },

@@ -77,6 +77,9 @@ pub enum WantMode {
     /// A signature of the receiver's copy follows in [`Message::Signature`]
     /// messages, ending with one whose `last` is set; send a delta against it.
     Delta = 1,
+    /// As `Delta`, but the receiver writes in place: only copies from the
+    /// same offset are allowed (a moved block could already be overwritten).
+    DeltaInPlace = 2,
 }
 
 /// The receiver's tally, sent once at the end so that the side that runs the

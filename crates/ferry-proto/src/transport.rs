@@ -59,15 +59,65 @@ pub struct MsgTx {
     count_on_send: Option<WireCounter>,
     /// The error that stopped the writer, if any.
     failure: Arc<Mutex<Option<LinkError>>>,
+    /// `--bwlimit`: a token bucket shared by every clone.
+    limit: Option<Arc<RateLimit>>,
+}
+
+/// A token bucket: at most `rate` bytes a second, bursts of 1/20 s.
+pub struct RateLimit {
+    rate: f64,
+    state: Mutex<(f64, std::time::Instant)>,
+}
+
+impl RateLimit {
+    pub fn new(bytes_per_sec: u64) -> Self {
+        Self {
+            rate: bytes_per_sec.max(1) as f64,
+            state: Mutex::new((0.0, std::time::Instant::now())),
+        }
+    }
+
+    /// Wait until `n` bytes may go.
+    pub fn take(&self, n: u64) {
+        let wait = {
+            let Ok(mut g) = self.state.lock() else { return };
+            let now = std::time::Instant::now();
+            let burst = self.rate / 20.0;
+            let (tokens, last) = *g;
+            let tokens =
+                (tokens + now.duration_since(last).as_secs_f64() * self.rate).min(burst) - n as f64;
+            *g = (tokens, now);
+            if tokens < 0.0 {
+                -tokens / self.rate
+            } else {
+                0.0
+            }
+        };
+        if wait > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+        }
+    }
 }
 
 impl MsgTx {
     /// Queue `m` for the peer; blocks while the link is full.
     pub fn send(&self, m: Message) -> Result<(), LinkError> {
-        if let Some(c) = &self.count_on_send {
-            c.add(codec::encoded_len(&m) as u64);
+        if self.count_on_send.is_some() || self.limit.is_some() {
+            let n = codec::encoded_len(&m) as u64;
+            if let Some(c) = &self.count_on_send {
+                c.add(n);
+            }
+            if let Some(l) = &self.limit {
+                l.take(n);
+            }
         }
         self.tx.send(m).map_err(|_| self.failure())
+    }
+
+    /// The same link, limited to `bytes_per_sec` (`--bwlimit`).
+    pub fn with_rate_limit(mut self, bytes_per_sec: u64) -> Self {
+        self.limit = Some(Arc::new(RateLimit::new(bytes_per_sec)));
+        self
     }
 
     fn failure(&self) -> LinkError {
@@ -126,6 +176,7 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             tx: a_tx,
             count_on_send: Some(a_sent.clone()),
             failure: Arc::default(),
+            limit: None,
         },
         rx: MsgRx {
             rx: a_rx,
@@ -139,6 +190,7 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             tx: b_tx,
             count_on_send: Some(b_sent.clone()),
             failure: Arc::default(),
+            limit: None,
         },
         rx: MsgRx {
             rx: b_rx,
@@ -195,6 +247,7 @@ where
             tx,
             count_on_send: None,
             failure,
+            limit: None,
         },
         rx: MsgRx {
             rx,
