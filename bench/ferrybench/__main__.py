@@ -70,6 +70,10 @@ def parse(argv):
                  ("stream_mib", "stream: size, MiB")):
         g.add_argument("--" + k.replace("_", "-"), type=float if k == "mangle_pct" else int,
                        help=f"{h} ({FULL[k]:g} / {QUICK[k]:g})")
+    p.add_argument("--probe", action="store_true",
+                   help="only report which ferry forms this binary supports (sets up the link), then exit")
+    p.add_argument("--built-from", metavar="TEXT",
+                   help="what the ferry binary was built from, for the report (default: this checkout's HEAD)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every command")
     a = p.parse_args(argv)
     for s in a.scenarios:
@@ -121,10 +125,11 @@ def main(argv=None) -> int:
 
     def on_signal(sig, _frame):
         raise KeyboardInterrupt(f"signal {sig}")
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
-    net = [s for s in wanted if SCENARIOS[s]["net"]]
+    net = [s for s in wanted if SCENARIOS[s]["net"]] if not a.probe else ["probe"]
     ok_ns, why = netns_available() if net else (False, "")
     skipped = []
     if net and not ok_ns:
@@ -132,6 +137,8 @@ def main(argv=None) -> int:
              "running the local scenario only")
         skipped = net
         wanted = [s for s in wanted if not SCENARIOS[s]["net"]] or ["local"]
+    if a.probe:
+        wanted = ["tree"] if ok_ns else []
     can_drop = util.sync_and_drop()
     if not can_drop:
         loud("WARNING: cannot drop caches (not root): runs are warm-cache")
@@ -150,6 +157,10 @@ def main(argv=None) -> int:
             link.start_sshd(ferry_path)
         log(f"ferry: {ferry_path} ({ferry.version()})")
         ferry.probe(procs, link, logdir)
+        if a.probe:
+            for k, (ok, why) in ferry.forms.items():
+                print(f"{k:14} {'supported' if ok else 'n/a (' + why + ')'}")
+            return 0
         ctx = Ctx(work=a.work, ferry=ferry, link=link, procs=procs, logdir=logdir, runs=runs, sizes=sizes)
         for s in wanted:
             if SCENARIOS[s]["net"]:
@@ -173,7 +184,7 @@ def main(argv=None) -> int:
     meta = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"), "command": cmd.strip(),
         "machine": report.machine(a.work), "ferry_version": ferry.version(), "ferry_path": ferry_path,
-        "commit": git_commit(), "runs": runs, "links": links, "sizes": sizes,
+        "commit": a.built_from or git_commit(), "runs": runs, "links": links, "sizes": sizes,
         "drop_caches": can_drop, "skipped": skipped,
         "forms": {k: {"supported": v[0], "why": v[1]} for k, v in ferry.forms.items()},
         "seeds": {s: SCENARIOS[s]["seed"] for s in SCENARIOS},
@@ -192,7 +203,10 @@ def main(argv=None) -> int:
     log(f"results: {outdir}/results.md, results.json" + (", charts" if charts else ""))
     if skipped:
         loud(f"SKIPPED: {', '.join(skipped)} (network namespaces unavailable: {why})")
-    log(f"{len(records) - len(fails) - len(na)} measured, {len(na)} n/a, {len(fails)} failed")
+    # the plain closing line CI runners understand: measured rows passed,
+    # n/a rows skipped
+    print(f"bench: {len(records) - len(fails) - len(na)} passed, {len(fails)} failed, {len(na)} skipped",
+          flush=True)
     if fails:
         for r in fails:
             loud(f"FAILED: {r['scenario']} / {r['case']} / {r['tool']}: {r['reason']}")

@@ -189,3 +189,43 @@ def stream(path: str, size_mib: int, seed: int = 5) -> None:
     rnd = random.Random(seed)
     with open(path, "wb") as f:
         _write_mixed(f, rnd, size_mib * MiB, 0.6)
+
+
+def main(argv=None) -> int:
+    """python3 -m ferrybench.data KIND PATH [options]: make one data set."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python3 -m ferrybench.data",
+                                description="Make one of the suite's seeded data sets.")
+    p.add_argument("kind", choices=["tree", "churn", "bigfile", "mangle", "insert", "sparse", "stream"])
+    p.add_argument("path", help="where to write (for churn/mangle: what to change in place; "
+                                "for insert: the output, with --src the input)")
+    p.add_argument("--files", type=int, default=1024)
+    p.add_argument("--file-kb", type=int, default=256)
+    p.add_argument("--percent", type=float, default=5.0, help="churn / mangle percent")
+    p.add_argument("--mib", type=int, default=512, help="bigfile / stream / sparse virtual size")
+    p.add_argument("--data-mib", type=int, default=64, help="sparse: data written")
+    p.add_argument("--src", help="insert: the file to copy with 7 bytes inserted at 1 MiB")
+    p.add_argument("--seed", type=int, default=None)
+    a = p.parse_args(argv)
+    seed = a.seed
+    if a.kind == "tree":
+        tree(a.path, a.files, a.file_kb, 1 if seed is None else seed)
+    elif a.kind == "churn":
+        print(churn(a.path, a.percent, 1000 + int(a.percent) if seed is None else seed), "bytes rewritten")
+    elif a.kind == "bigfile":
+        bigfile(a.path, a.mib, 2 if seed is None else seed)
+    elif a.kind == "mangle":
+        print(mangle(a.path, a.percent, 3 if seed is None else seed), "bytes overwritten")
+    elif a.kind == "insert":
+        if not a.src:
+            p.error("insert needs --src")
+        insert(a.src, a.path)
+    elif a.kind == "sparse":
+        sparse_image(a.path, a.mib, a.data_mib, 4 if seed is None else seed)
+    elif a.kind == "stream":
+        stream(a.path, a.mib, 5 if seed is None else seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

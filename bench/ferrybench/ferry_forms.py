@@ -129,7 +129,13 @@ class Ferry:
             self._set(form, False, f"exit {r.rc}: {first[:200]}")
         else:
             ok, msg = check()
-            self._set(form, ok, "" if ok else f"wrong output: {msg}")
+            if ok:
+                self._set(form, True)
+            else:
+                # The form exists and ran, but copied wrong bytes: keep it
+                # "supported" so its timed runs fail verification loudly.
+                loud(f"ferry: form {form}: WRONG OUTPUT on the probe: {msg}")
+                self.forms[form] = (True, f"wrong output on probe: {msg}")
 
     def probe(self, procs: Procs, link: Link | None, logdir: str):
         d = os.path.join(self.workdir, "probe")

@@ -157,6 +157,10 @@ def rotate(xs: list, k: int) -> list:
 
 
 def usable(ctx: Ctx, scen: str, cases: list[str], tools: list[Tool]) -> list[Tool]:
+    for c in cases:  # rows in the tools' order, whatever runs first
+        for t in tools:
+            if t.phases is None or c in t.phases:
+                record(ctx, scen, c, t)
     out = []
     for t in tools:
         why = availability(ctx, t)
