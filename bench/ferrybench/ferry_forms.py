@@ -18,7 +18,7 @@ import shlex
 import subprocess
 
 from .link import ADDR_B, NS_A, NS_B, Link, Procs
-from .measure import Server, timed
+from .measure import Server, ServerError, timed
 from .util import log, loud, rm_rf, sh
 from . import verify
 
@@ -120,8 +120,11 @@ class Ferry:
 
     def _judge(self, form: str, r, check) -> None:
         text = (r.stderr or "") + (r.stdout or "")
-        if r.rc == 1 or re.search(r"not supported|unrecognized subcommand|unexpected argument", text):
+        if re.search(r"not supported|unrecognized subcommand", text):
             self._set(form, False, NOT_SUPPORTED)
+        elif r.rc == 1:
+            last = (r.stderr.strip().splitlines() or ["?"])[-1]
+            self._set(form, False, f"usage error (exit 1): {last[:200]}")
         elif r.timed_out:
             self._set(form, False, "timed out")
         elif r.rc != 0:
@@ -154,7 +157,7 @@ class Ferry:
 
         def run(form, cmd, ns=None, env=None, servers=()):
             return timed(cmd, ns=ns, env=env, servers=list(servers), procs=procs,
-                         link=None, logdir=logdir, tag=f"probe-{form}", timeout=60, drop=False)
+                         link=None, logdir=logdir, tag=f"probe-{form}", timeout=20, drop=False)
 
         if not self.has_sub("sync"):
             self._set("local", False, NOT_SUPPORTED)
@@ -201,7 +204,10 @@ class Ferry:
                 r = run("send-recv", self.send_cmd(f"cat {new}"), NS_A,
                         self.key_env("send", env), [self.recv_server(out, env)])
                 self._judge("send-recv", r, lambda: verify.same_file(new, out))
-            except RuntimeError as e:
-                self._set("send-recv", False, str(e)[:200])
+            except ServerError as e:
+                if re.search(r"not supported|unrecognized subcommand", e.stderr):
+                    self._set("send-recv", False, NOT_SUPPORTED)
+                else:
+                    self._set("send-recv", False, str(e)[:300])
         else:
             self._set("send-recv", False, NOT_SUPPORTED)

@@ -27,6 +27,14 @@ class Server:
     env: dict | None = None
 
 
+class ServerError(RuntimeError):
+    """A server did not come up; carries its exit code and stderr."""
+
+    def __init__(self, msg: str, rc: int | None, stderr: str):
+        super().__init__(msg)
+        self.rc, self.stderr = rc, stderr
+
+
 @dataclass
 class Run:
     rc: int = 0
@@ -96,7 +104,8 @@ def timed(cmd: str, *, ns: str | None, env: dict | None, servers: list[Server],
     started: list[tuple[Server, subprocess.Popen]] = []
     try:
         for i, s in enumerate(servers):
-            serr = open(os.path.join(logdir, f"{tag}.server{i}.err"), "w")
+            serr_path = os.path.join(logdir, f"{tag}.server{i}.err")
+            serr = open(serr_path, "w")
             p = _popen(s.cmd, s.ns, s.env or env, subprocess.DEVNULL, serr, procs,
                        os.path.join(logdir, f"{tag}.server{i}.rss"))
             started.append((s, p))
@@ -104,7 +113,13 @@ def timed(cmd: str, *, ns: str | None, env: dict | None, servers: list[Server],
                 deadline = time.monotonic() + 20
                 while not _listening(s.ns, s.port):
                     if p.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"server did not listen on {s.port}: {s.cmd}")
+                        serr.flush()
+                        with open(serr_path) as f:
+                            text = f.read()[-2000:]
+                        last = (text.strip().splitlines() or [""])[-1]
+                        raise ServerError(f"server did not listen on {s.port}"
+                                          f"{f' (exit {p.returncode})' if p.returncode is not None else ''}:"
+                                          f" {s.cmd}: {last}", p.returncode, text)
                     time.sleep(0.02)
         if drop:
             sync_and_drop()

@@ -357,11 +357,11 @@ def scen_local(ctx: Ctx):
     base = tree_base(ctx)
     fs = ctx.ferry
     tools = [
-        Tool("cp -a", "peer", lambda s, d: f"cp -a {s} {d}", phases=("initial",)),
+        Tool("cp -a", "peer", lambda s, d: f"cp -a {s} {d}", phases=("tree initial",)),
         Tool("rsync -a", "peer", lambda s, d: f"rsync -a {s}/ {d}/", needs=("rsync",)),
         Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s}/ {d}/"), form="local"),
     ]
-    run_tree(ctx, "local", tools, base, phases=TREE_PHASES[:3])
+    run_tree(ctx, "local", tools, base, phases=[("tree " + n, p) for n, p in TREE_PHASES[:3]])
     img = sparse_img(ctx)
     tools = [
         Tool("cp --sparse=always", "peer", lambda s, d: f"cp --sparse=always {s} {d}"),
