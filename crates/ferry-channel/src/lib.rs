@@ -377,9 +377,14 @@ pub struct ChannelWriter<W: Write> {
 
 impl<W: Write> ChannelWriter<W> {
     pub fn new(w: W, session: &Session) -> Self {
+        Self::with_key(w, session.suite, session.send_key)
+    }
+
+    /// A writer with a known key (tests and fuzzing).
+    pub fn with_key(w: W, suite: Suite, key: [u8; 32]) -> Self {
         ChannelWriter {
             w,
-            cipher: Cipher::new(session.suite, &session.send_key),
+            cipher: Cipher::new(suite, &key),
             counter: 0,
             buf: Vec::with_capacity(MAX_PAYLOAD + FRAME_OVERHEAD),
             ended: false,
@@ -388,18 +393,24 @@ impl<W: Write> ChannelWriter<W> {
     }
 
     fn seal_and_write(&mut self, kind: u8, payload: &[u8]) -> Result<(), ChannelError> {
-        if payload.len() > MAX_PAYLOAD {
-            return Err(ChannelError::TooLarge(payload.len()));
+        self.seal_parts(kind, &[], payload)
+    }
+
+    fn seal_parts(&mut self, kind: u8, head: &[u8], body_part: &[u8]) -> Result<(), ChannelError> {
+        let plen = head.len() + body_part.len();
+        if plen > MAX_PAYLOAD {
+            return Err(ChannelError::TooLarge(plen));
         }
         if self.ended {
             return Err(ChannelError::AfterEnd);
         }
-        let body = (1 + payload.len() + TAG) as u32;
+        let body = (1 + plen + TAG) as u32;
         let mut frame = std::mem::take(&mut self.buf);
         frame.clear();
         frame.extend_from_slice(&body.to_be_bytes());
         frame.push(kind);
-        frame.extend_from_slice(payload);
+        frame.extend_from_slice(head);
+        frame.extend_from_slice(body_part);
         let mut aad = [0u8; 12];
         aad[..8].copy_from_slice(AAD_PREFIX);
         aad[8..].copy_from_slice(&body.to_be_bytes());
@@ -419,6 +430,12 @@ impl<W: Write> ChannelWriter<W> {
         self.seal_and_write(KIND_DATA, payload)
     }
 
+    /// Send one frame whose payload is `head` followed by `body` (saves the
+    /// caller a copy).
+    pub fn send_frame2(&mut self, head: &[u8], body: &[u8]) -> Result<(), ChannelError> {
+        self.seal_parts(KIND_DATA, head, body)
+    }
+
     /// Send the authenticated end-of-stream frame and flush. Nothing may be
     /// written after it.
     pub fn finish(&mut self) -> Result<(), ChannelError> {
@@ -435,6 +452,10 @@ impl<W: Write> ChannelWriter<W> {
 
     pub fn get_ref(&self) -> &W {
         &self.w
+    }
+
+    pub fn into_inner(self) -> W {
+        self.w
     }
 }
 
