@@ -120,10 +120,17 @@ def churn(root: str, percent: float, seed: int) -> int:
     pick = rnd.sample(files, round(len(files) * percent / 100))
     total = 0
     for p in sorted(pick):
-        size = os.path.getsize(p)
+        st = os.stat(p)
+        size = st.st_size
         data = text_bytes(rnd, size) if p.endswith(".txt") else random_bytes(rnd, size)
         with open(p, "wb") as f:
             f.write(data)
+        # A change made within the same second as the previous copy would
+        # keep size and (to the second) mtime, and rsync's quick check would
+        # rightly skip it; real changes come later, so move mtime at least
+        # 2 s past the old one.
+        t = max(os.stat(p).st_mtime_ns, st.st_mtime_ns + 2_000_000_000)
+        os.utime(p, ns=(t, t))
         total += size
     return total
 

@@ -20,8 +20,13 @@ def machine(workdir: str = ".") -> dict:
     cpu = "?"
     try:
         with open("/proc/cpuinfo") as f:
-            m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
-            cpu = m.group(1).strip() if m else "?"
+            info = f.read()
+        m = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+        cpu = m.group(1).strip() if m else "?"
+        fl = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
+        have = [x for x in ("avx2", "avx512f", "aes", "sha_ni") if fl and x in fl.group(1).split()]
+        if have:
+            cpu += " with " + ", ".join(have)
         with open("/proc/meminfo") as f:
             mem_kib = int(re.search(r"MemTotal:\s+(\d+)", f.read()).group(1))
     except OSError:
@@ -103,7 +108,8 @@ def scenario_table(scen: str, by_case: dict) -> str:
                 if bp:
                     ratio = "1.00 (best peer)" if r is bp[0] else f"{s['median'] / bp[1]['median']:.2f}"
                 row = [esc(case), name, _f(s["median"]), _f(s["best"]), str(s["n"]), ratio, _f(s["cpu"]),
-                       "-" if s["wire"] is None else f"{s['wire'] / 1e6:.1f}", f"{s['rss'] / 1024:.0f}"]
+                       "-" if s["wire"] is None else
+                       f"{s['wire'] / 1e6:.{1 if s['wire'] >= 10e6 else 2}f}", f"{s['rss'] / 1024:.0f}"]
                 if image:
                     row.append("-" if s["alloc"] is None else f"{s['alloc'] / 2**20:.0f}")
                 row.append("yes" if r["status"] == "ok" else f"FAIL: {esc(r['reason'])}")
@@ -220,7 +226,7 @@ def write_benchmarks_md(path: str, repo: str, outdir: str, meta: dict, records: 
             "", summary_table(records), ""]
     for scen, by_case in cases(records).items():
         link = meta["links"].get(scen)
-        body += [f"## {scen}", "", f"Seed {meta['seeds'].get(scen, '')}.", "",
+        body += [f"## {scen}", "", f"Reproduces: seed {meta['seeds'].get(scen, '')}.", "",
                  f"Link: {LINK_TEXT.get(link, link)}.", "", meta["describe"].get(scen, ""), "",
                  scenario_table(scen, by_case), ""]
         if scen in charts:

@@ -394,5 +394,5 @@ SCENARIOS = {
     "stream": {"fn": scen_stream, "link": "1gbit", "net": True,
                "seed": "003 (zfs send | mbuffer -O / -I vs ssh, with and without compression)"},
     "local": {"fn": scen_local, "link": None, "net": False,
-              "seed": "local copies (bench/local.sh): cp, rsync, qemu-img, nbdcopy"},
+              "seed": "none; local copies as in bench/local.sh (cp, rsync, qemu-img, nbdcopy)"},
 }
