@@ -54,7 +54,18 @@ class Ferry:
         return re.search(rf"^\s+{re.escape(sub)}\b", block, re.M) is not None
 
     def has_flag(self, sub: str, flag: str) -> bool:
-        return re.search(rf"(^|[\s,]){re.escape(flag)}([\s,=\[<]|$)", self.help(sub), re.M) is not None
+        """Whether an option line of `ferry SUB --help` defines flag (clap
+        style: `  -e, --rsh <CMD>  text`); mentions in prose do not count."""
+        for line in self.help(sub).splitlines():
+            spec = line.strip()
+            if not spec.startswith("-"):
+                continue
+            spec = re.split(r"\s{2,}", spec)[0]
+            for tok in spec.split(","):
+                name = re.split(r"[\s=<\[]", tok.strip(), maxsplit=1)[0]
+                if name == flag:
+                    return True
+        return False
 
     def version(self) -> str:
         r = subprocess.run([self.path, "--version"], capture_output=True, text=True)

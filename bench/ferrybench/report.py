@@ -134,6 +134,16 @@ def summary_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def forms_table(meta: dict) -> str:
+    lines = ["| ferry form | in this build |", "|---|---|"]
+    for k, v in meta.get("forms", {}).items():
+        st = "supported" if v["supported"] else f"n/a ({esc(v['why'])})"
+        if v["supported"] and v["why"]:
+            st += f" — {esc(v['why'])}"
+        lines.append(f"| {k} | {st} |")
+    return "\n".join(lines)
+
+
 def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
     try:
         import matplotlib
@@ -182,7 +192,7 @@ def write_results(outdir: str, meta: dict, records: list[dict]) -> tuple[str, di
     charts = {}
     md = [f"# ferry benchmarks — {meta['started']}", "", f"Command: `{meta['command']}`", "",
           machine_line(meta), "", "## Summary (ratio < 1: ferry is faster)", "",
-          summary_table(records), ""]
+          summary_table(records), "", forms_table(meta), ""]
     for scen, by_case in cases(records).items():
         link = meta["links"].get(scen) or "none (local disk)"
         png = os.path.join(outdir, f"{scen}.png")
@@ -223,7 +233,9 @@ def write_benchmarks_md(path: str, repo: str, outdir: str, meta: dict, records: 
             machine_line(meta), "",
             f"Data: {meta['data_text']}", "",
             "## Summary (ferry's fastest supported form against the fastest peer; < 1 means ferry is faster)",
-            "", summary_table(records), ""]
+            "", summary_table(records), "",
+            "Which of ferry's forms the measured binary has (probed at run time; see bench/README.md):", "",
+            forms_table(meta), ""]
     for scen, by_case in cases(records).items():
         link = meta["links"].get(scen)
         body += [f"## {scen}", "", f"Reproduces: seed {meta['seeds'].get(scen, '')}.", "",
