@@ -75,10 +75,15 @@ class Ferry:
     def rsh_args(self, sub: str, link: Link) -> str:
         """How to tell ferry which ssh to use, if it asks; otherwise the
         bench PATH has an `ssh` wrapper with our config."""
+        out = ""
         for flag in ("-e", "--rsh", "--ssh"):
             if self.has_flag(sub, flag):
-                return f"{flag} {shlex.quote(link.ssh_cmd())} "
-        return ""
+                out = f"{flag} {shlex.quote(link.ssh_cmd())} "
+                break
+        # the far side is this machine: point it at the binary under test
+        if self.has_flag(sub, "--remote-ferry"):
+            out += f"--remote-ferry {shlex.quote(self.path)} "
+        return out
 
     def key_args(self, sub: str) -> str:
         if self.has_flag(sub, "--key-file"):
