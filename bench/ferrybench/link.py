@@ -279,3 +279,5 @@ class Link:
             self.remove_namespaces()
             self.up = False
             log("link: namespaces removed")
+        import shutil
+        shutil.rmtree(self.tmp, ignore_errors=True)  # keys, configs, sshd log
