@@ -5,6 +5,7 @@
 mod demo;
 mod human;
 mod progress;
+mod serve_cmd;
 mod sync_cmd;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,9 @@ enum Cmd {
     /// Build a small sample in a temp dir, sync it, change it, re-sync it,
     /// and show what each run did.
     Demo(demo::DemoArgs),
+    /// The remote side of a sync, started over ssh (internal).
+    #[command(hide = true)]
+    Serve(serve_cmd::ServeArgs),
 }
 
 fn main() {
@@ -74,6 +78,7 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Sync(a) => sync_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Serve(a) => serve_cmd::run(a),
     };
     std::process::exit(code);
 }

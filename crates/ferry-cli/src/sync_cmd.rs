@@ -65,6 +65,17 @@ pub struct SyncArgs {
     /// re-sync need not re-read unchanged destination files.
     #[arg(long, value_name = "DIR")]
     sig_cache: Option<std::path::PathBuf>,
+    /// Remote shell for host:path endpoints (split on spaces), like rsync's -e.
+    #[arg(
+        short = 'e',
+        long = "rsh",
+        value_name = "COMMAND",
+        default_value = "ssh"
+    )]
+    rsh: String,
+    /// Path of ferry on the remote host.
+    #[arg(long, value_name = "PATH", default_value = "ferry")]
+    remote_ferry: String,
     /// Worker threads per side (default: core count, at least 2).
     #[arg(short = 'j', long, value_name = "N")]
     threads: Option<usize>,
@@ -107,12 +118,13 @@ pub fn run(a: SyncArgs) -> i32 {
         eprintln!("ferry: need at least one source and a destination");
         return exit::USAGE;
     };
-    if let Some(p) = paths
+    let remote_dest = ferry_core::remote::parse_remote(&dest);
+    let remote_srcs: Vec<_> = paths
         .iter()
-        .chain(std::iter::once(&dest))
-        .find(|p| is_remote(p))
-    {
-        eprintln!("ferry: {p}: remote endpoints (host:path) are not supported by this build yet");
+        .filter_map(|p| ferry_core::remote::parse_remote(p))
+        .collect();
+    if !remote_srcs.is_empty() && (remote_dest.is_some() || remote_srcs.len() != paths.len()) {
+        eprintln!("ferry: either the sources or the destination may be remote (host:path), not both, and not a mix");
         return exit::USAGE;
     }
     let excludes = match Excludes::new(&a.exclude) {
@@ -144,17 +156,29 @@ pub fn run(a: SyncArgs) -> i32 {
         sig_cache: a.sig_cache.clone(),
         ..SyncOptions::default()
     };
-    let plan = match ferry_core::plan_local(&paths, &dest) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("ferry: {e}");
-            return class_code(e.class());
+    let ropts = ferry_core::remote::RemoteOptions {
+        rsh: a.rsh.clone(),
+        remote_ferry: a.remote_ferry.clone(),
+    };
+    let plan = if remote_dest.is_none() && remote_srcs.is_empty() {
+        match ferry_core::plan_local(&paths, &dest) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("ferry: {e}");
+                return class_code(e.class());
+            }
         }
+    } else {
+        None
     };
     let stats = Arc::new(Stats::default());
     let start = std::time::Instant::now();
     let progress = Progress::start(stats.clone(), a.progress, a.quiet || a.json);
-    let res = ferry_core::sync_local(&plan, &opts, &stats);
+    let res = match (&plan, &remote_dest) {
+        (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
+        (None, Some(d)) => ferry_core::remote::sync_push(&paths, d, &opts, &ropts, &stats),
+        (None, None) => ferry_core::remote::sync_pull(&remote_srcs, &dest, &opts, &ropts, &stats),
+    };
     progress.finish();
     let report = stats.report(start.elapsed().as_secs_f64());
     let code = match &res {
@@ -211,15 +235,6 @@ pub fn summary(r: &ferry_core::Report, dry_run: bool) -> String {
         human::rate(r.bytes_transferred, r.seconds),
         human::bytes(r.bytes_wire),
     )
-}
-
-/// rsync's rule: `host:path` is remote when a `:` comes before any `/`.
-pub fn is_remote(p: &str) -> bool {
-    match (p.find(':'), p.find('/')) {
-        (Some(c), Some(s)) => c < s && c > 0,
-        (Some(c), None) => c > 0,
-        _ => false,
-    }
 }
 
 /// `110M` → 110_000_000; `64Ki` → 65536; a bare number is bytes.

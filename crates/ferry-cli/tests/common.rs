@@ -127,3 +127,110 @@ pub fn is_root() -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
 }
+
+/// A real OpenSSH server on 127.0.0.1 with generated host and client keys,
+/// killed (by pid) when dropped.
+pub struct SshServer {
+    pub port: u16,
+    pub user: String,
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl SshServer {
+    /// Start one, or print a loud SKIPPED line and return None when sshd or
+    /// ssh is not installed.
+    pub fn start(test: &str) -> Option<SshServer> {
+        let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
+            .into_iter()
+            .find(|p| Path::new(p).exists());
+        let (Some(sshd), true) = (sshd, which("ssh")) else {
+            eprintln!("SKIPPED: {test}: openssh-server/openssh-client not installed (.ci/run installs them)");
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("temp dir");
+        for k in ["host", "id"] {
+            let st = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.path().join(k))
+                .status()
+                .expect("ssh-keygen");
+            assert!(st.success());
+        }
+        fs::copy(
+            dir.path().join("id.pub"),
+            dir.path().join("authorized_keys"),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let user = String::from_utf8_lossy(&Command::new("id").arg("-un").output().unwrap().stdout)
+            .trim()
+            .to_string();
+        let cfg = dir.path().join("sshd_config");
+        fs::write(
+            &cfg,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host\nAuthorizedKeysFile {d}/authorized_keys\n\
+                 PermitRootLogin yes\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 UsePAM no\nPidFile {d}/sshd.pid\nLogLevel ERROR\nPrintMotd no\n",
+                d = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let _ = fs::create_dir_all("/run/sshd");
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&cfg)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start sshd");
+        let server = SshServer {
+            port,
+            user,
+            dir,
+            child,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sshd did not start on port {port}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(server)
+    }
+
+    /// The `-e` command that reaches this server.
+    pub fn rsh(&self) -> String {
+        format!(
+            "ssh -p {} -i {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
+            self.port,
+            self.dir.path().join("id").display()
+        )
+    }
+
+    /// `user@127.0.0.1:path`.
+    pub fn remote(&self, path: &Path) -> String {
+        format!("{}@127.0.0.1:{}", self.user, path.display())
+    }
+}
+
+impl Drop for SshServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn which(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}

@@ -11,13 +11,17 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug)]
 pub struct Excludes {
     set: Option<Gitignore>,
+    patterns: Vec<String>,
 }
 
 impl Excludes {
     /// Compile `patterns`; an invalid glob is a usage error.
     pub fn new(patterns: &[String]) -> Result<Self> {
         if patterns.is_empty() {
-            return Ok(Self { set: None });
+            return Ok(Self {
+                set: None,
+                patterns: Vec::new(),
+            });
         }
         let mut b = GitignoreBuilder::new("/");
         for p in patterns {
@@ -27,7 +31,15 @@ impl Excludes {
         let set = b
             .build()
             .map_err(|e| Error::Usage(format!("--exclude: {e}")))?;
-        Ok(Self { set: Some(set) })
+        Ok(Self {
+            set: Some(set),
+            patterns: patterns.to_vec(),
+        })
+    }
+
+    /// The patterns as given.
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
     }
 
     /// True when the entry at `rel` (relative, `/`-separated) is excluded.

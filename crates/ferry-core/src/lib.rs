@@ -16,6 +16,7 @@ pub mod exclude;
 pub mod fsutil;
 pub mod plan;
 pub mod receiver;
+pub mod remote;
 pub mod scan;
 pub mod sender;
 pub mod stats;
@@ -26,7 +27,7 @@ use std::time::Instant;
 
 pub use error::{Class, Error, Result};
 pub use exclude::Excludes;
-pub use plan::{Plan, SourceSpec};
+pub use plan::{Dest, Plan, SourceSpec};
 pub use stats::{Report, Stats};
 
 /// How changed files are sent.
@@ -158,8 +159,8 @@ fn sync_local_pass(
     let sent_b = b.sent.clone();
     let wire = || sent_a.get() + sent_b.get();
     let res = std::thread::scope(|s| {
-        let sender = s.spawn(|| sender::run_sender(a, &plan.sources, opts, stats));
-        let r = receiver::run_receiver(b, &plan.dest_root, opts, stats);
+        let sender = s.spawn(|| sender::run_sender(a, &plan.sources, opts, stats, false));
+        let r = receiver::run_receiver(b, &Dest::Dir(plan.dest_root.clone()), opts, stats);
         let sres = sender
             .join()
             .map_err(|_| Error::Protocol("sender thread panicked".into()))?;

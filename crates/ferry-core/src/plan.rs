@@ -45,6 +45,44 @@ fn basename(p: &str) -> Result<Vec<u8>> {
     Ok(name)
 }
 
+/// Where a receiver writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// Everything goes under this directory (created if missing).
+    Dir(PathBuf),
+    /// One source without a trailing slash, whose kind only the sender
+    /// knows (a pull, or a push to a path only the remote can see): if the
+    /// path is an existing directory or the source is a directory, this is
+    /// `Dir`; if the source is a file, it is written *as* this path.
+    FileOrDir(PathBuf),
+}
+
+/// Source specs for the sender from command-line paths (trailing-slash
+/// rule), where `is_dir` tells which paths are directories.
+pub fn source_specs(
+    sources: &[String],
+    is_dir: impl Fn(&str) -> Option<bool>,
+) -> Result<Vec<SourceSpec>> {
+    let mut specs = Vec::new();
+    for s in sources {
+        if s.is_empty() {
+            return Err(Error::Usage("empty source path".into()));
+        }
+        let slash = s.ends_with('/');
+        let name = if slash && is_dir(s) == Some(true) {
+            Vec::new()
+        } else {
+            basename(s)?
+        };
+        specs.push(SourceSpec {
+            path: PathBuf::from(s),
+            name,
+            follow: slash,
+        });
+    }
+    Ok(specs)
+}
+
 /// Plan a local sync. `dest_kind` reports what `dest` is now: `None` when it
 /// does not exist, `Some(true)` for a directory, `Some(false)` otherwise.
 pub fn plan(
@@ -59,24 +97,7 @@ pub fn plan(
     if dest.is_empty() {
         return Err(Error::Usage("empty destination".into()));
     }
-    let mut specs = Vec::new();
-    for s in sources {
-        if s.is_empty() {
-            return Err(Error::Usage("empty source path".into()));
-        }
-        let is_dir = source_is_dir(s);
-        let slash = s.ends_with('/');
-        let name = if slash && is_dir == Some(true) {
-            Vec::new()
-        } else {
-            basename(s)?
-        };
-        specs.push(SourceSpec {
-            path: PathBuf::from(s),
-            name,
-            follow: slash,
-        });
-    }
+    let mut specs = source_specs(sources, &source_is_dir)?;
     let dest_path = PathBuf::from(dest);
     let single_file = specs.len() == 1 && source_is_dir(&sources[0]) == Some(false);
     if single_file && dest_kind != Some(true) && !dest.ends_with('/') {

@@ -24,6 +24,7 @@ use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, Wa
 
 use crate::error::{describe, is_fatal_io, Error, Result};
 use crate::fsutil;
+use crate::plan::Dest;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
@@ -145,13 +146,13 @@ impl Shared<'_> {
 /// Run the receiving side of a session over `ep`, writing under `root`.
 pub fn run_receiver(
     ep: Endpoint,
-    root: &Path,
+    dest: &Dest,
     opts: &SyncOptions,
     stats: &Stats,
 ) -> Result<ReceiverReport> {
     let Endpoint { tx, rx, .. } = ep;
     tx.send(Message::Hello {
-        version: ferry_proto::PROTOCOL_VERSION,
+        version: ferry_proto::announced_version(),
         features: ferry_proto::features::ALL,
     })?;
     match rx.recv()? {
@@ -167,7 +168,15 @@ pub fn run_receiver(
         Message::Fatal { error } => return Err(Error::Peer(error)),
         m => return Err(Error::Protocol(format!("expected Hello, got {}", m.name()))),
     }
-    if !opts.dry_run {
+    // A file-or-directory destination that is an existing directory is a
+    // directory; otherwise the first entry decides.
+    let (root, late) = match dest {
+        Dest::Dir(r) => (r.clone(), None),
+        Dest::FileOrDir(p) if fs::metadata(p).is_ok_and(|m| m.is_dir()) => (p.clone(), None),
+        Dest::FileOrDir(p) => (p.clone(), Some(p.clone())),
+    };
+    let root = root.as_path();
+    if !opts.dry_run && late.is_none() {
         match fs::symlink_metadata(root) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -233,6 +242,7 @@ pub fn run_receiver(
             dirs_ok: HashSet::from([Vec::new()]),
             dirs: Vec::new(),
             links: Vec::new(),
+            late,
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -289,6 +299,8 @@ struct Dispatcher<'a, 'b> {
     /// Directories to give their metadata at the end.
     dirs: Vec<(PathBuf, Entry)>,
     links: Vec<Entry>,
+    /// A destination to resolve on the first entry (see [`Dest::FileOrDir`]).
+    late: Option<PathBuf>,
 }
 
 fn valid_rel(p: &[u8]) -> bool {
@@ -402,12 +414,15 @@ impl Dispatcher<'_, '_> {
         send_op(&workers[k], f, op)
     }
 
-    fn entry(&mut self, e: Entry) -> Result<()> {
+    fn entry(&mut self, mut e: Entry) -> Result<()> {
         if !valid_rel(&e.path) {
             return Err(Error::Protocol(format!(
                 "unsafe path in file list: {:?}",
                 shown(&e.path)
             )));
+        }
+        if let Some(p) = self.late.take() {
+            self.resolve_root(&p, &mut e)?;
         }
         let stats = self.sh.stats;
         Stats::add(&stats.files_total, 1);
@@ -444,6 +459,30 @@ impl Dispatcher<'_, '_> {
                 return Err(Error::io(&dest, err));
             }
             stats.error(format!("{}: {}", dest.display(), describe(&err)));
+        }
+        Ok(())
+    }
+
+    /// First entry of a [`Dest::FileOrDir`] session: a directory source
+    /// goes under the path, a file source becomes the path.
+    fn resolve_root(&mut self, p: &Path, e: &mut Entry) -> Result<()> {
+        if e.kind() != EntryKind::Dir {
+            let name = p
+                .file_name()
+                .map(|n| n.as_bytes().to_vec())
+                .unwrap_or_default();
+            if name.is_empty() {
+                return Err(Error::Usage(format!("{}: not a file name", p.display())));
+            }
+            self.root = p
+                .parent()
+                .filter(|q| !q.as_os_str().is_empty())
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            e.path = name;
+        }
+        if !self.sh.opts.dry_run {
+            fs::create_dir_all(&self.root).map_err(|err| Error::io(&self.root, err))?;
         }
         Ok(())
     }

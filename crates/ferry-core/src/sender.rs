@@ -58,15 +58,19 @@ struct DeltaJob {
 const MAX_SIGNATURE_BLOCKS: u64 = 1 << 22;
 
 /// Run the sending side of a session over `ep` until the receiver reports.
+/// With `progress`, the sender counts what it was asked for and has sent
+/// into `stats` (when the receiver is remote, nobody else does).
 pub fn run_sender(
     ep: Endpoint,
     sources: &[SourceSpec],
     opts: &SyncOptions,
     stats: &Stats,
+    progress: bool,
 ) -> Result<ReceiverReport> {
+    let progress = progress.then_some(stats);
     let Endpoint { tx, rx, .. } = ep;
     tx.send(Message::Hello {
-        version: ferry_proto::PROTOCOL_VERSION,
+        version: ferry_proto::announced_version(),
         features: ferry_proto::features::ALL,
     })?;
     match rx.recv()? {
@@ -91,7 +95,7 @@ pub fn run_sender(
         for _ in 0..threads {
             let job_rx = job_rx.clone();
             let tx = tx.clone();
-            workers.push(s.spawn(move || worker(job_rx, tx)));
+            workers.push(s.spawn(move || worker(job_rx, tx, progress)));
         }
         drop(job_rx);
 
@@ -109,6 +113,9 @@ pub fn run_sender(
                         let Some(f) = f else {
                             return Err(Error::Protocol(format!("receiver asked for unknown file {file}")));
                         };
+                        if let Some(st) = progress {
+                            Stats::add(&st.bytes_transferred, f.size);
+                        }
                         if mode == WantMode::Whole {
                             enqueue(job_tx.as_ref(), file, &f, None)?;
                         } else {
@@ -217,10 +224,14 @@ fn enqueue(
     Ok(())
 }
 
-fn worker(jobs: Receiver<Job>, tx: MsgTx) -> Result<()> {
+fn worker(jobs: Receiver<Job>, tx: MsgTx, progress: Option<&Stats>) -> Result<()> {
     let mut buf = Vec::with_capacity(scan::CHUNK);
     for job in jobs {
         send_segment(&job, &tx, &mut buf)?;
+        if let Some(st) = progress {
+            let (a, b) = layout::segment_range(job.file.size, job.seg);
+            Stats::add(&st.bytes_done, b - a);
+        }
     }
     Ok(())
 }
@@ -448,6 +459,17 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
+    /// Report a source entry that cannot be sent. It travels to the
+    /// receiver, which keeps the tally, so a remote sender's problems reach
+    /// the side that prints.
+    fn warn(&self, error: String) -> Result<()> {
+        self.tx.send(Message::FileFailed {
+            file: ferry_proto::NO_FILE,
+            error,
+        })?;
+        Ok(())
+    }
+
     fn visit(
         &mut self,
         path: &Path,
@@ -490,8 +512,7 @@ impl Walker<'_> {
             let mut children: Vec<_> = match std::fs::read_dir(path) {
                 Ok(rd) => rd.filter_map(|d| d.ok()).collect(),
                 Err(err) => {
-                    self.stats
-                        .error(format!("{}: {}", path.display(), describe(&err)));
+                    self.warn(format!("{}: {}", path.display(), describe(&err)))?;
                     return Ok(());
                 }
             };
@@ -501,8 +522,7 @@ impl Walker<'_> {
                 let m = match std::fs::symlink_metadata(&cp) {
                     Ok(m) => m,
                     Err(err) => {
-                        self.stats
-                            .error(format!("{}: {}", cp.display(), describe(&err)));
+                        self.warn(format!("{}: {}", cp.display(), describe(&err)))?;
                         continue;
                     }
                 };
@@ -552,8 +572,7 @@ impl Walker<'_> {
             match File::open(path).and_then(|f| scan::file_digest(&f, size, self.opts.threads)) {
                 Ok(d) => e.digest = Some(d),
                 Err(err) => {
-                    self.stats
-                        .error(format!("{}: {}", path.display(), describe(&err)));
+                    self.warn(format!("{}: {}", path.display(), describe(&err)))?;
                     return Ok(());
                 }
             }

@@ -24,10 +24,27 @@ pub mod transport;
 
 pub use codec::{decode, encode, encoded_len, DecodeError, MAX_FRAME};
 pub use msg::*;
-pub use transport::{in_process, stream_link, Endpoint, LinkError, MsgRx, MsgTx, WireCounter};
+pub use transport::{
+    in_process, stream_link, stream_link_flushed, Endpoint, Flushed, LinkError, MsgRx, MsgTx,
+    WireCounter,
+};
+
+/// The `file` of a [`Message::FileFailed`] that concerns no requested file
+/// (a source entry the sender could not list or read).
+pub const NO_FILE: u32 = u32::MAX;
 
 /// Protocol version spoken by this build. Peers must agree exactly on the
 /// major version; see `docs/PROTOCOL.md`.
 pub const PROTOCOL_VERSION: u32 = 1;
+/// The version this process announces in `Hello`: [`PROTOCOL_VERSION`],
+/// unless the environment variable `FERRY_TEST_PROTOCOL_VERSION` says
+/// otherwise (a test aid to exercise version mismatches with real peers).
+pub fn announced_version() -> u32 {
+    std::env::var("FERRY_TEST_PROTOCOL_VERSION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PROTOCOL_VERSION)
+}
+
 /// Magic bytes at the start of a stream link, before the first frame.
 pub const MAGIC: &[u8; 8] = b"FERRY\x00\x01\n";

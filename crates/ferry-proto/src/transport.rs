@@ -202,9 +202,32 @@ pub fn in_process() -> (Endpoint, Endpoint) {
     (a, b)
 }
 
+/// Waits for a stream link's writer to put everything queued on the pipe.
+pub struct Flushed(Option<thread::JoinHandle<()>>);
+
+impl Flushed {
+    /// Block until every sender handle is gone and the writer has flushed
+    /// and closed its pipe. A process must call this before it exits, or
+    /// its last messages may never leave.
+    pub fn wait(mut self) {
+        if let Some(h) = self.0.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 /// An endpoint speaking frames over a byte pipe. Spawns one reader and one
 /// writer thread; they end when the pipe closes or the endpoint is dropped.
-pub fn stream_link<R, W>(mut r: R, mut w: W) -> Endpoint
+pub fn stream_link<R, W>(r: R, w: W) -> Endpoint
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    stream_link_flushed(r, w).0
+}
+
+/// [`stream_link`], plus a handle to wait for the writer to finish.
+pub fn stream_link_flushed<R, W>(mut r: R, mut w: W) -> (Endpoint, Flushed)
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
@@ -219,7 +242,7 @@ where
 
     let wsent = sent.clone();
     let wfail = failure.clone();
-    let _ = thread::Builder::new()
+    let writer = thread::Builder::new()
         .name("ferry-writer".into())
         .spawn(move || {
             if let Err(e) = write_loop(&mut w, &wrx, &wsent) {
@@ -227,7 +250,8 @@ where
                     *g = Some(e);
                 }
             }
-        });
+        })
+        .ok();
 
     let rrecv = received.clone();
     let rfail = rfailure.clone();
@@ -242,7 +266,7 @@ where
             // Dropping `rtx` here wakes the receiver with the error.
         });
 
-    Endpoint {
+    let ep = Endpoint {
         tx: MsgTx {
             tx,
             count_on_send: None,
@@ -255,7 +279,8 @@ where
         },
         sent,
         received,
-    }
+    };
+    (ep, Flushed(writer))
 }
 
 fn io_err(e: std::io::Error) -> LinkError {

@@ -1,0 +1,130 @@
+//! `ferry serve --stdio`: the remote side of a sync, started by ssh. It
+//! speaks the protocol on stdin/stdout and never prints to stdout; errors
+//! travel to the other side in the protocol (and to stderr, which ssh
+//! passes back).
+
+use clap::Args;
+use ferry_core::{DeltaMode, Excludes, SyncOptions};
+
+use crate::exit;
+use crate::sync_cmd::class_code;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Speak the protocol on stdin and stdout.
+    #[arg(long, required = true)]
+    stdio: bool,
+    /// Be the sender: PATHS are the sources.
+    #[arg(long, conflicts_with = "receive")]
+    send: bool,
+    /// Be the receiver: PATHS is the destination.
+    #[arg(long)]
+    receive: bool,
+    /// The destination is a file if the one source is a file.
+    #[arg(long)]
+    file_or_dir: bool,
+    #[arg(long)]
+    delete: bool,
+    #[arg(long)]
+    checksum: bool,
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    inplace: bool,
+    #[arg(long)]
+    xattrs: bool,
+    #[arg(long, conflicts_with = "whole_file")]
+    delta: bool,
+    #[arg(long)]
+    whole_file: bool,
+    #[arg(long)]
+    threads: Option<usize>,
+    #[arg(long)]
+    exclude: Vec<String>,
+    #[arg(long)]
+    sig_cache: Option<std::path::PathBuf>,
+    #[arg(long)]
+    bwlimit: Option<u64>,
+    #[arg(last = true, required = true)]
+    paths: Vec<String>,
+}
+
+pub fn run(a: ServeArgs) -> i32 {
+    if !a.send && !a.receive {
+        eprintln!("ferry serve: --send or --receive is required");
+        return exit::USAGE;
+    }
+    let excludes = match Excludes::new(&a.exclude) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ferry serve: {e}");
+            return exit::USAGE;
+        }
+    };
+    let opts = SyncOptions {
+        checksum: a.checksum,
+        delete: a.delete,
+        dry_run: a.dry_run,
+        inplace: a.inplace,
+        xattrs: a.xattrs,
+        excludes,
+        threads: a
+            .threads
+            .unwrap_or_else(ferry_core::default_threads)
+            .clamp(1, 64),
+        delta: if a.delta {
+            DeltaMode::Delta
+        } else if a.whole_file {
+            DeltaMode::Whole
+        } else {
+            DeltaMode::Auto
+        },
+        sig_cache: a.sig_cache,
+        bwlimit: a.bwlimit,
+        ..SyncOptions::default()
+    };
+    match ferry_core::remote::serve_stdio(a.send, a.file_or_dir, &a.paths, &opts) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            // The peer has been told over the protocol when it could be;
+            // this line reaches the user through ssh's stderr otherwise.
+            eprintln!("ferry serve: {e}");
+            class_code(e.class())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        a: super::ServeArgs,
+    }
+
+    /// What the client writes, the server parses.
+    #[test]
+    fn serve_args_roundtrip() {
+        let opts = ferry_core::SyncOptions {
+            delete: true,
+            checksum: true,
+            delta: ferry_core::DeltaMode::Delta,
+            excludes: ferry_core::Excludes::new(&["*.tmp".into(), "--odd".into()]).unwrap(),
+            sig_cache: Some("/var/cache/x y".into()),
+            ..Default::default()
+        };
+        let args = ferry_core::remote::serve_args(&opts, false, true, &["/dst dir".into()]);
+        let w =
+            Wrap::try_parse_from(std::iter::once("x".to_string()).chain(args.into_iter().skip(1)))
+                .unwrap();
+        assert!(w.a.receive && w.a.file_or_dir && w.a.delete && w.a.checksum && w.a.delta);
+        assert_eq!(w.a.exclude, vec!["*.tmp".to_string(), "--odd".to_string()]);
+        assert_eq!(w.a.paths, vec!["/dst dir".to_string()]);
+        assert_eq!(
+            w.a.sig_cache.unwrap(),
+            std::path::PathBuf::from("/var/cache/x y")
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! `ferry sync` across a real sshd on 127.0.0.1: push, pull, delta over
+//! the link, and every way the link can fail.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::*;
+
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("a/b")).unwrap();
+    fs::write(root.join("a/one.bin"), bytes(1, 3 << 20)).unwrap();
+    fs::write(root.join("a/b/two.txt"), b"two").unwrap();
+    fs::write(root.join("top.txt"), b"top").unwrap();
+    std::os::unix::fs::symlink("a/b/two.txt", root.join("link")).unwrap();
+    fs::hard_link(root.join("top.txt"), root.join("top-again.txt")).unwrap();
+}
+
+fn remote_args<'a>(ssh: &'a str, bin: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["sync", "-e", ssh, "--remote-ferry", bin];
+    v.extend_from_slice(rest);
+    v
+}
+
+#[test]
+fn push_and_pull_trees_and_files() {
+    let Some(srv) = SshServer::start("push_and_pull_trees_and_files") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let bin = p(&bin);
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    // Push the contents, re-run: nothing moves.
+    let pushed = d.path().join("pushed");
+    let dst = srv.remote(&pushed);
+    let j = ferry_ok(&remote_args(&rsh, bin, &[&slash(&src), &dst]));
+    assert_same_tree(&src, &pushed);
+    assert!(j["bytes_wire"].as_u64().unwrap() > 3 << 20);
+    let again = ferry_ok(&remote_args(&rsh, bin, &[&slash(&src), &dst]));
+    assert_eq!(again["files_transferred"], 0);
+    assert!(again["bytes_wire"].as_u64().unwrap() < 10_000);
+    // Pull the directory itself.
+    let pulled = d.path().join("pulled");
+    let from = srv.remote(&src);
+    ferry_ok(&remote_args(&rsh, bin, &[&from, p(&pulled)]));
+    assert_same_tree(&src, &pulled.join("src"));
+    // A single file pushed and pulled to a new name.
+    let one = srv.remote(&d.path().join("copy.bin"));
+    ferry_ok(&remote_args(&rsh, bin, &[p(&src.join("a/one.bin")), &one]));
+    assert!(
+        fs::read(d.path().join("copy.bin")).unwrap() == fs::read(src.join("a/one.bin")).unwrap()
+    );
+    ferry_ok(&remote_args(
+        &rsh,
+        bin,
+        &[&one, p(&d.path().join("back.bin"))],
+    ));
+    assert!(
+        fs::read(d.path().join("back.bin")).unwrap() == fs::read(src.join("a/one.bin")).unwrap()
+    );
+}
+
+#[test]
+fn changed_file_goes_as_a_delta_over_the_link() {
+    let Some(srv) = SshServer::start("changed_file_goes_as_a_delta_over_the_link") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("big");
+    let mut data = bytes(3, 16 << 20);
+    fs::write(&src, &data).unwrap();
+    let dst = d.path().join("big.remote");
+    ferry_ok(&remote_args(&rsh, p(&bin), &[p(&src), &srv.remote(&dst)]));
+    data[7 << 20..(7 << 20) + 5000].fill(1);
+    fs::write(&src, &data).unwrap();
+    let j = ferry_ok(&remote_args(&rsh, p(&bin), &[p(&src), &srv.remote(&dst)]));
+    assert!(fs::read(&dst).unwrap() == data);
+    assert_eq!(j["files_delta"], 1, "{j}");
+    assert!(j["bytes_wire"].as_u64().unwrap() < 1 << 20, "{j}");
+}
+
+#[test]
+fn failures_give_one_clear_line_and_documented_codes() {
+    let Some(srv) = SshServer::start("failures_give_one_clear_line_and_documented_codes") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("f");
+    fs::write(&src, b"data").unwrap();
+    let dst = srv.remote(&d.path().join("g"));
+
+    // ssh cannot connect: wrong port.
+    let bad = rsh.replace(&format!("-p {}", srv.port), "-p 1");
+    let out = ferry(&remote_args(&bad, p(&bin), &[p(&src), &dst]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("ssh to") && err.contains("failed"), "{err}");
+
+    // No ferry on the other side.
+    let out = ferry(&remote_args(&rsh, "/nonexistent/ferry", &[p(&src), &dst]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("not installed"), "{err}");
+
+    // Something that is not ferry answers.
+    let out = ferry(&remote_args(&rsh, "/bin/echo", &[p(&src), &dst]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("did not answer as ferry"), "{err}");
+
+    // An incompatible version.
+    let wrapper = d.path().join("old-ferry");
+    fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nFERRY_TEST_PROTOCOL_VERSION=99 exec {} \"$@\"\n",
+            bin.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = ferry(&remote_args(&rsh, p(&wrapper), &[p(&src), &dst]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("version 99"), "{err}");
+}
+
+#[test]
+fn remote_that_dies_mid_transfer_leaves_the_old_file() {
+    let Some(srv) = SshServer::start("remote_that_dies_mid_transfer_leaves_the_old_file") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("big");
+    fs::write(&src, bytes(4, 64 << 20)).unwrap();
+    let target_dir = d.path().join("remote");
+    fs::create_dir(&target_dir).unwrap();
+    fs::write(target_dir.join("big"), b"old").unwrap();
+    // The remote ferry is terminated after half a second; --bwlimit keeps
+    // the transfer going longer than that.
+    let wrapper = d.path().join("dying-ferry");
+    fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec timeout -s TERM 0.5 {} \"$@\"\n",
+            bin.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    let start = std::time::Instant::now();
+    let out = ferry(&remote_args(
+        &rsh,
+        p(&wrapper),
+        &["--bwlimit", "20M", p(&src), &srv.remote(&target_dir)],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("lost"), "{err}");
+    assert!(
+        start.elapsed().as_secs() < 20,
+        "the sender noticed promptly"
+    );
+    assert!(
+        fs::read(target_dir.join("big")).unwrap() == b"old",
+        "old file kept"
+    );
+    assert!(
+        temp_files(&target_dir).is_empty(),
+        "{:?}",
+        temp_files(&target_dir)
+    );
+}

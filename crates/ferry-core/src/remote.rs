@@ -1,0 +1,403 @@
+//! Sessions across hosts over ssh.
+//!
+//! A remote path is `[user@]host:path` (a `:` before any `/`, as in rsync).
+//! ferry runs `ferry serve --stdio --send|--receive [OPTIONS] -- PATHS` on
+//! the other host through ssh (or the `-e` command) and plays the other role
+//! here, over ssh's stdin and stdout: the same sender and receiver as a
+//! local run, over [`ferry_proto::stream_link`] instead of the in-process
+//! link. Options travel on the serve command line; [`serve_args`] writes
+//! them and the CLI's `serve` parses them.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ferry_proto::{Endpoint, LinkError, ReceiverReport};
+
+use crate::error::{Error, Result};
+use crate::plan::{self, Dest};
+use crate::stats::{Report, Stats};
+use crate::{receiver, sender, DeltaMode, SyncOptions};
+
+/// `[user@]host:path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemotePath {
+    pub host: String,
+    pub path: String,
+}
+
+/// Parse `[user@]host:path`; `None` for a local path (no `:` before the
+/// first `/`).
+pub fn parse_remote(s: &str) -> Option<RemotePath> {
+    let colon = s.find(':')?;
+    if colon == 0 || s.find('/').is_some_and(|sl| sl < colon) {
+        return None;
+    }
+    let path = &s[colon + 1..];
+    Some(RemotePath {
+        host: s[..colon].to_string(),
+        path: if path.is_empty() {
+            ".".into()
+        } else {
+            path.into()
+        },
+    })
+}
+
+/// How to reach the other host.
+#[derive(Clone, Debug)]
+pub struct RemoteOptions {
+    /// The remote shell command, split on white space (`-e`, default `ssh`).
+    pub rsh: String,
+    /// The ferry binary on the other host (`--remote-ferry`).
+    pub remote_ferry: String,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        Self {
+            rsh: "ssh".into(),
+            remote_ferry: "ferry".into(),
+        }
+    }
+}
+
+/// The `ferry serve` arguments that carry `opts` to the other side.
+pub fn serve_args(
+    opts: &SyncOptions,
+    send: bool,
+    file_or_dir: bool,
+    paths: &[String],
+) -> Vec<String> {
+    let mut a: Vec<String> = vec!["serve".into(), "--stdio".into()];
+    a.push(if send { "--send" } else { "--receive" }.into());
+    let flags = [
+        (file_or_dir, "--file-or-dir"),
+        (opts.delete, "--delete"),
+        (opts.checksum, "--checksum"),
+        (opts.dry_run, "--dry-run"),
+        (opts.inplace, "--inplace"),
+        (opts.xattrs, "--xattrs"),
+        (opts.delta == DeltaMode::Delta, "--delta"),
+        (opts.delta == DeltaMode::Whole, "--whole-file"),
+    ];
+    a.extend(
+        flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, f)| f.to_string()),
+    );
+    a.push(format!("--threads={}", opts.threads));
+    for p in opts.excludes.patterns() {
+        a.push(format!("--exclude={p}"));
+    }
+    if let Some(r) = opts.bwlimit {
+        a.push(format!("--bwlimit={r}"));
+    }
+    if let Some(d) = &opts.sig_cache {
+        a.push(format!("--sig-cache={}", d.display()));
+    }
+    a.push("--".into());
+    a.extend(paths.iter().cloned());
+    a
+}
+
+/// Quote one word for a POSIX shell (ssh runs the command through one).
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// A running remote side.
+struct Remote {
+    host: String,
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+    stderr_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn spawn(host: &str, ropts: &RemoteOptions, args: &[String]) -> Result<(Remote, Endpoint)> {
+    let mut words = ropts.rsh.split_whitespace();
+    let prog = words
+        .next()
+        .ok_or_else(|| Error::Usage("empty --rsh command".into()))?;
+    let mut remote_cmd = shell_quote(&ropts.remote_ferry);
+    for a in args {
+        remote_cmd.push(' ');
+        remote_cmd.push_str(&shell_quote(a));
+    }
+    let mut child = Command::new(prog)
+        .args(words)
+        .arg(host)
+        .arg(remote_cmd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            Error::Link(LinkError::Io(format!(
+                "cannot run {prog}: {}",
+                crate::error::describe(&e)
+            )))
+        })?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(Error::Link(LinkError::Io(format!("{prog}: no pipes"))));
+    };
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l2 = lines.clone();
+    let stderr_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            if let Ok(mut g) = l2.lock() {
+                if g.len() >= 20 {
+                    g.remove(0);
+                }
+                g.push(line);
+            }
+        }
+    });
+    let ep = ferry_proto::stream_link(stdout, stdin);
+    Ok((
+        Remote {
+            host: host.to_string(),
+            child,
+            stderr: lines,
+            stderr_thread: Some(stderr_thread),
+        },
+        ep,
+    ))
+}
+
+impl Remote {
+    /// Wait for the remote side and turn a failed session into the error
+    /// that names the cause: ssh, a missing remote ferry, a peer that is not
+    /// ferry, or the remote's own error.
+    fn finish<T>(mut self, res: Result<T>) -> Result<T> {
+        let status = self.child.wait();
+        if let Some(t) = self.stderr_thread.take() {
+            let _ = t.join();
+        }
+        let tail = self
+            .stderr
+            .lock()
+            .map(|g| {
+                g.iter()
+                    .filter(|l| !l.starts_with("Warning: Permanently added"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .unwrap_or_default();
+        let code = status.ok().and_then(|s| s.code());
+        match res {
+            Ok(v) => Ok(v),
+            Err(Error::Link(LinkError::BadMagic(text))) => Err(Error::Protocol(format!(
+                "{} did not answer as ferry (it said {text:?}); is the remote shell printing a banner?",
+                self.host
+            ))),
+            Err(Error::Link(LinkError::Closed)) | Err(Error::Link(LinkError::Io(_))) => {
+                let why = match code {
+                    Some(255) => format!("ssh to {} failed: {}", self.host, or_unknown(&tail)),
+                    Some(127) => format!(
+                        "ferry is not installed on {} (or not on its PATH; give it with --remote-ferry): {}",
+                        self.host,
+                        or_unknown(&tail)
+                    ),
+                    Some(c) => format!(
+                        "connection to {} lost; the remote side exited with status {c}: {}",
+                        self.host,
+                        or_unknown(&tail)
+                    ),
+                    None => format!("connection to {} lost (remote side killed): {}", self.host, or_unknown(&tail)),
+                };
+                Err(Error::Link(LinkError::Io(why)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() {
+        "no message"
+    } else {
+        s
+    }
+}
+
+/// Copy the receiver's tally into the local counters (push: the receiver
+/// is remote).
+fn fill(stats: &Stats, r: &ReceiverReport) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (c, v) in [
+        (&stats.files_total, r.files_total),
+        (&stats.files_transferred, r.files_transferred),
+        (&stats.files_delta, r.files_delta),
+        (&stats.files_deleted, r.files_deleted),
+        (&stats.files_failed, r.files_failed),
+        (&stats.bytes_total, r.bytes_total),
+        (&stats.bytes_transferred, r.bytes_transferred),
+        (&stats.bytes_written, r.bytes_written),
+        (&stats.bytes_matched, r.bytes_matched),
+    ] {
+        c.store(v, Relaxed);
+    }
+    if let Ok(mut e) = stats.errors.lock() {
+        *e = r.errors.clone();
+    }
+}
+
+fn finish_report(stats: &Stats, ep_wire: u64, start: Instant) -> Result<Report> {
+    use std::sync::atomic::Ordering::Relaxed;
+    stats.bytes_wire.store(ep_wire, Relaxed);
+    let report = stats.report(start.elapsed().as_secs_f64());
+    if report.files_failed > 0 {
+        return Err(Error::Partial {
+            failed: report.files_failed,
+            total: report.files_total,
+        });
+    }
+    Ok(report)
+}
+
+/// Resolve `DeltaMode::Auto` for a link: across hosts, send deltas of
+/// changed files (the link is the scarce resource).
+fn link_opts(opts: &SyncOptions) -> SyncOptions {
+    let mut o = opts.clone();
+    if o.delta == DeltaMode::Auto {
+        o.delta = DeltaMode::Delta;
+    }
+    o
+}
+
+/// Push local `sources` to `dest` on another host.
+pub fn sync_push(
+    sources: &[String],
+    dest: &RemotePath,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+) -> Result<Report> {
+    let start = Instant::now();
+    for s in sources {
+        std::fs::symlink_metadata(s.trim_end_matches('/'))
+            .or_else(|_| std::fs::symlink_metadata(s))
+            .map_err(|e| Error::io(s, e))?;
+    }
+    let is_dir = |s: &str| std::fs::metadata(s).ok().map(|m| m.is_dir());
+    let specs = plan::source_specs(sources, is_dir)?;
+    let file_or_dir = sources.len() == 1 && !sources[0].ends_with('/') && !dest.path.ends_with('/');
+    let opts = link_opts(opts);
+    let args = serve_args(&opts, false, file_or_dir, std::slice::from_ref(&dest.path));
+    let (remote, mut ep) = spawn(&dest.host, ropts, &args)?;
+    if let Some(rate) = opts.bwlimit {
+        ep.tx = ep.tx.with_rate_limit(rate);
+    }
+    let (sent, recv) = (ep.sent.clone(), ep.received.clone());
+    let res = sender::run_sender(ep, &specs, &opts, stats, true);
+    let report = remote.finish(res)?;
+    fill(stats, &report);
+    finish_report(stats, sent.get() + recv.get(), start)
+}
+
+/// Pull `sources` (all on one host) to local `dest`.
+pub fn sync_pull(
+    sources: &[RemotePath],
+    dest: &str,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+) -> Result<Report> {
+    let start = Instant::now();
+    let host = &sources[0].host;
+    if sources.iter().any(|s| &s.host != host) {
+        return Err(Error::Usage(
+            "all remote sources must be on the same host".into(),
+        ));
+    }
+    let paths: Vec<String> = sources.iter().map(|s| s.path.clone()).collect();
+    let single = paths.len() == 1 && !paths[0].ends_with('/') && !dest.ends_with('/');
+    let dest = if single {
+        Dest::FileOrDir(dest.into())
+    } else {
+        Dest::Dir(dest.into())
+    };
+    let opts = link_opts(opts);
+    let args = serve_args(&opts, true, false, &paths);
+    let (remote, ep) = spawn(host, ropts, &args)?;
+    let (sent, recv) = (ep.sent.clone(), ep.received.clone());
+    let res = receiver::run_receiver(ep, &dest, &opts, stats);
+    remote.finish(res)?;
+    finish_report(stats, sent.get() + recv.get(), start)
+}
+
+/// The remote side: speak the protocol on stdin/stdout. `paths` are the
+/// sources (`send`) or the one destination (`receive`).
+pub fn serve_stdio(
+    send: bool,
+    file_or_dir: bool,
+    paths: &[String],
+    opts: &SyncOptions,
+) -> Result<()> {
+    let (mut ep, flushed) = ferry_proto::stream_link_flushed(std::io::stdin(), std::io::stdout());
+    let stats = Stats::default();
+    let res = if send {
+        if let Some(rate) = opts.bwlimit {
+            ep.tx = ep.tx.with_rate_limit(rate);
+        }
+        let is_dir = |s: &str| std::fs::metadata(s).ok().map(|m| m.is_dir());
+        match plan::source_specs(paths, is_dir) {
+            Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false).map(|_| ()),
+            Err(e) => Err(e),
+        }
+    } else {
+        let [dest] = paths else {
+            return Err(Error::Usage("serve --receive takes one destination".into()));
+        };
+        let dest = if file_or_dir {
+            Dest::FileOrDir(dest.into())
+        } else {
+            Dest::Dir(dest.into())
+        };
+        receiver::run_receiver(ep, &dest, opts, &stats).map(|_| ())
+    };
+    // Our last message (the report, or the error) must leave before exit.
+    flushed.wait();
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths() {
+        assert_eq!(
+            parse_remote("me@box:/data/x"),
+            Some(RemotePath {
+                host: "me@box".into(),
+                path: "/data/x".into()
+            })
+        );
+        assert_eq!(parse_remote("box:").unwrap().path, ".");
+        assert_eq!(parse_remote("./a:b"), None);
+        assert_eq!(parse_remote("/abs/path"), None);
+        assert_eq!(parse_remote(":x"), None);
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("/a/b-c.d"), "/a/b-c.d");
+        assert_eq!(shell_quote("it's here"), r"'it'\''s here'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("*.tmp"), "'*.tmp'");
+    }
+}
