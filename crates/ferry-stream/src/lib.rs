@@ -974,6 +974,14 @@ fn net_reader<R: Read>(
                 .map_err(|e| bad(&e.to_string()))?;
                 Stats::add(&stats.wire, wire);
                 Stats::add(&stats.plain_wire, raw_len as u64);
+                Stats::add(
+                    match codec {
+                        Codec::None => &stats.blocks_raw,
+                        Codec::Lz4 => &stats.blocks_lz4,
+                        Codec::Zstd(_) => &stats.blocks_zstd,
+                    },
+                    1,
+                );
                 if discarding {
                     continue;
                 }

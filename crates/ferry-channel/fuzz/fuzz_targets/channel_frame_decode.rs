@@ -13,7 +13,11 @@ fuzz_target!(|data: &[u8]| {
         Some((s, r)) => (*s, r),
         None => return,
     };
-    let suite = if sel & 1 == 0 { Suite::Aes256Gcm } else { Suite::ChaCha20Poly1305 };
+    let suite = if sel & 1 == 0 {
+        Suite::Aes256Gcm
+    } else {
+        Suite::ChaCha20Poly1305
+    };
     if sel & 2 == 0 {
         // Raw bytes as a frame stream: random bytes must never authenticate.
         let mut r = ChannelReader::with_key(Cursor::new(rest), suite, [3; 32]);
