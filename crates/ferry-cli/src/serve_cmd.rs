@@ -45,6 +45,8 @@ pub struct ServeArgs {
     sig_cache: Option<std::path::PathBuf>,
     #[arg(long)]
     bwlimit: Option<u64>,
+    #[arg(long, default_value = "auto")]
+    compress: ferry_compress::Mode,
     #[arg(last = true, required = true)]
     paths: Vec<String>,
 }
@@ -81,6 +83,7 @@ pub fn run(a: ServeArgs) -> i32 {
         },
         sig_cache: a.sig_cache,
         bwlimit: a.bwlimit,
+        compress: a.compress,
         ..SyncOptions::default()
     };
     match ferry_core::remote::serve_stdio(a.send, a.file_or_dir, &a.paths, &opts) {

@@ -61,6 +61,10 @@ pub struct SyncArgs {
     /// (suffixes k M G decimal, Ki Mi Gi binary).
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     bwlimit: Option<u64>,
+    /// Compression across a link: auto (per block, from the measured link
+    /// rate; incompressible blocks go raw), zstd, zstd:LEVEL, lz4, none.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    compress: ferry_compress::Mode,
     /// Keep delta signatures of received files in DIR, so the next delta
     /// re-sync need not re-read unchanged destination files.
     #[arg(long, value_name = "DIR")]
@@ -154,6 +158,7 @@ pub fn run(a: SyncArgs) -> i32 {
         },
         bwlimit: a.bwlimit,
         sig_cache: a.sig_cache.clone(),
+        compress: a.compress,
         ..SyncOptions::default()
     };
     let ropts = ferry_core::remote::RemoteOptions {

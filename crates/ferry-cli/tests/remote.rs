@@ -182,3 +182,50 @@ fn remote_that_dies_mid_transfer_leaves_the_old_file() {
         temp_files(&target_dir)
     );
 }
+
+#[test]
+fn compression_pays_on_text_and_costs_nothing_on_random() {
+    let Some(srv) = SshServer::start("compression_pays_on_text_and_costs_nothing_on_random") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let text: Vec<u8> = (0..8 << 20)
+        .map(|i: usize| b"ferry moves data between hosts; "[i % 32] ^ ((i / 4096) as u8 & 1))
+        .collect();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("text"), &text).unwrap();
+    fs::write(src.join("random"), bytes(9, 8 << 20)).unwrap();
+    let total = 16u64 << 20;
+    for (mode, min, max) in [
+        ("auto", total / 2, total + total / 50),
+        ("zstd:3", total / 2, total + total / 50),
+        ("none", total, total + total / 50),
+    ] {
+        let dst = d.path().join(format!("dst-{mode}"));
+        // A 100 MB/s link: compression pays when it beats that.
+        let j = ferry_ok(&remote_args(
+            &rsh,
+            p(&bin),
+            &[
+                "--compress",
+                mode,
+                "--bwlimit",
+                "100M",
+                &slash(&src),
+                &srv.remote(&dst),
+            ],
+        ));
+        assert_same_tree(&src, &dst);
+        let wire = j["bytes_wire"].as_u64().unwrap();
+        assert!(
+            wire >= min && wire <= max,
+            "{mode}: {wire} bytes on the wire for {total}"
+        );
+        if mode != "none" {
+            assert!(wire < total * 3 / 4, "{mode}: text compressed: {wire}");
+        }
+    }
+}

@@ -65,6 +65,9 @@ pub struct SyncOptions {
     pub bwlimit: Option<u64>,
     /// Directory of the receiver's signature cache (`--sig-cache`).
     pub sig_cache: Option<std::path::PathBuf>,
+    /// Compression of data on byte-stream links (`--compress`); the
+    /// in-process link of a local run never compresses.
+    pub compress: ferry_compress::Mode,
 }
 
 impl Default for SyncOptions {
@@ -81,6 +84,7 @@ impl Default for SyncOptions {
             delta: DeltaMode::Auto,
             bwlimit: None,
             sig_cache: None,
+            compress: ferry_compress::Mode::Auto,
         }
     }
 }

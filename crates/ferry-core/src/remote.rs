@@ -95,6 +95,7 @@ pub fn serve_args(
     if let Some(r) = opts.bwlimit {
         a.push(format!("--bwlimit={r}"));
     }
+    a.push(format!("--compress={}", opts.compress));
     if let Some(d) = &opts.sig_cache {
         a.push(format!("--sig-cache={}", d.display()));
     }
@@ -278,6 +279,18 @@ fn link_opts(opts: &SyncOptions) -> SyncOptions {
     o
 }
 
+/// The sender's side of a byte-stream link: rate limit and compression.
+fn sending_link(
+    mut tx: ferry_proto::MsgTx,
+    link_rate: &Arc<std::sync::atomic::AtomicU64>,
+    opts: &SyncOptions,
+) -> ferry_proto::MsgTx {
+    if let Some(rate) = opts.bwlimit {
+        tx = tx.with_rate_limit(rate);
+    }
+    tx.with_compression(opts.compress, opts.threads, link_rate.clone(), opts.bwlimit)
+}
+
 /// Push local `sources` to `dest` on another host.
 pub fn sync_push(
     sources: &[String],
@@ -298,9 +311,7 @@ pub fn sync_push(
     let opts = link_opts(opts);
     let args = serve_args(&opts, false, file_or_dir, std::slice::from_ref(&dest.path));
     let (remote, mut ep) = spawn(&dest.host, ropts, &args)?;
-    if let Some(rate) = opts.bwlimit {
-        ep.tx = ep.tx.with_rate_limit(rate);
-    }
+    ep.tx = sending_link(ep.tx, &ep.link_rate, &opts);
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = sender::run_sender(ep, &specs, &opts, stats, true);
     let report = remote.finish(res)?;
@@ -350,9 +361,7 @@ pub fn serve_stdio(
     let (mut ep, flushed) = ferry_proto::stream_link_flushed(std::io::stdin(), std::io::stdout());
     let stats = Stats::default();
     let res = if send {
-        if let Some(rate) = opts.bwlimit {
-            ep.tx = ep.tx.with_rate_limit(rate);
-        }
+        ep.tx = sending_link(ep.tx, &ep.link_rate, opts);
         let is_dir = |s: &str| std::fs::metadata(s).ok().map(|m| m.is_dir());
         match plan::source_specs(paths, is_dir) {
             Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false).map(|_| ()),

@@ -55,6 +55,7 @@ mod tag {
     pub const SENDER_DONE: u8 = 11;
     pub const RECEIVER_DONE: u8 = 12;
     pub const FATAL: u8 = 13;
+    pub const COMPRESSED: u8 = 14;
 }
 
 trait Out {
@@ -224,6 +225,22 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
         Message::Fatal { error } => {
             o.u8(tag::FATAL);
             o.bytes(clip(error).as_bytes());
+        }
+        Message::Compressed {
+            file,
+            offset,
+            codec,
+            level,
+            raw_len,
+            data,
+        } => {
+            o.u8(tag::COMPRESSED);
+            o.var(*file as u64);
+            o.var(*offset);
+            o.u8(*codec);
+            o.svar(*level as i64);
+            o.var(*raw_len as u64);
+            o.bytes(data);
         }
     }
 }
@@ -488,6 +505,25 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
         tag::FATAL => Message::Fatal {
             error: i.string("error")?,
         },
+        tag::COMPRESSED => {
+            let file = i.var32("file")?;
+            let offset = i.var()?;
+            let codec = i.u8()?;
+            let level = i32::try_from(i.svar()?).map_err(|_| DecodeError::BadValue("level"))?;
+            let raw_len = i.var32("raw_len")?;
+            if raw_len as usize > MAX_DATA || offset.checked_add(raw_len as u64).is_none() {
+                return Err(DecodeError::TooLong("raw_len"));
+            }
+            let data = i.bytes(MAX_DATA, "compressed data")?.to_vec();
+            Message::Compressed {
+                file,
+                offset,
+                codec,
+                level,
+                raw_len,
+                data,
+            }
+        }
         t => return Err(DecodeError::UnknownTag(t)),
     };
     if !i.b.is_empty() {
@@ -582,6 +618,14 @@ mod tests {
             errors: vec!["x".into()],
         })));
         roundtrip(Message::Fatal { error: "no".into() });
+        roundtrip(Message::Compressed {
+            file: 3,
+            offset: 1 << 20,
+            codec: 2,
+            level: -5,
+            raw_len: 4096,
+            data: vec![1, 2, 3],
+        });
     }
 
     #[test]

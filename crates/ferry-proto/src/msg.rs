@@ -153,6 +153,16 @@ pub enum Message {
     ReceiverDone(Box<ReceiverReport>),
     /// Either way: the session cannot go on.
     Fatal { error: String },
+    /// A [`Message::Data`] compressed by the link (never seen by the
+    /// engine: stream links make and unmake it).
+    Compressed {
+        file: u32,
+        offset: u64,
+        codec: u8,
+        level: i32,
+        raw_len: u32,
+        data: Vec<u8>,
+    },
 }
 
 impl Message {
@@ -172,6 +182,7 @@ impl Message {
             Message::SenderDone => "SenderDone",
             Message::ReceiverDone(_) => "ReceiverDone",
             Message::Fatal { .. } => "Fatal",
+            Message::Compressed { .. } => "Compressed",
         }
     }
 }

@@ -36,6 +36,8 @@ pub enum LinkError {
     FrameTooLarge(u64),
     #[error("peer is not speaking the ferry protocol (it sent {0:?})")]
     BadMagic(String),
+    #[error("protocol error: corrupt compressed block: {0}")]
+    Corrupt(String),
 }
 
 /// A shared byte counter.
@@ -51,8 +53,26 @@ impl WireCounter {
     }
 }
 
+/// Compression shared by the clones of a [`MsgTx`]: the mode, and the
+/// link's drain rate as the writer measures it.
+struct CompressShared {
+    mode: ferry_compress::Mode,
+    /// Bytes per second the pipe took while it was the bottleneck (f64
+    /// bits; 0 before the first measurement, infinity when it keeps up).
+    link_rate: Arc<std::sync::atomic::AtomicU64>,
+    /// `--bwlimit`, which caps the rate whatever the pipe could do.
+    cap: Option<f64>,
+    workers: usize,
+}
+
+/// The link rate assumed before the writer has measured one: a gigabit
+/// link's payload. Compression starts cheap and is dropped within 200 ms if
+/// the link turns out faster than the compressor.
+const ASSUMED_LINK_RATE: f64 = 117e6;
+
 /// Sending half of a link. Cheap to clone; safe to use from many threads.
-#[derive(Clone)]
+/// On a link with compression each clone has its own compressor, so
+/// threads that send through their own clone compress in parallel.
 pub struct MsgTx {
     tx: Sender<Message>,
     /// Counted here for in-process links; stream links count in the writer.
@@ -61,6 +81,27 @@ pub struct MsgTx {
     failure: Arc<Mutex<Option<LinkError>>>,
     /// `--bwlimit`: a token bucket shared by every clone.
     limit: Option<Arc<RateLimit>>,
+    compress: Option<Arc<CompressShared>>,
+    compressor: Option<Mutex<ferry_compress::Compressor>>,
+}
+
+impl Clone for MsgTx {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            count_on_send: self.count_on_send.clone(),
+            failure: self.failure.clone(),
+            limit: self.limit.clone(),
+            compress: self.compress.clone(),
+            compressor: self.compress.as_ref().map(new_compressor),
+        }
+    }
+}
+
+fn new_compressor(c: &Arc<CompressShared>) -> Mutex<ferry_compress::Compressor> {
+    let mut k = ferry_compress::Compressor::new(c.mode);
+    k.set_workers(c.workers);
+    Mutex::new(k)
 }
 
 /// A token bucket: at most `rate` bytes a second, bursts of 1/20 s.
@@ -102,6 +143,7 @@ impl RateLimit {
 impl MsgTx {
     /// Queue `m` for the peer; blocks while the link is full.
     pub fn send(&self, m: Message) -> Result<(), LinkError> {
+        let m = self.maybe_compress(m);
         if self.count_on_send.is_some() || self.limit.is_some() {
             let n = codec::encoded_len(&m) as u64;
             if let Some(c) = &self.count_on_send {
@@ -112,6 +154,68 @@ impl MsgTx {
             }
         }
         self.tx.send(m).map_err(|_| self.failure())
+    }
+
+    /// Compress data messages worth compressing (stream links only).
+    fn maybe_compress(&self, m: Message) -> Message {
+        let (Some(shared), Some(k)) = (&self.compress, &self.compressor) else {
+            return m;
+        };
+        let Message::Data { file, offset, data } = m else {
+            return m;
+        };
+        if data.len() < 4096 {
+            return Message::Data { file, offset, data };
+        }
+        let Ok(mut k) = k.lock() else {
+            return Message::Data { file, offset, data };
+        };
+        let measured = f64::from_bits(shared.link_rate.load(std::sync::atomic::Ordering::Relaxed));
+        let mut rate = if measured > 0.0 {
+            measured
+        } else {
+            ASSUMED_LINK_RATE
+        };
+        if let Some(cap) = shared.cap {
+            rate = rate.min(cap);
+        }
+        k.set_link_rate(rate.is_finite().then_some(rate));
+        let mut out = Vec::new();
+        let codec = k.compress_block(&data, &mut out);
+        if codec == ferry_compress::Codec::None || out.len() >= data.len() {
+            return Message::Data { file, offset, data };
+        }
+        Message::Compressed {
+            file,
+            offset,
+            codec: codec.id(),
+            level: codec.level(),
+            raw_len: data.len() as u32,
+            data: out,
+        }
+    }
+
+    /// The same link, compressing data per block with `mode` (`--compress`);
+    /// `workers` is how many threads send through clones of it.
+    pub fn with_compression(
+        mut self,
+        mode: ferry_compress::Mode,
+        workers: usize,
+        link_rate: Arc<std::sync::atomic::AtomicU64>,
+        cap: Option<u64>,
+    ) -> Self {
+        if mode == ferry_compress::Mode::Fixed(ferry_compress::Codec::None) {
+            return self;
+        }
+        let shared = Arc::new(CompressShared {
+            mode,
+            link_rate,
+            cap: cap.map(|c| c as f64),
+            workers,
+        });
+        self.compressor = Some(new_compressor(&shared));
+        self.compress = Some(shared);
+        self
     }
 
     /// The same link, limited to `bytes_per_sec` (`--bwlimit`).
@@ -141,6 +245,31 @@ impl MsgRx {
     /// garbage.
     pub fn recv(&self) -> Result<Message, LinkError> {
         match self.rx.recv() {
+            Ok(Message::Compressed {
+                file,
+                offset,
+                codec,
+                level,
+                raw_len,
+                data,
+            }) => {
+                let codec = ferry_compress::Codec::from_id(codec, level)
+                    .ok_or(LinkError::Decode(DecodeError::BadValue("codec")))?;
+                let mut out = Vec::new();
+                ferry_compress::decompress_block(
+                    codec,
+                    &data,
+                    raw_len as usize,
+                    crate::codec::MAX_DATA,
+                    &mut out,
+                )
+                .map_err(|e| LinkError::Corrupt(e.to_string()))?;
+                Ok(Message::Data {
+                    file,
+                    offset,
+                    data: out,
+                })
+            }
             Ok(m) => Ok(m),
             Err(_) => Err(self
                 .failure
@@ -160,6 +289,9 @@ pub struct Endpoint {
     pub sent: WireCounter,
     /// Bytes this end received.
     pub received: WireCounter,
+    /// The pipe's measured drain rate (f64 bits, bytes/s; 0 = unknown or
+    /// not the bottleneck), for compression choices.
+    pub link_rate: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Messages queued per direction.
@@ -177,6 +309,8 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             count_on_send: Some(a_sent.clone()),
             failure: Arc::default(),
             limit: None,
+            compress: None,
+            compressor: None,
         },
         rx: MsgRx {
             rx: a_rx,
@@ -184,6 +318,7 @@ pub fn in_process() -> (Endpoint, Endpoint) {
         },
         sent: a_sent.clone(),
         received: b_sent.clone(),
+        link_rate: Arc::default(),
     };
     let b = Endpoint {
         tx: MsgTx {
@@ -191,6 +326,8 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             count_on_send: Some(b_sent.clone()),
             failure: Arc::default(),
             limit: None,
+            compress: None,
+            compressor: None,
         },
         rx: MsgRx {
             rx: b_rx,
@@ -198,6 +335,7 @@ pub fn in_process() -> (Endpoint, Endpoint) {
         },
         sent: b_sent,
         received: a_sent,
+        link_rate: Arc::default(),
     };
     (a, b)
 }
@@ -242,10 +380,12 @@ where
 
     let wsent = sent.clone();
     let wfail = failure.clone();
+    let link_rate: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+    let wrate = link_rate.clone();
     let writer = thread::Builder::new()
         .name("ferry-writer".into())
         .spawn(move || {
-            if let Err(e) = write_loop(&mut w, &wrx, &wsent) {
+            if let Err(e) = write_loop(&mut w, &wrx, &wsent, &wrate) {
                 if let Ok(mut g) = wfail.lock() {
                     *g = Some(e);
                 }
@@ -272,6 +412,8 @@ where
             count_on_send: None,
             failure,
             limit: None,
+            compress: None,
+            compressor: None,
         },
         rx: MsgRx {
             rx,
@@ -279,6 +421,7 @@ where
         },
         sent,
         received,
+        link_rate,
     };
     (ep, Flushed(writer))
 }
@@ -296,10 +439,17 @@ fn write_loop<W: Write>(
     w: &mut W,
     rx: &Receiver<Message>,
     sent: &WireCounter,
+    link_rate: &std::sync::atomic::AtomicU64,
 ) -> Result<(), LinkError> {
     w.write_all(MAGIC).map_err(io_err)?;
     sent.add(MAGIC.len() as u64);
     let mut buf = Vec::with_capacity(1 << 20);
+    // Drain-rate estimate: over windows of ~200 ms, bytes written divided by
+    // the time spent blocked writing them, when writing took most of the
+    // window (the pipe is the bottleneck); otherwise unknown.
+    let mut win_start = std::time::Instant::now();
+    let mut win_bytes = 0u64;
+    let mut win_busy = std::time::Duration::ZERO;
     loop {
         let m = match rx.try_recv() {
             Ok(m) => m,
@@ -317,8 +467,23 @@ fn write_loop<W: Write>(
         codec::encode(&m, &mut buf);
         let body = (buf.len() - 4) as u32;
         buf[..4].copy_from_slice(&body.to_le_bytes());
+        let t = std::time::Instant::now();
         w.write_all(&buf).map_err(io_err)?;
+        win_busy += t.elapsed();
+        win_bytes += buf.len() as u64;
         sent.add(buf.len() as u64);
+        let span = win_start.elapsed();
+        if span >= std::time::Duration::from_millis(200) {
+            let rate = if win_busy.as_secs_f64() > 0.5 * span.as_secs_f64() {
+                win_bytes as f64 / win_busy.as_secs_f64()
+            } else {
+                f64::INFINITY
+            };
+            link_rate.store(rate.to_bits(), std::sync::atomic::Ordering::Relaxed);
+            win_start = std::time::Instant::now();
+            win_bytes = 0;
+            win_busy = std::time::Duration::ZERO;
+        }
     }
     w.flush().map_err(io_err)
 }
