@@ -19,6 +19,7 @@ pub mod receiver;
 pub mod remote;
 pub mod scan;
 pub mod sender;
+pub mod source;
 pub mod stats;
 
 use std::path::Path;
@@ -100,7 +101,7 @@ pub fn default_threads() -> usize {
 
 /// Plan a local sync from command-line paths.
 pub fn plan_local(sources: &[String], dest: &str) -> Result<Plan> {
-    for s in sources {
+    for s in sources.iter().filter(|s| !source::is_nbd_uri(s)) {
         if std::fs::symlink_metadata(s.trim_end_matches('/')).is_err()
             && std::fs::symlink_metadata(s).is_err()
         {
@@ -111,12 +112,16 @@ pub fn plan_local(sources: &[String], dest: &str) -> Result<Plan> {
         }
     }
     let dest_kind = std::fs::metadata(dest).ok().map(|m| m.is_dir());
-    plan::plan(
-        sources,
-        dest,
-        |s| std::fs::metadata(s).ok().map(|m| m.is_dir()),
-        dest_kind,
-    )
+    plan::plan(sources, dest, source_is_dir, dest_kind)
+}
+
+/// Whether a source argument is a directory (`None`: does not exist). NBD
+/// exports are files.
+pub fn source_is_dir(s: &str) -> Option<bool> {
+    if source::is_nbd_uri(s) {
+        return Some(false);
+    }
+    std::fs::metadata(s).ok().map(|m| m.is_dir())
 }
 
 /// Run a local-to-local sync: sender and receiver in this process, joined

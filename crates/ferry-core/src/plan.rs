@@ -69,7 +69,9 @@ pub fn source_specs(
             return Err(Error::Usage("empty source path".into()));
         }
         let slash = s.ends_with('/');
-        let name = if slash && is_dir(s) == Some(true) {
+        let name = if crate::source::is_nbd_uri(s) {
+            crate::source::nbd_name(s)
+        } else if slash && is_dir(s) == Some(true) {
             Vec::new()
         } else {
             basename(s)?

@@ -31,7 +31,8 @@ pub struct RemotePath {
 /// first `/`).
 pub fn parse_remote(s: &str) -> Option<RemotePath> {
     let colon = s.find(':')?;
-    if colon == 0 || s.find('/').is_some_and(|sl| sl < colon) {
+    // `scheme://` is a URI (nbd://, nbd+unix://), not host:path.
+    if colon == 0 || s.find('/').is_some_and(|sl| sl < colon) || s[colon..].starts_with("://") {
         return None;
     }
     let path = &s[colon + 1..];
@@ -300,13 +301,12 @@ pub fn sync_push(
     stats: &Stats,
 ) -> Result<Report> {
     let start = Instant::now();
-    for s in sources {
+    for s in sources.iter().filter(|s| !crate::source::is_nbd_uri(s)) {
         std::fs::symlink_metadata(s.trim_end_matches('/'))
             .or_else(|_| std::fs::symlink_metadata(s))
             .map_err(|e| Error::io(s, e))?;
     }
-    let is_dir = |s: &str| std::fs::metadata(s).ok().map(|m| m.is_dir());
-    let specs = plan::source_specs(sources, is_dir)?;
+    let specs = plan::source_specs(sources, crate::source_is_dir)?;
     let file_or_dir = sources.len() == 1 && !sources[0].ends_with('/') && !dest.path.ends_with('/');
     let opts = link_opts(opts);
     let args = serve_args(&opts, false, file_or_dir, std::slice::from_ref(&dest.path));
@@ -362,8 +362,7 @@ pub fn serve_stdio(
     let stats = Stats::default();
     let res = if send {
         ep.tx = sending_link(ep.tx, &ep.link_rate, opts);
-        let is_dir = |s: &str| std::fs::metadata(s).ok().map(|m| m.is_dir());
-        match plan::source_specs(paths, is_dir) {
+        match plan::source_specs(paths, crate::source_is_dir) {
             Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false).map(|_| ()),
             Err(e) => Err(e),
         }
@@ -400,6 +399,8 @@ mod tests {
         assert_eq!(parse_remote("./a:b"), None);
         assert_eq!(parse_remote("/abs/path"), None);
         assert_eq!(parse_remote(":x"), None);
+        assert_eq!(parse_remote("nbd+unix:///?socket=/s"), None);
+        assert_eq!(parse_remote("nbd://h/x"), None);
     }
 
     #[test]

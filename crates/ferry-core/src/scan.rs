@@ -4,12 +4,11 @@
 //! read, every aligned 4 KiB grain of zeros is reported as zeros, so holes
 //! and written zeros alike never cross the wire and end up as holes.
 
-use std::fs::File;
 use std::io;
 
 use ferry_proto::layout::{self, SegmentHasher, ZERO_GRAIN};
 
-use crate::fsutil;
+use crate::source::ExtentReader;
 
 /// Largest read, and largest data run reported at once.
 pub const CHUNK: usize = 1 << 20;
@@ -28,7 +27,7 @@ pub enum Piece<'a> {
 /// maximal data or zero run (data runs at most [`CHUNK`] bytes), and return
 /// the segment digest. `buf` is scratch space reused between calls.
 pub fn scan_segment<E>(
-    file: &File,
+    file: &dyn ExtentReader,
     size: u64,
     seg: u64,
     buf: &mut Vec<u8>,
@@ -49,7 +48,7 @@ pub fn scan_segment<E>(
         Ok::<(), ScanError<E>>(())
     };
     while pos < end {
-        let (dstart, dstop) = match fsutil::next_data(file, pos, end).map_err(ScanError::Io)? {
+        let (dstart, dstop) = match file.next_data(pos, end).map_err(ScanError::Io)? {
             Some(x) => x,
             None => (end, end),
         };
@@ -68,7 +67,8 @@ pub fn scan_segment<E>(
             } else {
                 buf.resize(n, 0);
             }
-            fsutil::read_exact_at(file, &mut buf[..n], pos).map_err(ScanError::Io)?;
+            file.read_exact_at(&mut buf[..n], pos)
+                .map_err(ScanError::Io)?;
             // Split the chunk into runs of zero grains and data, on grain
             // boundaries of the file (not of the chunk).
             let mut whole: Option<u64> = None;
@@ -135,7 +135,7 @@ pub enum ScanError<E> {
 
 /// Whole-file digest (as [`layout::file_digest`]), computed with up to
 /// `threads` segments in parallel.
-pub fn file_digest(file: &File, size: u64, threads: usize) -> io::Result<[u8; 32]> {
+pub fn file_digest(file: &dyn ExtentReader, size: u64, threads: usize) -> io::Result<[u8; 32]> {
     use std::sync::atomic::{AtomicU64, Ordering};
     let nseg = layout::segment_count(size);
     let next = AtomicU64::new(0);
@@ -177,6 +177,7 @@ pub fn file_digest(file: &File, size: u64, threads: usize) -> io::Result<[u8; 32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::os::unix::fs::FileExt;
 
     #[test]

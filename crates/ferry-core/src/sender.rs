@@ -25,6 +25,7 @@ use crate::error::{describe, Error, Result};
 use crate::fsutil;
 use crate::plan::SourceSpec;
 use crate::scan::{self, Piece, ScanError};
+use crate::source::ExtentReader;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
@@ -33,7 +34,9 @@ struct SrcFile {
     path: PathBuf,
     size: u64,
     mtime: (i64, u32),
-    open: Mutex<Option<Arc<File>>>,
+    open: Mutex<Option<Arc<dyn ExtentReader>>>,
+    /// Opened at walk time and kept (NBD exports), not reopened per use.
+    kept_open: bool,
     remaining: AtomicU64,
     failed: std::sync::atomic::AtomicBool,
 }
@@ -254,7 +257,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
             None if f.failed.load(Ordering::SeqCst) => None,
             None => match File::open(&f.path) {
                 Ok(h) => {
-                    let h = Arc::new(h);
+                    let h: Arc<dyn ExtentReader> = Arc::new(h);
                     *g = Some(h.clone());
                     Some(h)
                 }
@@ -268,7 +271,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
     };
     let mut digest = [0u8; 32];
     if let (Some(file), Some(d)) = (&file, &job.delta) {
-        match send_delta_segment(job, file, d, tx, buf) {
+        match send_delta_segment(job, &**file, d, tx, buf) {
             Ok(Ok(dg)) => digest = dg,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 fail(format!(
@@ -280,23 +283,24 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
             Err(e) => return Err(e),
         }
     } else if let Some(file) = &file {
-        let res = scan::scan_segment::<LinkError>(file, f.size, job.seg, buf, &mut |p| match p {
-            Piece::Data(offset, d) => tx.send(Message::Data {
-                file: id,
-                offset,
-                data: d.to_vec(),
-            }),
-            Piece::Owned(offset, data) => tx.send(Message::Data {
-                file: id,
-                offset,
-                data,
-            }),
-            Piece::Zero(offset, len) => tx.send(Message::Zero {
-                file: id,
-                offset,
-                len,
-            }),
-        });
+        let res =
+            scan::scan_segment::<LinkError>(&**file, f.size, job.seg, buf, &mut |p| match p {
+                Piece::Data(offset, d) => tx.send(Message::Data {
+                    file: id,
+                    offset,
+                    data: d.to_vec(),
+                }),
+                Piece::Owned(offset, data) => tx.send(Message::Data {
+                    file: id,
+                    offset,
+                    data,
+                }),
+                Piece::Zero(offset, len) => tx.send(Message::Zero {
+                    file: id,
+                    offset,
+                    len,
+                }),
+            });
         match res {
             Ok(d) => digest = d,
             Err(ScanError::Emit(e)) => return Err(e.into()),
@@ -313,12 +317,10 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
         // Last segment of this file: was it stable while we read it?
         if let Some(file) = &file {
             if !f.failed.load(Ordering::SeqCst) {
-                match file.metadata() {
-                    Ok(m)
-                        if fsutil::size_of(file, &m).ok() == Some(f.size)
-                            && fsutil::mtime_of(&m) == f.mtime => {}
-                    Ok(m) if m.file_type().is_block_device() => {}
-                    Ok(_) => fail(format!(
+                match file.stamp() {
+                    Ok(Some((size, mtime))) if size == f.size && mtime == f.mtime => {}
+                    Ok(None) => {}
+                    Ok(Some(_)) => fail(format!(
                         "{}: file changed while being read",
                         f.path.display()
                     ))?,
@@ -326,8 +328,10 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
                 }
             }
         }
-        if let Ok(mut g) = f.open.lock() {
-            *g = None;
+        if !f.kept_open {
+            if let Ok(mut g) = f.open.lock() {
+                *g = None;
+            }
         }
     }
     tx.send(Message::SegmentDone {
@@ -344,7 +348,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
 /// read error.
 fn send_delta_segment(
     job: &Job,
-    file: &File,
+    file: &dyn ExtentReader,
     d: &DeltaJob,
     tx: &MsgTx,
     buf: &mut Vec<u8>,
@@ -357,7 +361,7 @@ fn send_delta_segment(
     let hi = (end + bs).min(size);
     buf.clear();
     buf.resize((hi - lo) as usize, 0);
-    if let Err(e) = fsutil::read_exact_at(file, buf, lo) {
+    if let Err(e) = file.read_exact_at(buf, lo) {
         return Ok(Err(e));
     }
     let range = (start - lo) as usize..(end - lo) as usize;
@@ -437,6 +441,11 @@ fn walk_all(
         inodes: HashMap::new(),
     };
     for src in sources {
+        let text = src.path.to_string_lossy();
+        if crate::source::is_nbd_uri(&text) {
+            w.nbd(&text, src.name.clone())?;
+            continue;
+        }
         let meta = if src.follow {
             std::fs::metadata(&src.path)
         } else {
@@ -585,6 +594,55 @@ impl Walker<'_> {
                     size,
                     mtime: (e.mtime, e.mtime_nsec),
                     open: Mutex::new(None),
+                    kept_open: false,
+                    remaining: AtomicU64::new(0),
+                    failed: Default::default(),
+                }),
+            );
+        }
+        self.tx.send(Message::Entry(Box::new(e)))?;
+        Ok(())
+    }
+
+    /// An NBD export as a source file: its size from the server, "now" as
+    /// its modification time (an export has none, so it is never taken as
+    /// unchanged by size and time; `--checksum` compares contents).
+    fn nbd(&mut self, uri: &str, name: Vec<u8>) -> Result<()> {
+        let src = crate::source::NbdSource::connect(uri).map_err(|e| Error::io(uri, e))?;
+        let size = src.size();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut e = Entry {
+            id,
+            path: name,
+            kind: Some(EntryKind::File),
+            mode: 0o100644,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            size,
+            mtime: now.as_secs() as i64,
+            mtime_nsec: now.subsec_nanos(),
+            ..Default::default()
+        };
+        let reader: Arc<dyn ExtentReader> = Arc::new(src);
+        if self.opts.checksum && size > 0 {
+            e.digest = Some(
+                scan::file_digest(&*reader, size, self.opts.threads)
+                    .map_err(|err| Error::io(uri, err))?,
+            );
+        }
+        if let Ok(mut t) = self.table.lock() {
+            t.insert(
+                id,
+                Arc::new(SrcFile {
+                    path: PathBuf::from(uri),
+                    size,
+                    mtime: (e.mtime, e.mtime_nsec),
+                    open: Mutex::new(Some(reader)),
+                    kept_open: true,
                     remaining: AtomicU64::new(0),
                     failed: Default::default(),
                 }),

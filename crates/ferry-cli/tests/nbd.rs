@@ -1,0 +1,130 @@
+//! NBD exports as `ferry sync` sources, against a real qemu-nbd serving a
+//! sparse qcow2 image on a unix socket.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command};
+
+use common::*;
+
+struct Server(Child);
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A 256 MiB qcow2 with data, written zeros and unallocated space, served
+/// read-only on a unix socket; also its raw conversion by qemu-img.
+fn serve(dir: &Path, test: &str) -> Option<(Server, String)> {
+    if !which("qemu-nbd") || !which("qemu-io") || !which("qemu-img") {
+        eprintln!("SKIPPED: {test}: qemu-utils (qemu-nbd, qemu-io, qemu-img) not installed");
+        return None;
+    }
+    let img = dir.join("img.qcow2");
+    let ok = |c: &mut Command| c.status().map(|s| s.success()).unwrap_or(false);
+    assert!(ok(Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2"])
+        .arg(&img)
+        .arg("256M")));
+    assert!(ok(Command::new("qemu-io")
+        .args([
+            "-f",
+            "qcow2",
+            "-c",
+            "write -P 0xab 1M 4M",
+            "-c",
+            "write -z 64M 8M",
+            "-c",
+            "write -P 0x11 200M 1M"
+        ])
+        .arg(&img)
+        .stdout(std::process::Stdio::null())));
+    assert!(ok(Command::new("qemu-img")
+        .args(["convert", "-f", "qcow2", "-O", "raw"])
+        .arg(&img)
+        .arg(dir.join("ref.raw"))));
+    let sock = dir.join("s.sock");
+    let child = Command::new("qemu-nbd")
+        .args(["--read-only", "--persistent", "-f", "qcow2", "-k"])
+        .arg(&sock)
+        .arg(&img)
+        .spawn()
+        .expect("start qemu-nbd");
+    let server = Server(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "qemu-nbd did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some((server, format!("nbd+unix:///?socket={}", sock.display())))
+}
+
+#[test]
+fn nbd_export_to_local_file_is_exact_and_sparse() {
+    let d = tempfile::tempdir().unwrap();
+    let Some((_srv, uri)) = serve(d.path(), "nbd_export_to_local_file_is_exact_and_sparse") else {
+        return;
+    };
+    let out = d.path().join("out.raw");
+    let j = ferry_ok(&["sync", &uri, p(&out)]);
+    assert!(fs::read(&out).unwrap() == fs::read(d.path().join("ref.raw")).unwrap());
+    // Only the 5 MiB of real data is written; zeros and holes stay holes.
+    assert_eq!(j["bytes_written"], 5 << 20);
+    assert!(
+        allocated(&out) <= (5 << 20) + (64 << 10),
+        "{}",
+        allocated(&out)
+    );
+    // Into a directory it gets a name of its own.
+    let dir = d.path().join("dir");
+    fs::create_dir(&dir).unwrap();
+    ferry_ok(&["sync", &uri, p(&dir)]);
+    assert!(dir.join("nbd-export.img").exists());
+    // Re-sync by content: nothing to do.
+    let again = ferry_ok(&["sync", "--checksum", &uri, p(&out)]);
+    assert_eq!(again["files_transferred"], 0);
+}
+
+#[test]
+fn nbd_export_pushed_over_ssh() {
+    let d = tempfile::tempdir().unwrap();
+    let Some((_srv, uri)) = serve(d.path(), "nbd_export_pushed_over_ssh") else {
+        return;
+    };
+    let Some(ssh) = SshServer::start("nbd_export_pushed_over_ssh") else {
+        return;
+    };
+    let bin = ferry_bin();
+    let dst = d.path().join("remote.raw");
+    ferry_ok(&[
+        "sync",
+        "-e",
+        &ssh.rsh(),
+        "--remote-ferry",
+        p(&bin),
+        &uri,
+        &ssh.remote(&dst),
+    ]);
+    assert!(fs::read(&dst).unwrap() == fs::read(d.path().join("ref.raw")).unwrap());
+    assert!(allocated(&dst) <= (5 << 20) + (64 << 10));
+}
+
+#[test]
+fn missing_nbd_server_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let uri = format!(
+        "nbd+unix:///?socket={}",
+        d.path().join("nope.sock").display()
+    );
+    let out = ferry(&["sync", &uri, p(&d.path().join("x"))]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("NBD"), "{err}");
+}
