@@ -220,7 +220,7 @@ mod tests {
         }
         assert_eq!(seen, size);
         let mut expect = vec![0u8; size as usize];
-        f.read_exact_at(&mut expect, 0).unwrap();
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, 0).unwrap();
         assert!(all == expect);
         assert_eq!(
             layout::file_digest(digests.iter()),
