@@ -659,13 +659,18 @@ fn net_writer<W: Write>(
                 let secs = t.elapsed().as_secs_f64();
                 let n = w.wire_bytes - before;
                 // Drain rate while the link was the bottleneck: bytes over
-                // the time spent blocked in the write.
+                // the time spent blocked in the write. A write that did not
+                // block says only "at least this fast": let the estimate
+                // drift up slowly instead of jumping, so the compressor does
+                // not flap between codecs.
                 if secs > 0.0 {
                     let r = n as f64 / secs;
                     rate_ewma = if rate_ewma == 0.0 {
                         r
-                    } else {
+                    } else if r < rate_ewma * 1.5 {
                         rate_ewma * 0.8 + r * 0.2
+                    } else {
+                        rate_ewma * 1.05
                     };
                     stats.link_rate.store(rate_ewma as u64, Ordering::Relaxed);
                 }
