@@ -128,3 +128,50 @@ fn missing_nbd_server_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("NBD"), "{err}");
 }
+
+#[test]
+fn local_image_into_an_nbd_export_and_back() {
+    if !which("nbdkit") {
+        eprintln!("SKIPPED: local_image_into_an_nbd_export_and_back: nbdkit not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("mem.sock");
+    // A 64 MiB memory export, filled with 0xFF so zero ranges must be
+    // written as zeros, not skipped.
+    let child = Command::new("nbdkit")
+        .args(["--foreground", "--exit-with-parent", "-U"])
+        .arg(&sock)
+        .args(["data", "data=0xff*67108864"])
+        .spawn()
+        .expect("start nbdkit");
+    let _srv = Server(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(std::time::Instant::now() < deadline, "nbdkit did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let img = d.path().join("img");
+    let f = fs::File::create(&img).unwrap();
+    f.set_len(48 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &bytes(21, 3 << 20), 5 << 20).unwrap();
+    drop(f);
+    let j = ferry_ok(&["sync", p(&img), &uri]);
+    assert_eq!(j["bytes_written"], 3 << 20);
+    let back = d.path().join("back");
+    ferry_ok(&["sync", &uri, p(&back)]);
+    let got = fs::read(&back).unwrap();
+    assert_eq!(got.len(), 64 << 20, "the whole export comes back");
+    assert!(
+        got[..48 << 20] == fs::read(&img).unwrap()[..],
+        "image written, zero ranges zeroed"
+    );
+    assert!(
+        got[48 << 20..].iter().all(|&b| b == 0xff),
+        "beyond the image the export is untouched"
+    );
+    // A tree is refused: an export holds one file.
+    let out = ferry(&["sync", p(d.path()), &uri]);
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -111,6 +111,19 @@ pub fn plan_local(sources: &[String], dest: &str) -> Result<Plan> {
             ));
         }
     }
+    if source::is_nbd_uri(dest) {
+        if sources.len() != 1 || source_is_dir(&sources[0]) != Some(false) {
+            return Err(Error::Usage(format!(
+                "{dest}: an NBD destination takes exactly one file"
+            )));
+        }
+        let specs = plan::source_specs(sources, source_is_dir)?;
+        return Ok(Plan {
+            sources: specs,
+            dest_root: ".".into(),
+            dest_nbd: Some(dest.to_string()),
+        });
+    }
     let dest_kind = std::fs::metadata(dest).ok().map(|m| m.is_dir());
     plan::plan(sources, dest, source_is_dir, dest_kind)
 }
@@ -169,7 +182,11 @@ fn sync_local_pass(
     let wire = || sent_a.get() + sent_b.get();
     let res = std::thread::scope(|s| {
         let sender = s.spawn(|| sender::run_sender(a, &plan.sources, opts, stats, false));
-        let r = receiver::run_receiver(b, &Dest::Dir(plan.dest_root.clone()), opts, stats);
+        let dest = match &plan.dest_nbd {
+            Some(uri) => Dest::Nbd(uri.clone()),
+            None => Dest::Dir(plan.dest_root.clone()),
+        };
+        let r = receiver::run_receiver(b, &dest, opts, stats);
         let sres = sender
             .join()
             .map_err(|_| Error::Protocol("sender thread panicked".into()))?;

@@ -30,6 +30,8 @@ pub struct Plan {
     pub sources: Vec<SourceSpec>,
     /// The directory the receiver writes under; created if missing.
     pub dest_root: PathBuf,
+    /// Write the one source into this NBD export instead.
+    pub dest_nbd: Option<String>,
 }
 
 fn basename(p: &str) -> Result<Vec<u8>> {
@@ -55,6 +57,9 @@ pub enum Dest {
     /// path is an existing directory or the source is a directory, this is
     /// `Dir`; if the source is a file, it is written *as* this path.
     FileOrDir(PathBuf),
+    /// An NBD export (`nbd://…`, `nbd+unix://…`): the one source file is
+    /// written into it, in place.
+    Nbd(String),
 }
 
 /// Source specs for the sender from command-line paths (trailing-slash
@@ -117,6 +122,7 @@ pub fn plan(
         return Ok(Plan {
             sources: specs,
             dest_root: parent,
+            dest_nbd: None,
         });
     }
     if dest_kind == Some(false) {
@@ -144,6 +150,7 @@ pub fn plan(
     Ok(Plan {
         sources: specs,
         dest_root: dest_path,
+        dest_nbd: None,
     })
 }
 

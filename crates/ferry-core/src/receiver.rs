@@ -28,6 +28,44 @@ use crate::plan::Dest;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
+/// Where a received file's bytes go.
+enum Target {
+    File(File),
+    /// An NBD export, written in place (zero ranges as WRITE_ZEROES).
+    Nbd(ferry_nbd::Client),
+}
+
+fn nbd_io(e: ferry_nbd::Error) -> io::Error {
+    io::Error::other(format!("NBD: {e}"))
+}
+
+impl Target {
+    fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        match self {
+            Target::File(f) => f.write_all_at(buf, off),
+            Target::Nbd(c) => c.write_at(off, buf).map_err(nbd_io),
+        }
+    }
+    fn zero_range(&self, off: u64, len: u64) -> io::Result<()> {
+        match self {
+            Target::File(f) => fsutil::zero_range(f, off, len),
+            Target::Nbd(c) => c.write_zeroes(off, len).map_err(nbd_io),
+        }
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        match self {
+            Target::File(f) => f.sync_data(),
+            Target::Nbd(c) => c.flush().map_err(nbd_io),
+        }
+    }
+    fn as_file(&self) -> Option<&File> {
+        match self {
+            Target::File(f) => Some(f),
+            Target::Nbd(_) => None,
+        }
+    }
+}
+
 /// A file being received.
 struct DstFile {
     entry: Entry,
@@ -35,7 +73,7 @@ struct DstFile {
     /// Temporary file renamed over `final_path` at the end; `None` when
     /// writing in place.
     tmp: Option<PathBuf>,
-    file: File,
+    file: Target,
     /// The old copy that `Copy` ops read from (delta transfers).
     basis: Option<File>,
     delta: bool,
@@ -170,13 +208,18 @@ pub fn run_receiver(
     }
     // A file-or-directory destination that is an existing directory is a
     // directory; otherwise the first entry decides.
+    let nbd = match dest {
+        Dest::Nbd(uri) => Some(uri.clone()),
+        _ => None,
+    };
     let (root, late) = match dest {
+        Dest::Nbd(_) => (PathBuf::from("."), None),
         Dest::Dir(r) => (r.clone(), None),
         Dest::FileOrDir(p) if fs::metadata(p).is_ok_and(|m| m.is_dir()) => (p.clone(), None),
         Dest::FileOrDir(p) => (p.clone(), Some(p.clone())),
     };
     let root = root.as_path();
-    if !opts.dry_run && late.is_none() {
+    if !opts.dry_run && late.is_none() && nbd.is_none() {
         match fs::symlink_metadata(root) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -243,6 +286,7 @@ pub fn run_receiver(
             dirs: Vec::new(),
             links: Vec::new(),
             late,
+            nbd,
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -301,6 +345,8 @@ struct Dispatcher<'a, 'b> {
     links: Vec<Entry>,
     /// A destination to resolve on the first entry (see [`Dest::FileOrDir`]).
     late: Option<PathBuf>,
+    /// An NBD export that the one file of the list is written to.
+    nbd: Option<String>,
 }
 
 fn valid_rel(p: &[u8]) -> bool {
@@ -424,6 +470,9 @@ impl Dispatcher<'_, '_> {
         if let Some(p) = self.late.take() {
             self.resolve_root(&p, &mut e)?;
         }
+        if let Some(uri) = self.nbd.clone() {
+            return self.nbd_entry(e, &uri);
+        }
         let stats = self.sh.stats;
         Stats::add(&stats.files_total, 1);
         if e.kind() == EntryKind::File {
@@ -460,6 +509,67 @@ impl Dispatcher<'_, '_> {
             }
             stats.error(format!("{}: {}", dest.display(), describe(&err)));
         }
+        Ok(())
+    }
+
+    /// The one entry of a session whose destination is an NBD export.
+    fn nbd_entry(&mut self, e: Entry, uri: &str) -> Result<()> {
+        let stats = self.sh.stats;
+        Stats::add(&stats.files_total, 1);
+        if e.kind() != EntryKind::File || e.id != 0 {
+            return Err(Error::Usage(format!(
+                "{uri}: an NBD destination takes exactly one file"
+            )));
+        }
+        Stats::add(&stats.bytes_total, e.size);
+        Stats::add(&stats.bytes_transferred, e.size);
+        stats.change(format!("write {} to {uri}", shown(&e.path)));
+        if self.sh.opts.dry_run {
+            Stats::add(&stats.files_transferred, 1);
+            return Ok(());
+        }
+        let client = ferry_nbd::Client::connect(uri).map_err(|err| Error::io(uri, nbd_io(err)))?;
+        if client.read_only() {
+            return Err(Error::io(
+                uri,
+                io::Error::other("the NBD export is read-only"),
+            ));
+        }
+        if client.size() < e.size {
+            return Err(Error::io(
+                uri,
+                io::Error::other(format!(
+                    "the export holds {} bytes, the source has {}",
+                    client.size(),
+                    e.size
+                )),
+            ));
+        }
+        let nseg = layout::segment_count(e.size);
+        let id = e.id;
+        let d = Arc::new(DstFile {
+            basis: None,
+            delta: false,
+            sig_out: None,
+            block: layout::grid_block(e.size),
+            nseg,
+            remaining: AtomicU64::new(nseg),
+            failed: Mutex::new(None),
+            final_path: PathBuf::from(uri),
+            tmp: None,
+            file: Target::Nbd(client),
+            is_device: true,
+            committed: AtomicBool::new(false),
+            entry: e,
+        });
+        if nseg == 0 {
+            return finalize(&d, self.sh).map_err(|err| Error::io(uri, err));
+        }
+        self.files.insert(id, d);
+        self.tx.send(Message::Want {
+            file: id,
+            mode: WantMode::Whole,
+        })?;
         Ok(())
     }
 
@@ -638,6 +748,7 @@ impl Dispatcher<'_, '_> {
             (true, true) => Some(file.try_clone()?),
             (true, false) => Some(File::open(dest)?),
         };
+        let file = Target::File(file);
         let sig_out = self.sh.cache.as_ref().filter(|_| nseg > 0).map(|c| SigOut {
             cache: c.clone(),
             bs: layout::delta_block(e.size),
@@ -980,7 +1091,7 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if f.tmp.is_none() && f.failure().is_none() {
                     // In place: the old bytes must become zeros (a hole
                     // where the filesystem allows).
-                    if let Err(e) = fsutil::zero_range(&f.file, off, len) {
+                    if let Err(e) = f.file.zero_range(off, len) {
                         write_failed(&f, sh, e);
                     }
                 }
@@ -1102,18 +1213,18 @@ fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         return Ok(());
     }
     let e = &f.entry;
-    if !f.is_device {
+    if let (false, Some(file)) = (f.is_device, f.file.as_file()) {
         if f.tmp.is_none() {
-            f.file.set_len(e.size)?;
+            file.set_len(e.size)?;
         }
         if sh.opts.owner {
-            fsutil::fchown(&f.file, e.uid, e.gid)?;
+            fsutil::fchown(file, e.uid, e.gid)?;
         }
-        fsutil::fchmod(&f.file, e.mode)?;
+        fsutil::fchmod(file, e.mode)?;
         if sh.opts.xattrs && !e.xattrs.is_empty() {
-            fsutil::fwrite_xattrs(&f.file, &e.xattrs)?;
+            fsutil::fwrite_xattrs(file, &e.xattrs)?;
         }
-        fsutil::set_mtime_fd(&f.file, e.mtime, e.mtime_nsec)?;
+        fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec)?;
     } else {
         f.file.sync_data()?;
     }
@@ -1143,7 +1254,9 @@ fn store_signature(f: &DstFile, out: &SigOut) {
         weak.extend_from_slice(w);
         full.extend_from_slice(h);
     }
-    let Ok(m) = f.file.metadata() else { return };
+    let Some(Ok(m)) = f.file.as_file().map(|x| x.metadata()) else {
+        return;
+    };
     let sig = ferry_delta::Signature::from_parts(out.bs, f.entry.size, weak, &full);
     let _ = out
         .cache

@@ -370,7 +370,9 @@ pub fn serve_stdio(
         let [dest] = paths else {
             return Err(Error::Usage("serve --receive takes one destination".into()));
         };
-        let dest = if file_or_dir {
+        let dest = if crate::source::is_nbd_uri(dest) {
+            Dest::Nbd(dest.clone())
+        } else if file_or_dir {
             Dest::FileOrDir(dest.into())
         } else {
             Dest::Dir(dest.into())
