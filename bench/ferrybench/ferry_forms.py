@@ -107,7 +107,8 @@ class Ferry:
 
     def pipe_cmd(self, producer: str, link: Link, remote_cmd: str) -> str:
         rsh = self.rsh_args("pipe", link)
-        return (f"{producer} | {shlex.quote(self.path)} pipe {rsh}{self.key_args('pipe')}"
+        js = "--json " if self.has_flag("pipe", "--json") else ""
+        return (f"{producer} | {shlex.quote(self.path)} pipe {js}{rsh}{self.key_args('pipe')}"
                 f"{ADDR_B} -- {remote_cmd}")
 
     def recv_server(self, out: str, env: dict) -> Server:
@@ -118,7 +119,8 @@ class Ferry:
             ns=NS_B, port=RECV_PORT, env=self.key_env("recv", env))
 
     def send_cmd(self, producer: str) -> str:
-        return (f"{producer} | {shlex.quote(self.path)} send {self.key_args('send')}"
+        js = "--json " if self.has_flag("send", "--json") else ""
+        return (f"{producer} | {shlex.quote(self.path)} send {js}{self.key_args('send')}"
                 f"{ADDR_B}:{RECV_PORT}")
 
     # -- probing -------------------------------------------------------------
