@@ -115,6 +115,7 @@ def main(argv=None) -> int:
               "or pass --ferry PATH", file=sys.stderr)
         return 2
     started = dt.datetime.now(dt.timezone.utc)
+    load0 = os.getloadavg()
     outdir = a.out or os.path.join(BENCH, "results", started.strftime("%Y%m%dT%H%M%SZ"))
     os.makedirs(outdir, exist_ok=True)
     logdir = os.path.join(outdir, "logs")
@@ -186,6 +187,8 @@ def main(argv=None) -> int:
         "machine": report.machine(a.work), "ferry_version": ferry.version(), "ferry_path": ferry_path,
         "commit": a.built_from or git_commit(), "runs": runs, "links": links, "sizes": sizes,
         "drop_caches": can_drop, "skipped": skipped,
+        "loadavg_start": [round(x, 2) for x in load0], "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "forms": {k: {"supported": v[0], "why": v[1]} for k, v in ferry.forms.items()},
         "seeds": {s: SCENARIOS[s]["seed"] for s in SCENARIOS},
         "describe": {s: DESCRIBE[s].format(**sizes) for s in SCENARIOS},

@@ -213,7 +213,9 @@ def machine_line(meta: dict) -> str:
     return (f"Machine: {m['nproc']} cores ({m['cpu']}), {m['memory_gib']} GiB RAM, kernel {m['kernel']}, "
             f"filesystem {m['fs']}; {meta['ferry_version']} built from commit {meta['commit']}; "
             f"{meta['runs']} run(s) per tool, alternating order, sync + drop caches "
-            f"{'before each run' if meta['drop_caches'] else 'NOT possible (not root): warm cache'}.")
+            f"{'before each run' if meta['drop_caches'] else 'NOT possible (not root): warm cache'}; "
+            f"load average {meta['loadavg_start'][0]:.2f} at the start, {meta['loadavg_end'][0]:.2f} at the end "
+            f"({meta['started']} to {meta['finished']}).")
 
 
 LINK_TEXT = {

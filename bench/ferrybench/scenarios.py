@@ -131,7 +131,8 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
     run = {"wall_s": round(r.wall, 4), "cpu_s": round(r.cpu, 4),
            "cpu_client_s": round(r.cpu_client, 4), "cpu_servers_s": round(r.cpu_servers, 4),
            "cpu_sshd_s": round(r.cpu_sshd, 4), "peak_rss_kib": r.maxrss_kb,
-           "wire_bytes": r.wire, "rc": r.rc, "verified": ok, "error": msg}
+           "wire_bytes": r.wire, "rc": r.rc, "verified": ok, "error": msg,
+           "loadavg_1m": round(os.getloadavg()[0], 2)}
     if image and os.path.exists(dst):
         run["dst_allocated_bytes"] = verify.allocated(dst)
         run["src_allocated_bytes"] = verify.allocated(src)
