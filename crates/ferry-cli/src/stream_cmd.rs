@@ -587,6 +587,7 @@ fn recv_to_command(
                 let _ = ch.kill();
             }
         })),
+        on_handshake: None,
     };
     let res = recv_with(opts, l, via_stdin, stdin, hooks);
     if res.is_err() {

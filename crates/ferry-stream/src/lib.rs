@@ -768,7 +768,12 @@ pub struct RecvHooks {
     /// Called when the stream failed, before the output is closed (kill the
     /// command so it does not commit a partial stream).
     pub on_abort: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Called once the handshake succeeded (clears the handshake timeout).
+    pub on_handshake: Option<Box<dyn FnOnce() + Send>>,
 }
+
+/// How long an accepted connection may take to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 enum Chunk {
     Data(Vec<u8>),
@@ -798,10 +803,18 @@ pub fn recv_on<W: Write + Send + 'static>(
     opts: &Options,
     l: &TcpListener,
     output: W,
-    hooks: RecvHooks,
+    mut hooks: RecvHooks,
 ) -> Result<Summary, StreamError> {
     let s = accept(l)?;
+    // A client that connects and says nothing must not hold us forever;
+    // once the peer proved the key, a stalled producer may be slow at will.
+    let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
     let (r, w, ctl) = split(s)?;
+    if let Ok(c) = ctl.try_clone() {
+        hooks.on_handshake = Some(Box::new(move || {
+            let _ = c.set_read_timeout(None);
+        }));
+    }
     let shut = move || {
         let _ = ctl.shutdown(std::net::Shutdown::Write);
     };
@@ -826,6 +839,9 @@ where
     let start = Instant::now();
     let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Responder)
         .map_err(|e| channel_err(e, "handshake"))?;
+    if let Some(f) = hooks.on_handshake.take() {
+        f();
+    }
     let suite = session.suite;
     let chan_r = ChannelReader::new(net_r, &session);
     let mut chan_w = ChannelWriter::new(net_w, &session);
