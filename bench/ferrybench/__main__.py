@@ -144,6 +144,19 @@ def main(argv=None) -> int:
     if not can_drop:
         loud("WARNING: cannot drop caches (not root): runs are warm-cache")
 
+    # One run at a time: a second run would tear down the first's namespaces
+    # (same names) and skew its timings anyway.
+    import fcntl
+    try:
+        lock = open("/tmp/ferrybench.lock", "a")
+    except OSError:  # someone else's lock file and we are not root: no netns for us anyway
+        lock = None
+    try:
+        if lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print("ferrybench: another run is active (/tmp/ferrybench.lock); one at a time", file=sys.stderr)
+        return 2
     link = None
     ferry = Ferry(ferry_path, a.work)
     links = {s: (a.link or ("1gbit" if a.quick else SCENARIOS[s]["link"])) if SCENARIOS[s]["net"] else None
