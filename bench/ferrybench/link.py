@@ -224,6 +224,8 @@ class Link:
         ))
         # `ip netns exec` execs sshd, so the pid is sshd's own.
         for _ in range(100):
+            if self.sshd.poll() is not None:
+                break  # sshd exited: no point waiting
             r = sh(["ip", "netns", "exec", NS_A, "ssh", "-F", self.ssh_config,
                     ADDR_B, "echo", "$PATH"], check=False, timeout=20)
             if r.returncode == 0:
