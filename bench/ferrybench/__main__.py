@@ -72,6 +72,8 @@ def parse(argv):
                        help=f"{h} ({FULL[k]:g} / {QUICK[k]:g})")
     p.add_argument("--probe", action="store_true",
                    help="only report which ferry forms this binary supports (sets up the link), then exit")
+    p.add_argument("--gen-only", action="store_true",
+                   help="only generate (and cache in --work) the data the chosen scenarios need, then exit")
     p.add_argument("--built-from", metavar="TEXT",
                    help="what the ferry binary was built from, for the report (default: this checkout's HEAD)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every command")
@@ -109,6 +111,15 @@ def main(argv=None) -> int:
     sizes["timeout"] = a.timeout
     runs = a.runs or base["runs"]
     wanted = a.scenarios or list(SCENARIOS)
+    if a.gen_only:
+        from . import scenarios as sc
+        ctx = Ctx(work=a.work, ferry=None, link=None, procs=None, logdir="", runs=runs, sizes=sizes)
+        need = {"tree": [sc.tree_base], "bigfile": [sc.big_files], "sparse": [sc.sparse_img],
+                "stream": [sc.stream_file], "local": [sc.tree_base, sc.sparse_img, sc.big_files]}
+        for s in wanted:
+            for fn in need[s]:
+                log(f"data: {fn.__name__} -> {fn(ctx)}")
+        return 0
     ferry_path = find_ferry(a)
     if not ferry_path:
         print("ferrybench: no ferry binary; build it (CARGO_TARGET_DIR=... cargo build --release -p ferry-cli) "
