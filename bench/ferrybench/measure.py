@@ -43,7 +43,7 @@ class Run:
     cpu_client: float = 0.0
     cpu_servers: float = 0.0
     cpu_sshd: float = 0.0
-    maxrss_kb: int = 0
+    maxrss_kb: int | None = 0
     wire: int | None = None
     stdout: str = ""
     stderr: str = ""
@@ -73,7 +73,9 @@ def _listening(ns: str | None, port: int) -> bool:
     return bool(r.stdout.strip())
 
 
-def _rss_kib(path: str) -> int:
+def _rss_kib(path: str) -> int | None:
+    if not GNU_TIME:
+        return None
     try:
         with open(path) as f:
             lines = f.read().strip().splitlines()
@@ -164,7 +166,9 @@ def timed(cmd: str, *, ns: str | None, env: dict | None, servers: list[Server],
             run.wire = link.wire_bytes() - wire0
         run.cpu = run.cpu_client + run.cpu_servers + run.cpu_sshd
         for i in range(len(started)):
-            run.maxrss_kb = max(run.maxrss_kb, _rss_kib(os.path.join(logdir, f"{tag}.server{i}.rss")))
+            srv = _rss_kib(os.path.join(logdir, f"{tag}.server{i}.rss"))
+            if srv is not None:
+                run.maxrss_kb = max(run.maxrss_kb or 0, srv)
     finally:
         for s, p in started:
             if p.returncode is None:

@@ -49,7 +49,7 @@ def summarize(rec: dict) -> dict | None:
         if any(r.get(k) is not None for r in runs) else None
     return {"median": statistics.median(walls), "best": min(walls), "worst": max(walls),
             "n": len(runs), "cpu": med("cpu_s"), "wire": med("wire_bytes"),
-            "rss": max(r["peak_rss_kib"] for r in runs),
+            "rss": max((r["peak_rss_kib"] for r in runs if r["peak_rss_kib"] is not None), default=None),
             "alloc": med("dst_allocated_bytes"), "src_alloc": med("src_allocated_bytes")}
 
 
@@ -109,7 +109,7 @@ def scenario_table(scen: str, by_case: dict) -> str:
                     ratio = "1.00 (best peer)" if r is bp[0] else f"{s['median'] / bp[1]['median']:.2f}"
                 row = [esc(case), name, _f(s["median"]), _f(s["best"]), str(s["n"]), ratio, _f(s["cpu"]),
                        "-" if s["wire"] is None else
-                       f"{s['wire'] / 1e6:.{1 if s['wire'] >= 10e6 else 2}f}", f"{s['rss'] / 1024:.0f}"]
+                       f"{s['wire'] / 1e6:.{1 if s['wire'] >= 10e6 else 2}f}", "-" if s["rss"] is None else f"{s['rss'] / 1024:.0f}"]
                 if image:
                     row.append("-" if s["alloc"] is None else f"{s['alloc'] / 2**20:.0f}")
                 row.append("yes" if r["status"] == "ok" else f"FAIL: {esc(r['reason'])}")
