@@ -23,6 +23,9 @@ pub struct ServeArgs {
     /// The destination is a file if the one source is a file.
     #[arg(long)]
     file_or_dir: bool,
+    /// Carry the data over a direct, encrypted TCP connection.
+    #[arg(long)]
+    direct: bool,
     #[arg(long)]
     delete: bool,
     #[arg(long)]
@@ -86,7 +89,7 @@ pub fn run(a: ServeArgs) -> i32 {
         compress: a.compress,
         ..SyncOptions::default()
     };
-    match ferry_core::remote::serve_stdio(a.send, a.file_or_dir, &a.paths, &opts) {
+    match ferry_core::remote::serve_stdio(a.send, a.file_or_dir, a.direct, &a.paths, &opts) {
         Ok(()) => exit::OK,
         Err(e) => {
             // The peer has been told over the protocol when it could be;

@@ -80,6 +80,12 @@ pub struct SyncArgs {
     /// Path of ferry on the remote host.
     #[arg(long, value_name = "PATH", default_value = "ferry")]
     remote_ferry: String,
+    /// With host:path, carry the data over a direct TCP connection,
+    /// authenticated and encrypted with a fresh key agreed over ssh
+    /// (ssh only starts the remote side). Faster than ssh's own channel
+    /// on fast or long links.
+    #[arg(long)]
+    direct: bool,
     /// Worker threads per side (default: core count, at least 2).
     #[arg(short = 'j', long, value_name = "N")]
     threads: Option<usize>,
@@ -164,6 +170,7 @@ pub fn run(a: SyncArgs) -> i32 {
     let ropts = ferry_core::remote::RemoteOptions {
         rsh: a.rsh.clone(),
         remote_ferry: a.remote_ferry.clone(),
+        direct: a.direct,
     };
     let plan = if remote_dest.is_none() && remote_srcs.is_empty() {
         match ferry_core::plan_local(&paths, &dest) {

@@ -229,3 +229,30 @@ fn compression_pays_on_text_and_costs_nothing_on_random() {
         }
     }
 }
+
+#[test]
+fn direct_channel_push_and_pull() {
+    let Some(srv) = SshServer::start("direct_channel_push_and_pull") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let pushed = d.path().join("pushed");
+    let j = ferry_ok(&remote_args(
+        &rsh,
+        p(&bin),
+        &["--direct", &slash(&src), &srv.remote(&pushed)],
+    ));
+    assert_same_tree(&src, &pushed);
+    assert!(j["bytes_wire"].as_u64().unwrap() > 3 << 20);
+    let pulled = d.path().join("pulled");
+    ferry_ok(&remote_args(
+        &rsh,
+        p(&bin),
+        &["--direct", &format!("{}/", srv.remote(&src)), p(&pulled)],
+    ));
+    assert_same_tree(&src, &pulled);
+}

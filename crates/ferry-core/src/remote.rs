@@ -53,6 +53,10 @@ pub struct RemoteOptions {
     pub rsh: String,
     /// The ferry binary on the other host (`--remote-ferry`).
     pub remote_ferry: String,
+    /// Carry the data over a direct TCP connection, authenticated and
+    /// encrypted with a fresh key agreed over ssh (`--direct`), instead of
+    /// through ssh itself.
+    pub direct: bool,
 }
 
 impl Default for RemoteOptions {
@@ -60,6 +64,140 @@ impl Default for RemoteOptions {
         Self {
             rsh: "ssh".into(),
             remote_ferry: "ferry".into(),
+            direct: false,
+        }
+    }
+}
+
+/// The line a direct-mode server prints on stdout (over ssh): its port
+/// and the hex key for this one session.
+const DIRECT_HELLO: &str = "FERRY-DIRECT";
+
+/// How long a direct-mode server waits for its client.
+const DIRECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn chan_err(e: ferry_channel::ChannelError) -> Error {
+    match e {
+        ferry_channel::ChannelError::Io(io) => {
+            Error::Link(LinkError::Io(format!("direct channel: {io}")))
+        }
+        other => Error::Protocol(format!("direct channel: {other}")),
+    }
+}
+
+/// An endpoint over an authenticated, encrypted channel on `stream`.
+fn channel_link(
+    stream: std::net::TcpStream,
+    psk: &ferry_channel::Psk,
+    role: ferry_channel::Role,
+) -> Result<(Endpoint, ferry_proto::Flushed)> {
+    let _ = stream.set_nodelay(true);
+    let mut r = stream
+        .try_clone()
+        .map_err(|e| Error::Link(LinkError::Io(e.to_string())))?;
+    let mut w = stream
+        .try_clone()
+        .map_err(|e| Error::Link(LinkError::Io(e.to_string())))?;
+    let session = ferry_channel::handshake(&mut r, &mut w, psk, role).map_err(chan_err)?;
+    let reader = ferry_channel::ChannelReader::new(r, &session);
+    // Small messages coalesce into one sealed frame; large ones pass.
+    let writer =
+        std::io::BufWriter::with_capacity(1 << 20, ferry_channel::ChannelWriter::new(w, &session));
+    Ok(ferry_proto::stream_link_flushed(reader, writer))
+}
+
+/// Client side of `--direct`: read the server's port and key from ssh,
+/// connect, and prove the key.
+fn direct_connect(host: &str, stdout: std::process::ChildStdout) -> Result<Endpoint> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let r = BufReader::new(stdout).read_line(&mut line).map(|_| line);
+        let _ = tx.send(r);
+    });
+    let line = match rx.recv_timeout(DIRECT_WAIT) {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return Err(Error::Link(LinkError::Io(e.to_string()))),
+        Err(_) => {
+            return Err(Error::Link(LinkError::Io(
+                "the remote ferry did not offer a direct connection".into(),
+            )))
+        }
+    };
+    let mut words = line.split_whitespace();
+    let (Some(DIRECT_HELLO), Some(port), Some(key)) = (words.next(), words.next(), words.next())
+    else {
+        return if line.is_empty() {
+            Err(Error::Link(LinkError::Closed))
+        } else {
+            Err(Error::Link(LinkError::BadMagic(
+                line.trim().chars().take(120).collect(),
+            )))
+        };
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| Error::Protocol(format!("bad direct port {port:?}")))?;
+    let psk = ferry_channel::Psk::new(key.as_bytes()).map_err(chan_err)?;
+    let name = host.rsplit('@').next().unwrap_or(host);
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<_> = (name, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::Link(LinkError::Io(format!("cannot resolve {name}: {e}"))))?
+        .collect();
+    let mut last = None;
+    for a in &addrs {
+        match std::net::TcpStream::connect_timeout(a, std::time::Duration::from_secs(10)) {
+            Ok(s) => {
+                return channel_link(s, &psk, ferry_channel::Role::Initiator).map(|(ep, _)| ep)
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::Link(LinkError::Io(format!(
+        "direct connection to {name}:{port} failed ({}); a firewall may be in the way: try without --direct",
+        last.map(|e| e.to_string()).unwrap_or_else(|| "no address".into())
+    ))))
+}
+
+/// Server side of `--direct`: listen where the ssh connection arrived,
+/// announce port and a fresh key on stdout, and take the first client that
+/// proves the key. Nobody else gets in: the key never leaves ssh.
+fn direct_accept() -> Result<(Endpoint, ferry_proto::Flushed)> {
+    let ip = std::env::var("SSH_CONNECTION")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(2).map(str::to_string))
+        .unwrap_or_else(|| "0.0.0.0".into());
+    let io = |e: std::io::Error| Error::Link(LinkError::Io(format!("direct listener: {e}")));
+    let listener = std::net::TcpListener::bind((ip.as_str(), 0)).map_err(io)?;
+    let port = listener.local_addr().map_err(io)?.port();
+    let key = ferry_channel::Psk::generate_hex().map_err(chan_err)?;
+    let psk = ferry_channel::Psk::new(key.as_bytes()).map_err(chan_err)?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{DIRECT_HELLO} {port} {key}").map_err(io)?;
+        out.flush().map_err(io)?;
+    }
+    listener.set_nonblocking(true).map_err(io)?;
+    let deadline = Instant::now() + DIRECT_WAIT;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(io)?;
+                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                match channel_link(s, &psk, ferry_channel::Role::Responder) {
+                    Ok(x) => return Ok(x),
+                    // Not our client (or a wrong key): keep waiting.
+                    Err(_) if Instant::now() < deadline => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return Err(io(e)),
         }
     }
 }
@@ -71,7 +209,20 @@ pub fn serve_args(
     file_or_dir: bool,
     paths: &[String],
 ) -> Vec<String> {
+    serve_args_with(opts, send, file_or_dir, false, paths)
+}
+
+fn serve_args_with(
+    opts: &SyncOptions,
+    send: bool,
+    file_or_dir: bool,
+    direct: bool,
+    paths: &[String],
+) -> Vec<String> {
     let mut a: Vec<String> = vec!["serve".into(), "--stdio".into()];
+    if direct {
+        a.push("--direct".into());
+    }
     a.push(if send { "--send" } else { "--receive" }.into());
     let flags = [
         (file_or_dir, "--file-or-dir"),
@@ -120,6 +271,8 @@ pub fn shell_quote(s: &str) -> String {
 /// A running remote side.
 struct Remote {
     host: String,
+    /// Held open in direct mode, closed when the session ends.
+    stdin: Option<std::process::ChildStdin>,
     child: Child,
     stderr: Arc<Mutex<Vec<String>>>,
     stderr_thread: Option<std::thread::JoinHandle<()>>,
@@ -166,16 +319,27 @@ fn spawn(host: &str, ropts: &RemoteOptions, args: &[String]) -> Result<(Remote, 
             }
         }
     });
+    let remote = Remote {
+        host: host.to_string(),
+        child,
+        stderr: lines,
+        stderr_thread: Some(stderr_thread),
+        stdin: None,
+    };
+    if ropts.direct {
+        // ssh stays up (its stdin open) while the data goes direct.
+        let mut remote = remote;
+        remote.stdin = Some(stdin);
+        return match direct_connect(host, stdout) {
+            Ok(ep) => Ok((remote, ep)),
+            Err(e) => Err(remote
+                .finish::<()>(Err(e))
+                .err()
+                .unwrap_or(Error::Link(LinkError::Closed))),
+        };
+    }
     let ep = ferry_proto::stream_link(stdout, stdin);
-    Ok((
-        Remote {
-            host: host.to_string(),
-            child,
-            stderr: lines,
-            stderr_thread: Some(stderr_thread),
-        },
-        ep,
-    ))
+    Ok((remote, ep))
 }
 
 impl Remote {
@@ -183,6 +347,7 @@ impl Remote {
     /// that names the cause: ssh, a missing remote ferry, a peer that is not
     /// ferry, or the remote's own error.
     fn finish<T>(mut self, res: Result<T>) -> Result<T> {
+        drop(self.stdin.take());
         let status = self.child.wait();
         if let Some(t) = self.stderr_thread.take() {
             let _ = t.join();
@@ -309,7 +474,13 @@ pub fn sync_push(
     let specs = plan::source_specs(sources, crate::source_is_dir)?;
     let file_or_dir = sources.len() == 1 && !sources[0].ends_with('/') && !dest.path.ends_with('/');
     let opts = link_opts(opts);
-    let args = serve_args(&opts, false, file_or_dir, std::slice::from_ref(&dest.path));
+    let args = serve_args_with(
+        &opts,
+        false,
+        file_or_dir,
+        ropts.direct,
+        std::slice::from_ref(&dest.path),
+    );
     let (remote, mut ep) = spawn(&dest.host, ropts, &args)?;
     ep.tx = sending_link(ep.tx, &ep.link_rate, &opts);
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
@@ -342,7 +513,7 @@ pub fn sync_pull(
         Dest::Dir(dest.into())
     };
     let opts = link_opts(opts);
-    let args = serve_args(&opts, true, false, &paths);
+    let args = serve_args_with(&opts, true, false, ropts.direct, &paths);
     let (remote, ep) = spawn(host, ropts, &args)?;
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = receiver::run_receiver(ep, &dest, &opts, stats);
@@ -350,15 +521,21 @@ pub fn sync_pull(
     finish_report(stats, sent.get() + recv.get(), start)
 }
 
-/// The remote side: speak the protocol on stdin/stdout. `paths` are the
-/// sources (`send`) or the one destination (`receive`).
+/// The remote side: speak the protocol on stdin/stdout, or with `direct`
+/// over a TCP channel offered on stdout. `paths` are the sources (`send`)
+/// or the one destination (`receive`).
 pub fn serve_stdio(
     send: bool,
     file_or_dir: bool,
+    direct: bool,
     paths: &[String],
     opts: &SyncOptions,
 ) -> Result<()> {
-    let (mut ep, flushed) = ferry_proto::stream_link_flushed(std::io::stdin(), std::io::stdout());
+    let (mut ep, flushed) = if direct {
+        direct_accept()?
+    } else {
+        ferry_proto::stream_link_flushed(std::io::stdin(), std::io::stdout())
+    };
     let stats = Stats::default();
     let res = if send {
         ep.tx = sending_link(ep.tx, &ep.link_rate, opts);
