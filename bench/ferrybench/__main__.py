@@ -62,7 +62,8 @@ def parse(argv):
                    help="scratch directory for data and destinations (default /var/tmp/ferrybench; data is cached here)")
     p.add_argument("--out", help="results directory (default bench/results/<UTC timestamp>)")
     p.add_argument("--report", metavar="FILE", help="also write/update FILE (e.g. BENCHMARKS.md) and bench/charts/*.png")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before one timed run is killed")
+    p.add_argument("--timeout", type=float,
+                   help="seconds before one timed run is killed and FAILs (default 1800, quick 120)")
     g = p.add_argument_group("data sizes (defaults: full / --quick)")
     for k, h in (("files", "tree: number of files"), ("file_kb", "tree: average file size, KiB"),
                  ("big_mib", "bigfile: size, MiB"), ("mangle_pct", "bigfile: percent overwritten"),
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
     util.VERBOSE = a.verbose
     base = QUICK if a.quick else FULL
     sizes = {k: (getattr(a, k) if getattr(a, k, None) is not None else base[k]) for k in base if k != "runs"}
-    sizes["timeout"] = a.timeout
+    sizes["timeout"] = a.timeout or (120.0 if a.quick else 1800.0)
     runs = a.runs or base["runs"]
     wanted = a.scenarios or list(SCENARIOS)
     if a.gen_only:
