@@ -181,6 +181,7 @@ def main(argv=None) -> int:
              for s in wanted}
     records = []
     ctx = None
+    interrupted = False
     try:
         if any(SCENARIOS[s]["net"] for s in wanted):
             link = Link(a.work, procs)
@@ -214,8 +215,8 @@ def main(argv=None) -> int:
             log(f"=== scenario {s} (seed {SCENARIOS[s]['seed']}), link {links[s] or 'local'}, {runs} run(s)")
             SCENARIOS[s]["fn"](ctx)
     except KeyboardInterrupt as e:
-        loud(f"interrupted ({e}); cleaning up")
-        return 130
+        loud(f"interrupted ({e}); cleaning up, then writing what was measured")
+        interrupted = True
     finally:
         procs.stop_all()
         if link:
@@ -223,7 +224,11 @@ def main(argv=None) -> int:
         if ctx is not None:
             records = list(ctx.records.values())
 
+    if interrupted and not records:
+        return 130
     cmd = "bash bench/run.sh " + shlex.join(sys.argv[1:] if argv is None else argv)
+    if interrupted:
+        cmd += "   # INTERRUPTED: partial results"
     meta = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"), "command": cmd.strip(),
         "machine": report.machine(a.work), "ferry_version": ferry.version(), "ferry_path": ferry_path,
@@ -243,6 +248,9 @@ def main(argv=None) -> int:
     print(text)
     if a.report:
         report.write_benchmarks_md(os.path.abspath(a.report), REPO, outdir, meta, records, charts)
+    if interrupted:
+        loud("INTERRUPTED: the results above are partial")
+        return 130
     fails = [r for r in records if r["status"] == "FAIL"]
     na = [r for r in records if r["status"] == "n/a"]
     log(f"results: {outdir}/results.md, results.json" + (", charts" if charts else ""))

@@ -191,13 +191,14 @@ class Ferry:
             else:
                 self._set("local-delta", False, NOT_SUPPORTED)
         if link is None:
-            for f in ("remote", "remote-delta", "pipe", "send-recv"):
+            for f in ("remote", "remote-delta", "remote-direct", "pipe", "send-recv"):
                 self.forms[f] = (False, "no link (netns unavailable)")
             return
         env = link.env()
         if not self.forms["local"][0]:
             self._set("remote", False, NOT_SUPPORTED)
             self._set("remote-delta", False, NOT_SUPPORTED)
+            self._set("remote-direct", False, NOT_SUPPORTED)
         else:
             out = os.path.join(d, "out-remote")
             r = run("remote", self.sync_cmd(f"{src}/ {ADDR_B}:{out}/", link), NS_A, env)
@@ -209,6 +210,12 @@ class Ferry:
                 self._judge("remote-delta", r, lambda: verify.same_file(new, dst))
             else:
                 self._set("remote-delta", False, NOT_SUPPORTED)
+            if self.forms["remote"][0] and self.has_flag("sync", "--direct"):
+                out = os.path.join(d, "out-direct")
+                r = run("remote-direct", self.sync_cmd(f"--direct {src}/ {ADDR_B}:{out}/", link), NS_A, env)
+                self._judge("remote-direct", r, lambda: verify.same_tree(src, out))
+            else:
+                self._set("remote-direct", False, NOT_SUPPORTED)
         if self.has_sub("pipe"):
             out = os.path.join(d, "out-pipe")
             r = run("pipe", self.pipe_cmd(f"cat {new}", link, f"sh -c 'cat > {out}'"),

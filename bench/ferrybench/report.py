@@ -101,6 +101,8 @@ def scenario_table(scen: str, by_case: dict) -> str:
             s = summarize(r)
             if r["status"] == "n/a":
                 row = [esc(case), name, f"n/a ({esc(r['reason'])})"] + [""] * (len(head) - 3)
+            elif s is None and r["status"] == "ok":
+                row = [esc(case), name, "not run (interrupted)"] + [""] * (len(head) - 3)
             elif s is None:
                 row = [esc(case), name, f"FAIL: {esc(r['reason'])}"] + [""] * (len(head) - 3)
             else:

@@ -271,6 +271,9 @@ def scen_tree(ctx: Ctx):
              NS_A, needs=("rsync",)),
         Tool("ferry sync (ssh)", "ferry",
              lambda s, d: ctx.ferry.sync_cmd(f"{s}/ {ADDR_B}:{d}/", ctx.link), NS_A, form="remote"),
+        Tool("ferry sync --direct", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
+             form="remote-direct"),
     ]
     run_tree(ctx, "tree", tools, base)
 
@@ -292,6 +295,9 @@ def scen_bigfile(ctx: Ctx):
         Tool("ferry sync --delta (ssh)", "ferry",
              lambda s, d: ctx.ferry.sync_cmd(f"--delta {s} {ADDR_B}:{d}", ctx.link), NS_A,
              form="remote-delta"),
+        Tool("ferry sync --direct", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
+             form="remote-direct"),
     ]
     pct = ctx.sizes["mangle_pct"]
     run_file_case(ctx, "bigfile", f"mangled {pct:g}%", tools, mangled, old_copy(base))
@@ -320,6 +326,9 @@ def scen_sparse(ctx: Ctx):
              NS_B, servers=nbd_server, needs=("nbdkit", "qemu-img")),
         Tool("ferry sync (ssh)", "ferry",
              lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
+        Tool("ferry sync --direct", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
+             form="remote-direct"),
     ]
     run_file_case(ctx, "sparse", "sparse image", tools, img, lambda d: None, image=True)
 
