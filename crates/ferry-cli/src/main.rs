@@ -3,6 +3,7 @@
 //! `ferry-core`; it holds no transfer logic of its own.
 
 mod demo;
+mod engine_args;
 mod human;
 mod progress;
 mod serve_cmd;

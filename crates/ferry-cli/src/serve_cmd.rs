@@ -4,8 +4,8 @@
 //! passes back).
 
 use clap::Args;
-use ferry_core::{DeltaMode, Excludes, SyncOptions};
 
+use crate::engine_args::EngineArgs;
 use crate::exit;
 use crate::sync_cmd::class_code;
 
@@ -26,30 +26,8 @@ pub struct ServeArgs {
     /// Carry the data over a direct, encrypted TCP connection.
     #[arg(long)]
     direct: bool,
-    #[arg(long)]
-    delete: bool,
-    #[arg(long)]
-    checksum: bool,
-    #[arg(long)]
-    dry_run: bool,
-    #[arg(long)]
-    inplace: bool,
-    #[arg(long)]
-    xattrs: bool,
-    #[arg(long, conflicts_with = "whole_file")]
-    delta: bool,
-    #[arg(long)]
-    whole_file: bool,
-    #[arg(long)]
-    threads: Option<usize>,
-    #[arg(long)]
-    exclude: Vec<String>,
-    #[arg(long)]
-    sig_cache: Option<std::path::PathBuf>,
-    #[arg(long)]
-    bwlimit: Option<u64>,
-    #[arg(long, default_value = "auto")]
-    compress: ferry_compress::Mode,
+    #[command(flatten)]
+    engine: EngineArgs,
     #[arg(last = true, required = true)]
     paths: Vec<String>,
 }
@@ -59,35 +37,12 @@ pub fn run(a: ServeArgs) -> i32 {
         eprintln!("ferry serve: --send or --receive is required");
         return exit::USAGE;
     }
-    let excludes = match Excludes::new(&a.exclude) {
-        Ok(e) => e,
+    let opts = match a.engine.options() {
+        Ok(o) => o,
         Err(e) => {
             eprintln!("ferry serve: {e}");
             return exit::USAGE;
         }
-    };
-    let opts = SyncOptions {
-        checksum: a.checksum,
-        delete: a.delete,
-        dry_run: a.dry_run,
-        inplace: a.inplace,
-        xattrs: a.xattrs,
-        excludes,
-        threads: a
-            .threads
-            .unwrap_or_else(ferry_core::default_threads)
-            .clamp(1, 64),
-        delta: if a.delta {
-            DeltaMode::Delta
-        } else if a.whole_file {
-            DeltaMode::Whole
-        } else {
-            DeltaMode::Auto
-        },
-        sig_cache: a.sig_cache,
-        bwlimit: a.bwlimit,
-        compress: a.compress,
-        ..SyncOptions::default()
     };
     match ferry_core::remote::serve_stdio(a.send, a.file_or_dir, a.direct, &a.paths, &opts) {
         Ok(()) => exit::OK,
@@ -125,11 +80,20 @@ mod tests {
         let w =
             Wrap::try_parse_from(std::iter::once("x".to_string()).chain(args.into_iter().skip(1)))
                 .unwrap();
-        assert!(w.a.receive && w.a.file_or_dir && w.a.delete && w.a.checksum && w.a.delta);
-        assert_eq!(w.a.exclude, vec!["*.tmp".to_string(), "--odd".to_string()]);
+        assert!(
+            w.a.receive
+                && w.a.file_or_dir
+                && w.a.engine.delete
+                && w.a.engine.checksum
+                && w.a.engine.delta
+        );
+        assert_eq!(
+            w.a.engine.exclude,
+            vec!["*.tmp".to_string(), "--odd".to_string()]
+        );
         assert_eq!(w.a.paths, vec!["/dst dir".to_string()]);
         assert_eq!(
-            w.a.sig_cache.unwrap(),
+            w.a.engine.sig_cache.unwrap(),
             std::path::PathBuf::from("/var/cache/x y")
         );
     }

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use clap::Args;
-use ferry_core::{Class, DeltaMode, Error, Excludes, Stats, SyncOptions};
+use ferry_core::{Class, Error, Stats};
 use serde::Serialize;
 
+use crate::engine_args::EngineArgs;
 use crate::exit;
 use crate::human;
 use crate::progress::Progress;
@@ -33,42 +34,8 @@ pub struct SyncArgs {
     /// Sources, then the destination.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     paths: Vec<String>,
-    /// Skip files by content (BLAKE3 of both sides) rather than size+mtime.
-    #[arg(short = 'c', long)]
-    checksum: bool,
-    /// Delete destination entries that the source does not have.
-    #[arg(long)]
-    delete: bool,
-    /// Show what would change; change nothing.
-    #[arg(short = 'n', long)]
-    dry_run: bool,
-    /// Skip paths matching this gitignore-style pattern (repeatable).
-    #[arg(long, value_name = "PATTERN")]
-    exclude: Vec<String>,
-    /// Update changed files in place instead of temp file + rename.
-    #[arg(long)]
-    inplace: bool,
-    /// Copy extended attributes.
-    #[arg(short = 'X', long)]
-    xattrs: bool,
-    /// Always send whole files, never deltas.
-    #[arg(short = 'W', long, conflicts_with = "delta")]
-    whole_file: bool,
-    /// Always send deltas against the destination's old copy.
-    #[arg(long)]
-    delta: bool,
-    /// Limit the bytes the sender puts on the link per second: 110M = 110 MB/s
-    /// (suffixes k M G decimal, Ki Mi Gi binary).
-    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
-    bwlimit: Option<u64>,
-    /// Compression across a link: auto (per block, from the measured link
-    /// rate; incompressible blocks go raw), zstd, zstd:LEVEL, lz4, none.
-    #[arg(long, value_name = "MODE", default_value = "auto")]
-    compress: ferry_compress::Mode,
-    /// Keep delta signatures of received files in DIR, so the next delta
-    /// re-sync need not re-read unchanged destination files.
-    #[arg(long, value_name = "DIR")]
-    sig_cache: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    engine: EngineArgs,
     /// Remote shell for host:path endpoints (split on spaces), like rsync's -e.
     #[arg(
         short = 'e',
@@ -86,9 +53,6 @@ pub struct SyncArgs {
     /// on fast or long links.
     #[arg(long)]
     direct: bool,
-    /// Worker threads per side (default: core count, at least 2).
-    #[arg(short = 'j', long, value_name = "N")]
-    threads: Option<usize>,
     /// Show progress even when stderr is not a terminal.
     #[arg(long)]
     progress: bool,
@@ -137,35 +101,12 @@ pub fn run(a: SyncArgs) -> i32 {
         eprintln!("ferry: either the sources or the destination may be remote (host:path), not both, and not a mix");
         return exit::USAGE;
     }
-    let excludes = match Excludes::new(&a.exclude) {
-        Ok(e) => e,
+    let opts = match a.engine.options() {
+        Ok(o) => o,
         Err(e) => {
             eprintln!("ferry: {e}");
             return exit::USAGE;
         }
-    };
-    let opts = SyncOptions {
-        checksum: a.checksum,
-        delete: a.delete,
-        dry_run: a.dry_run,
-        inplace: a.inplace,
-        xattrs: a.xattrs,
-        excludes,
-        threads: a
-            .threads
-            .unwrap_or_else(ferry_core::default_threads)
-            .clamp(1, 64),
-        delta: if a.whole_file {
-            DeltaMode::Whole
-        } else if a.delta {
-            DeltaMode::Delta
-        } else {
-            DeltaMode::Auto
-        },
-        bwlimit: a.bwlimit,
-        sig_cache: a.sig_cache.clone(),
-        compress: a.compress,
-        ..SyncOptions::default()
     };
     let ropts = ferry_core::remote::RemoteOptions {
         rsh: a.rsh.clone(),
@@ -205,17 +146,17 @@ pub fn run(a: SyncArgs) -> i32 {
             eprintln!("ferry: {e}");
         }
     }
-    if (a.dry_run || a.verbose) && !a.json {
+    if (a.engine.dry_run || a.verbose) && !a.json {
         if let Ok(c) = stats.changes.lock() {
             for line in c.iter() {
-                println!("{}{line}", if a.dry_run { "would " } else { "" });
+                println!("{}{line}", if a.engine.dry_run { "would " } else { "" });
             }
         }
     }
     if a.json {
         let out = JsonOut {
             report: &report,
-            dry_run: a.dry_run,
+            dry_run: a.engine.dry_run,
             exit_code: code,
         };
         match serde_json::to_string(&out) {
@@ -223,7 +164,7 @@ pub fn run(a: SyncArgs) -> i32 {
             Err(e) => eprintln!("ferry: cannot encode statistics: {e}"),
         }
     } else if !a.quiet {
-        println!("{}", summary(&report, a.dry_run));
+        println!("{}", summary(&report, a.engine.dry_run));
     }
     code
 }

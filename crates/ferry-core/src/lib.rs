@@ -196,6 +196,12 @@ fn sync_local_pass(
     });
     stats.bytes_wire.fetch_add(wire(), Ordering::Relaxed);
     res?;
+    finished(stats, start)
+}
+
+/// The report of a finished run; a run where some entries failed is a
+/// partial transfer.
+pub(crate) fn finished(stats: &Stats, start: Instant) -> Result<Report> {
     let report = stats.report(start.elapsed().as_secs_f64());
     if report.files_failed > 0 {
         return Err(Error::Partial {
@@ -204,6 +210,29 @@ fn sync_local_pass(
         });
     }
     Ok(report)
+}
+
+/// Both sides open a session the same way: say Hello, check the peer's.
+/// A version mismatch is fatal and is told to the peer.
+pub(crate) fn hello(tx: &ferry_proto::MsgTx, rx: &ferry_proto::MsgRx) -> Result<()> {
+    use ferry_proto::Message;
+    tx.send(Message::Hello {
+        version: ferry_proto::announced_version(),
+        features: ferry_proto::features::ALL,
+    })?;
+    match rx.recv()? {
+        Message::Hello { version, .. } if version == ferry_proto::PROTOCOL_VERSION => Ok(()),
+        Message::Hello { version, .. } => {
+            let msg = format!(
+                "peer speaks protocol version {version}, this ferry speaks {}",
+                ferry_proto::PROTOCOL_VERSION
+            );
+            let _ = tx.send(Message::Fatal { error: msg.clone() });
+            Err(Error::Protocol(msg))
+        }
+        Message::Fatal { error } => Err(Error::Peer(error)),
+        m => Err(Error::Protocol(format!("expected Hello, got {}", m.name()))),
+    }
 }
 
 /// Convenience for tests and the demo: sync `sources` to `dest` with

@@ -189,23 +189,7 @@ pub fn run_receiver(
     stats: &Stats,
 ) -> Result<ReceiverReport> {
     let Endpoint { tx, rx, .. } = ep;
-    tx.send(Message::Hello {
-        version: ferry_proto::announced_version(),
-        features: ferry_proto::features::ALL,
-    })?;
-    match rx.recv()? {
-        Message::Hello { version, .. } if version == ferry_proto::PROTOCOL_VERSION => {}
-        Message::Hello { version, .. } => {
-            let msg = format!(
-                "peer speaks protocol version {version}, this ferry speaks {}",
-                ferry_proto::PROTOCOL_VERSION
-            );
-            let _ = tx.send(Message::Fatal { error: msg.clone() });
-            return Err(Error::Protocol(msg));
-        }
-        Message::Fatal { error } => return Err(Error::Peer(error)),
-        m => return Err(Error::Protocol(format!("expected Hello, got {}", m.name()))),
-    }
+    crate::hello(&tx, &rx)?;
     // A file-or-directory destination that is an existing directory is a
     // directory; otherwise the first entry decides.
     let nbd = match dest {

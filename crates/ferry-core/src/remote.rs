@@ -425,14 +425,7 @@ fn fill(stats: &Stats, r: &ReceiverReport) {
 fn finish_report(stats: &Stats, ep_wire: u64, start: Instant) -> Result<Report> {
     use std::sync::atomic::Ordering::Relaxed;
     stats.bytes_wire.store(ep_wire, Relaxed);
-    let report = stats.report(start.elapsed().as_secs_f64());
-    if report.files_failed > 0 {
-        return Err(Error::Partial {
-            failed: report.files_failed,
-            total: report.files_total,
-        });
-    }
-    Ok(report)
+    crate::finished(stats, start)
 }
 
 /// Resolve `DeltaMode::Auto` for a link: across hosts, send deltas of

@@ -72,21 +72,7 @@ pub fn run_sender(
 ) -> Result<ReceiverReport> {
     let progress = progress.then_some(stats);
     let Endpoint { tx, rx, .. } = ep;
-    tx.send(Message::Hello {
-        version: ferry_proto::announced_version(),
-        features: ferry_proto::features::ALL,
-    })?;
-    match rx.recv()? {
-        Message::Hello { version, .. } if version == ferry_proto::PROTOCOL_VERSION => {}
-        Message::Hello { version, .. } => {
-            return Err(Error::Protocol(format!(
-                "peer speaks protocol version {version}, this ferry speaks {}",
-                ferry_proto::PROTOCOL_VERSION
-            )))
-        }
-        Message::Fatal { error } => return Err(Error::Peer(error)),
-        m => return Err(Error::Protocol(format!("expected Hello, got {}", m.name()))),
-    }
+    crate::hello(&tx, &rx)?;
 
     let table: Table = Arc::default();
     let (job_tx, job_rx) = unbounded::<Job>();

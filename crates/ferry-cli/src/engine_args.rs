@@ -1,0 +1,82 @@
+//! The engine options shared by `ferry sync` and the remote side it starts
+//! (`ferry serve`): defined once, so what the client writes on the serve
+//! command line (`ferry_core::remote::serve_args`) is what the server
+//! parses.
+
+use clap::Args;
+use ferry_core::{DeltaMode, Excludes, SyncOptions};
+
+use crate::sync_cmd::parse_rate;
+
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Skip files by content (BLAKE3 of both sides) rather than size+mtime.
+    #[arg(short = 'c', long)]
+    pub checksum: bool,
+    /// Delete destination entries that the source does not have.
+    #[arg(long)]
+    pub delete: bool,
+    /// Show what would change; change nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Skip paths matching this gitignore-style pattern (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<String>,
+    /// Update changed files in place instead of temp file + rename.
+    #[arg(long)]
+    pub inplace: bool,
+    /// Copy extended attributes.
+    #[arg(short = 'X', long)]
+    pub xattrs: bool,
+    /// Always send whole files, never deltas.
+    #[arg(short = 'W', long, conflicts_with = "delta")]
+    pub whole_file: bool,
+    /// Always send deltas against the destination's old copy.
+    #[arg(long)]
+    pub delta: bool,
+    /// Limit the bytes the sender puts on the link per second: 110M = 110 MB/s
+    /// (suffixes k M G decimal, Ki Mi Gi binary).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    pub bwlimit: Option<u64>,
+    /// Compression across a link: auto (per block, from the measured link
+    /// rate; incompressible blocks go raw), zstd, zstd:LEVEL, lz4, none.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub compress: ferry_compress::Mode,
+    /// Keep delta signatures of received files in DIR, so the next delta
+    /// re-sync need not re-read unchanged destination files.
+    #[arg(long, value_name = "DIR")]
+    pub sig_cache: Option<std::path::PathBuf>,
+    /// Worker threads per side (default: core count, at least 2).
+    #[arg(short = 'j', long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+impl EngineArgs {
+    /// The engine's options; a bad exclude pattern is a usage error.
+    pub fn options(&self) -> Result<SyncOptions, String> {
+        let excludes = Excludes::new(&self.exclude).map_err(|e| e.to_string())?;
+        Ok(SyncOptions {
+            checksum: self.checksum,
+            delete: self.delete,
+            dry_run: self.dry_run,
+            inplace: self.inplace,
+            xattrs: self.xattrs,
+            excludes,
+            threads: self
+                .threads
+                .unwrap_or_else(ferry_core::default_threads)
+                .clamp(1, 64),
+            delta: if self.whole_file {
+                DeltaMode::Whole
+            } else if self.delta {
+                DeltaMode::Delta
+            } else {
+                DeltaMode::Auto
+            },
+            bwlimit: self.bwlimit,
+            sig_cache: self.sig_cache.clone(),
+            compress: self.compress,
+            ..SyncOptions::default()
+        })
+    }
+}
