@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 
-from . import data, report, util
+from . import report, util
 from .ferry_forms import Ferry
 from .link import PRESETS, Link, Procs, netns_available
 from .scenarios import SCENARIOS, Ctx
