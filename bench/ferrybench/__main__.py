@@ -32,7 +32,8 @@ DESCRIBE = {
             "changes about N% of the bytes). Each tool keeps its own destination through the phases.",
     "bigfile": "One {big_mib} MiB file (1 MiB blocks, half random, half text) already at the destination "
                "in its old version; the source has {mangle_pct:g}% of it overwritten in scattered 4-64 KiB "
-               "pieces, or 7 bytes inserted at 1 MiB (everything after shifts). Pushed over ssh.",
+               "pieces, or 7 bytes inserted at 1 MiB (everything after shifts). Pushed over ssh. The insert case "
+               "leaves out the --whole-file variants: what they send does not depend on the change.",
     "sparse": "A raw image of {img_mib} MiB holding about {img_data_mib} MiB of extents (random, text, and "
               "one in five written zeros), the rest holes. scp and rsync push over ssh; nbdkit (file plugin, "
               "read-only) serves it from A over TCP and nbdcopy / qemu-img convert pull it into a file in B "
