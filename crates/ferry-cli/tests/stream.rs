@@ -380,3 +380,33 @@ fn pipe_via_ssh_returns_the_command_status() {
     }
     pipe(true);
 }
+
+#[test]
+fn killed_receiver_makes_the_sender_fail_promptly() {
+    if !wired() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let dst = dir.path().join("dst");
+    let (mut r, port) = start_recv(KEY, &[dst.to_str().expect("path")]);
+    let mut s = Guard(
+        ferry(KEY)
+            .args(["send", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("send"),
+    );
+    let mut input = s.0.stdin.take().expect("stdin");
+    let feeder = thread::spawn(move || {
+        let block = vec![3u8; 1 << 20];
+        while input.write_all(&block).is_ok() {}
+    });
+    thread::sleep(Duration::from_millis(500));
+    r.0.kill().expect("kill receiver");
+    let st = s
+        .wait_timeout(Duration::from_secs(20))
+        .expect("sender must not hang");
+    assert_eq!(st.code(), Some(5), "{}", s.stderr_text());
+    feeder.join().expect("feeder");
+}
