@@ -750,4 +750,21 @@ mod tests {
         huge.extend_from_slice(&[0; 64]);
         assert!(matches!(read_all(&huge), Err(ChannelError::BadLength(_))));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_frames_roundtrip_and_any_flip_is_caught(
+            frames in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3000), 0..8),
+            flip in proptest::prelude::any::<usize>(),
+            bit in 0u8..8,
+        ) {
+            let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+            let good = sealed(&refs, true);
+            proptest::prop_assert_eq!(read_all(&good).unwrap(), frames);
+            let mut bad = good.clone();
+            let i = flip % bad.len();
+            bad[i] ^= 1 << bit;
+            proptest::prop_assert!(read_all(&bad).is_err());
+        }
+    }
 }
