@@ -69,6 +69,11 @@ pub struct SyncOptions {
     /// Compression of data on byte-stream links (`--compress`); the
     /// in-process link of a local run never compresses.
     pub compress: ferry_compress::Mode,
+    /// The link moves the sender's own buffers (a local run): whole-file
+    /// segments are not hashed, because hashing the same buffer on both
+    /// sides verifies nothing. Deltas, assembled from the old copy, are
+    /// always verified, and so is everything on a byte-stream link.
+    pub in_process: bool,
 }
 
 impl Default for SyncOptions {
@@ -86,6 +91,7 @@ impl Default for SyncOptions {
             bwlimit: None,
             sig_cache: None,
             compress: ferry_compress::Mode::Auto,
+            in_process: false,
         }
     }
 }
@@ -172,6 +178,10 @@ fn sync_local_pass(
     stats: &Stats,
     start: Instant,
 ) -> Result<Report> {
+    let opts = &SyncOptions {
+        in_process: true,
+        ..opts.clone()
+    };
     let (a, b) = ferry_proto::in_process();
     let mut a = a;
     if let Some(rate) = opts.bwlimit {

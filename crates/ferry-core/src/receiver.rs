@@ -77,6 +77,9 @@ struct DstFile {
     /// The old copy that `Copy` ops read from (delta transfers).
     basis: Option<File>,
     delta: bool,
+    /// Digest what is written and compare with the sender's digests (all
+    /// but whole-file transfers over the in-process link).
+    verify: bool,
     /// Signature of what is written, for the cache (when enabled).
     sig_out: Option<SigOut>,
     block: u64,
@@ -533,6 +536,7 @@ impl Dispatcher<'_, '_> {
         let id = e.id;
         let d = Arc::new(DstFile {
             basis: None,
+            verify: !self.sh.opts.in_process,
             delta: false,
             sig_out: None,
             block: layout::grid_block(e.size),
@@ -740,6 +744,7 @@ impl Dispatcher<'_, '_> {
         });
         let d = Arc::new(DstFile {
             basis,
+            verify: delta || !opts.in_process,
             delta,
             sig_out,
             block: layout::grid_block(e.size),
@@ -1022,7 +1027,11 @@ fn seg_state<'m>(
 ) -> &'m mut SegState {
     let seg = off / layout::SEGMENT;
     segs.entry((f.entry.id, seg)).or_insert_with(|| SegState {
-        hasher: SegmentHasher::new(f.block),
+        hasher: if f.verify {
+            SegmentHasher::new(f.block)
+        } else {
+            SegmentHasher::disabled()
+        },
         next: seg * layout::SEGMENT,
         sig: f.sig_out.as_ref().map(|s| SigBuild {
             bs: s.bs as usize,
@@ -1059,6 +1068,7 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if let Some(b) = &mut st.sig {
                     b.feed(&data);
                 }
+                ferry_proto::bufpool::give(data);
             }
             Op::Copy(off, boff, len) => {
                 let st = seg_state(&mut segs, &f, off);

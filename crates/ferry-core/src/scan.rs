@@ -30,11 +30,16 @@ pub fn scan_segment<E>(
     file: &dyn ExtentReader,
     size: u64,
     seg: u64,
+    hash: bool,
     buf: &mut Vec<u8>,
     emit: &mut dyn FnMut(Piece<'_>) -> Result<(), E>,
 ) -> Result<[u8; 32], ScanError<E>> {
     let (start, end) = layout::segment_range(size, seg);
-    let mut h = SegmentHasher::new(layout::grid_block(size));
+    let mut h = if hash {
+        SegmentHasher::new(layout::grid_block(size))
+    } else {
+        SegmentHasher::disabled()
+    };
     let mut zero_from: Option<u64> = None;
     let mut pos = start;
     let flush_zero = |zero_from: &mut Option<u64>,
@@ -61,9 +66,8 @@ pub fn scan_segment<E>(
         while pos < dstop {
             let n = ((dstop - pos) as usize).min(CHUNK);
             if buf.capacity() < n {
-                // Fresh zeroed memory costs no memset (calloc); resizing an
-                // emptied buffer would.
-                *buf = vec![0u8; n];
+                // The last buffer went out in a message: take a recycled one.
+                *buf = ferry_proto::bufpool::take(n);
             } else {
                 buf.resize(n, 0);
             }
@@ -151,7 +155,7 @@ pub fn file_digest(file: &dyn ExtentReader, size: u64, threads: usize) -> io::Re
                     if seg >= nseg {
                         return Ok(());
                     }
-                    let d = scan_segment::<()>(file, size, seg, &mut buf, &mut |_| Ok(()))
+                    let d = scan_segment::<()>(file, size, seg, true, &mut buf, &mut |_| Ok(()))
                         .map_err(|e| match e {
                             ScanError::Io(e) => e,
                             ScanError::Emit(()) => io::Error::other("scan stopped"),
@@ -195,7 +199,7 @@ mod tests {
         let mut seen = 0u64;
         let mut digests = Vec::new();
         for seg in 0..layout::segment_count(size) {
-            let dg = scan_segment::<()>(&f, size, seg, &mut Vec::new(), &mut |p| {
+            let dg = scan_segment::<()>(&f, size, seg, true, &mut Vec::new(), &mut |p| {
                 match p {
                     Piece::Data(o, b) => {
                         assert_eq!(o, seen);

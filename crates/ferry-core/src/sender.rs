@@ -76,7 +76,9 @@ pub fn run_sender(
 
     let table: Table = Arc::default();
     let (job_tx, job_rx) = unbounded::<Job>();
-    let threads = opts.threads.max(1);
+    // Reading is often I/O-bound (cold cache, small files): more readers
+    // than cores keep the device busy.
+    let threads = opts.threads.max(1) * 2;
 
     std::thread::scope(|s| {
         // Workers.
@@ -84,7 +86,8 @@ pub fn run_sender(
         for _ in 0..threads {
             let job_rx = job_rx.clone();
             let tx = tx.clone();
-            workers.push(s.spawn(move || worker(job_rx, tx, progress)));
+            let hash = !opts.in_process;
+            workers.push(s.spawn(move || worker(job_rx, tx, progress, hash)));
         }
         drop(job_rx);
 
@@ -213,10 +216,10 @@ fn enqueue(
     Ok(())
 }
 
-fn worker(jobs: Receiver<Job>, tx: MsgTx, progress: Option<&Stats>) -> Result<()> {
+fn worker(jobs: Receiver<Job>, tx: MsgTx, progress: Option<&Stats>, hash: bool) -> Result<()> {
     let mut buf = Vec::with_capacity(scan::CHUNK);
     for job in jobs {
-        send_segment(&job, &tx, &mut buf)?;
+        send_segment(&job, &tx, &mut buf, hash)?;
         if let Some(st) = progress {
             let (a, b) = layout::segment_range(job.file.size, job.seg);
             Stats::add(&st.bytes_done, b - a);
@@ -225,7 +228,7 @@ fn worker(jobs: Receiver<Job>, tx: MsgTx, progress: Option<&Stats>) -> Result<()
     Ok(())
 }
 
-fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
+fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, hash: bool) -> Result<()> {
     let f = &job.file;
     let id = job.id;
     let fail = |error: String| -> Result<()> {
@@ -270,23 +273,30 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>) -> Result<()> {
         }
     } else if let Some(file) = &file {
         let res =
-            scan::scan_segment::<LinkError>(&**file, f.size, job.seg, buf, &mut |p| match p {
-                Piece::Data(offset, d) => tx.send(Message::Data {
-                    file: id,
-                    offset,
-                    data: d.to_vec(),
-                }),
-                Piece::Owned(offset, data) => tx.send(Message::Data {
-                    file: id,
-                    offset,
-                    data,
-                }),
-                Piece::Zero(offset, len) => tx.send(Message::Zero {
-                    file: id,
-                    offset,
-                    len,
-                }),
-            });
+            scan::scan_segment::<LinkError>(
+                &**file,
+                f.size,
+                job.seg,
+                hash,
+                buf,
+                &mut |p| match p {
+                    Piece::Data(offset, d) => tx.send(Message::Data {
+                        file: id,
+                        offset,
+                        data: d.to_vec(),
+                    }),
+                    Piece::Owned(offset, data) => tx.send(Message::Data {
+                        file: id,
+                        offset,
+                        data,
+                    }),
+                    Piece::Zero(offset, len) => tx.send(Message::Zero {
+                        file: id,
+                        offset,
+                        len,
+                    }),
+                },
+            );
         match res {
             Ok(d) => digest = d,
             Err(ScanError::Emit(e)) => return Err(e.into()),

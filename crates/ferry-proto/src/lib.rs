@@ -17,6 +17,7 @@
 //!
 //! The crate does no file I/O and knows nothing of the terminal.
 
+pub mod bufpool;
 pub mod codec;
 pub mod layout;
 pub mod msg;
