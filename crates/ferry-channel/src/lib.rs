@@ -46,6 +46,7 @@
 //! [`ChannelError::Truncated`]; nothing may follow it.
 
 use std::io::{self, Read, Write};
+use std::sync::Arc;
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::Aes256Gcm;
@@ -363,11 +364,60 @@ pub fn handshake<R: Read, W: Write>(
     })
 }
 
+/// Seal one frame (`kind`, payload = `head` + `body`) with frame number
+/// `counter` into `frame` (cleared first).
+fn seal_into(
+    cipher: &Cipher,
+    counter: u64,
+    kind: u8,
+    head: &[u8],
+    body: &[u8],
+    frame: &mut Vec<u8>,
+) -> Result<(), ChannelError> {
+    let plen = head.len() + body.len();
+    if plen > MAX_PAYLOAD {
+        return Err(ChannelError::TooLarge(plen));
+    }
+    let blen = (1 + plen + TAG) as u32;
+    frame.clear();
+    frame.reserve(4 + blen as usize);
+    frame.extend_from_slice(&blen.to_be_bytes());
+    frame.push(kind);
+    frame.extend_from_slice(head);
+    frame.extend_from_slice(body);
+    let mut aad = [0u8; 12];
+    aad[..8].copy_from_slice(AAD_PREFIX);
+    aad[8..].copy_from_slice(&blen.to_be_bytes());
+    let tag = cipher.seal(counter, &aad, &mut frame[4..])?;
+    frame.extend_from_slice(&tag);
+    Ok(())
+}
+
+/// Seals data frames for a [`ChannelWriter`] from any thread.
+#[derive(Clone)]
+pub struct Sealer {
+    cipher: Arc<Cipher>,
+}
+
+impl Sealer {
+    /// Seal a data frame (payload `head` + `body`) as frame number
+    /// `counter` into `out`; hand it to [`ChannelWriter::write_sealed`].
+    pub fn seal_data(
+        &self,
+        counter: u64,
+        head: &[u8],
+        body: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), ChannelError> {
+        seal_into(&self.cipher, counter, KIND_DATA, head, body, out)
+    }
+}
+
 /// Seals frames onto a byte sink. Also a buffered [`Write`]: data written
 /// is packed into frames of up to `MAX_PAYLOAD` bytes.
 pub struct ChannelWriter<W: Write> {
     w: W,
-    cipher: Cipher,
+    cipher: Arc<Cipher>,
     counter: u64,
     buf: Vec<u8>,
     ended: bool,
@@ -384,7 +434,7 @@ impl<W: Write> ChannelWriter<W> {
     pub fn with_key(w: W, suite: Suite, key: [u8; 32]) -> Self {
         ChannelWriter {
             w,
-            cipher: Cipher::new(suite, &key),
+            cipher: Arc::new(Cipher::new(suite, &key)),
             counter: 0,
             buf: Vec::with_capacity(MAX_PAYLOAD + FRAME_OVERHEAD),
             ended: false,
@@ -397,32 +447,51 @@ impl<W: Write> ChannelWriter<W> {
     }
 
     fn seal_parts(&mut self, kind: u8, head: &[u8], body_part: &[u8]) -> Result<(), ChannelError> {
-        let plen = head.len() + body_part.len();
-        if plen > MAX_PAYLOAD {
-            return Err(ChannelError::TooLarge(plen));
-        }
         if self.ended {
             return Err(ChannelError::AfterEnd);
         }
-        let body = (1 + plen + TAG) as u32;
         let mut frame = std::mem::take(&mut self.buf);
-        frame.clear();
-        frame.extend_from_slice(&body.to_be_bytes());
-        frame.push(kind);
-        frame.extend_from_slice(head);
-        frame.extend_from_slice(body_part);
-        let mut aad = [0u8; 12];
-        aad[..8].copy_from_slice(AAD_PREFIX);
-        aad[8..].copy_from_slice(&body.to_be_bytes());
-        let res = self.cipher.seal(self.counter, &aad, &mut frame[4..]);
-        let res = res.and_then(|tag| {
-            frame.extend_from_slice(&tag);
-            self.w.write_all(&frame).map_err(ChannelError::Io)
-        });
+        let res = seal_into(
+            &self.cipher,
+            self.counter,
+            kind,
+            head,
+            body_part,
+            &mut frame,
+        )
+        .and_then(|()| self.w.write_all(&frame).map_err(ChannelError::Io));
         self.counter += 1;
         self.wire_bytes += frame.len() as u64;
         self.buf = frame;
         res
+    }
+
+    /// A handle that seals data frames on other threads, so encryption can
+    /// run in parallel; see [`ChannelWriter::write_sealed`].
+    pub fn sealer(&self) -> Sealer {
+        Sealer {
+            cipher: self.cipher.clone(),
+        }
+    }
+
+    /// Write a frame made by [`Sealer::seal_data`]. `counter` must be this
+    /// writer's next frame number (frames are written in counter order).
+    pub fn write_sealed(&mut self, counter: u64, frame: &[u8]) -> Result<(), ChannelError> {
+        if self.ended {
+            return Err(ChannelError::AfterEnd);
+        }
+        if counter != self.counter {
+            return Err(ChannelError::BadFrame);
+        }
+        self.w.write_all(frame)?;
+        self.counter += 1;
+        self.wire_bytes += frame.len() as u64;
+        Ok(())
+    }
+
+    /// Number of the next frame this writer sends.
+    pub fn next_counter(&self) -> u64 {
+        self.counter
     }
 
     /// Send one frame carrying `payload` (at most [`MAX_PAYLOAD`] bytes).

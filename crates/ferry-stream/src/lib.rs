@@ -314,10 +314,13 @@ fn split(s: TcpStream) -> Result<(TcpStream, TcpStream, TcpStream), StreamError>
 // ---------------------------------------------------------------- sender
 
 enum JobKind {
+    /// `sealed`: the whole channel frame, sealed by the worker with frame
+    /// number = seq (empty: the writer seals it).
     Block {
         raw: Vec<u8>,
         comp: Vec<u8>,
         codec: Codec,
+        sealed: Vec<u8>,
     },
     End {
         total: u64,
@@ -413,9 +416,10 @@ where
         let stats = stats.clone();
         let mode = opts.compress;
         let n = opts.workers.max(1);
+        let sealer = chan_w.sealer();
         thread::Builder::new()
             .name(format!("ferry-compress-{i}"))
-            .spawn(move || compress_worker(mode, n, &rx, &tx, &pool, &stats))
+            .spawn(move || compress_worker(mode, n, &sealer, &rx, &tx, &pool, &stats))
             .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
     }
     drop(ring_rx);
@@ -586,6 +590,7 @@ fn read_input<R: Read>(
                 raw: buf,
                 comp: pool.try_recv().unwrap_or_default(),
                 codec: Codec::None,
+                sealed: Vec::new(),
             },
         };
         if ring.send(job).is_err() {
@@ -595,21 +600,52 @@ fn read_input<R: Read>(
     }
 }
 
+/// The BLOCK message header.
+fn block_head(codec: Codec, raw_len: usize) -> [u8; HEAD] {
+    let mut head = [0u8; HEAD];
+    head[0] = msg::BLOCK;
+    head[1] = codec.id();
+    head[2] = codec.level().clamp(-128, 127) as i8 as u8;
+    head[3..7].copy_from_slice(&(raw_len as u32).to_le_bytes());
+    head
+}
+
+/// Compresses and seals blocks (both in parallel across workers; the
+/// frame number of a block is its seq, so the writer only orders them).
 fn compress_worker(
     mode: Mode,
     workers: usize,
+    sealer: &ferry_channel::Sealer,
     rx: &Receiver<Job>,
     tx: &Sender<Job>,
-    _pool: &Receiver<Vec<u8>>,
+    pool: &Receiver<Vec<u8>>,
     stats: &Stats,
 ) {
     let mut c = ferry_compress::Compressor::new(mode);
     c.set_workers(workers);
     for mut job in rx {
-        if let JobKind::Block { raw, comp, codec } = &mut job.kind {
+        if let JobKind::Block {
+            raw,
+            comp,
+            codec,
+            sealed,
+        } = &mut job.kind
+        {
             let rate = Stats::get(&stats.link_rate);
             c.set_link_rate(if rate == 0 { None } else { Some(rate as f64) });
             *codec = c.compress_block(raw, comp);
+            let payload = if *codec == Codec::None {
+                &raw[..]
+            } else {
+                &comp[..]
+            };
+            *sealed = pool.try_recv().unwrap_or_default();
+            if sealer
+                .seal_data(job.seq, &block_head(*codec, raw.len()), payload, sealed)
+                .is_err()
+            {
+                sealed.clear();
+            }
         }
         if tx.send(job).is_err() {
             return;
@@ -643,19 +679,25 @@ fn net_writer<W: Write>(
         };
         next += 1;
         match job.kind {
-            JobKind::Block { raw, comp, codec } => {
-                let (payload, id, level) = match codec {
-                    Codec::None => (&raw[..], 0u8, 0i8),
-                    c => (&comp[..], c.id(), c.level().clamp(-128, 127) as i8),
-                };
-                let mut head = [0u8; HEAD];
-                head[0] = msg::BLOCK;
-                head[1] = id;
-                head[2] = level as u8;
-                head[3..7].copy_from_slice(&(raw.len() as u32).to_le_bytes());
+            JobKind::Block {
+                raw,
+                comp,
+                codec,
+                sealed,
+            } => {
                 let before = w.wire_bytes;
                 let t = Instant::now();
-                w.send_frame2(&head, payload).map_err(werr)?;
+                if sealed.is_empty() || w.next_counter() != job.seq {
+                    let payload = if codec == Codec::None {
+                        &raw[..]
+                    } else {
+                        &comp[..]
+                    };
+                    w.send_frame2(&block_head(codec, raw.len()), payload)
+                        .map_err(werr)?;
+                } else {
+                    w.write_sealed(job.seq, &sealed).map_err(werr)?;
+                }
                 let secs = t.elapsed().as_secs_f64();
                 let n = w.wire_bytes - before;
                 // Drain rate while the link was the bottleneck: bytes over
@@ -689,6 +731,7 @@ fn net_writer<W: Write>(
                 if pool.len() < 64 {
                     let _ = pool.send(raw);
                     let _ = pool.send(comp);
+                    let _ = pool.send(sealed);
                 }
             }
             JobKind::End { total, digest } => {
