@@ -7,6 +7,7 @@ mod engine_args;
 mod human;
 mod progress;
 mod serve_cmd;
+mod stream_cmd;
 mod sync_cmd;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,8 @@ Exit codes:
   3    I/O error: missing source, unwritable destination, disk full
   4    protocol error: the peer sent garbage or speaks another version
   5    connection error: could not reach the peer, or the link dropped
+  6    (pipe) ssh failed or the remote ferry did not start; pipe otherwise
+       returns the remote command's own exit status
   130  interrupted (temporary files were removed)";
 
 #[derive(Parser)]
@@ -52,6 +55,16 @@ enum Cmd {
     /// Build a small sample in a temp dir, sync it, change it, re-sync it,
     /// and show what each run did.
     Demo(demo::DemoArgs),
+    /// Send a byte stream (stdin or FILE) to `ferry recv` on another host,
+    /// authenticated and encrypted, compressed when that pays.
+    Send(stream_cmd::SendArgs),
+    /// Receive a stream from `ferry send`; write it to stdout, FILE or
+    /// `-- COMMAND`.
+    Recv(stream_cmd::RecvArgs),
+    /// Pipe stdin into COMMAND on [user@]host: ssh starts the remote side,
+    /// the data goes over a direct encrypted TCP connection (or ssh with
+    /// --via-ssh); returns COMMAND's exit status.
+    Pipe(stream_cmd::PipeArgs),
     /// The remote side of a sync, started over ssh (internal).
     #[command(hide = true)]
     Serve(serve_cmd::ServeArgs),
@@ -80,6 +93,9 @@ fn main() {
         Cmd::Sync(a) => sync_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Serve(a) => serve_cmd::run(a),
+        Cmd::Send(a) => stream_cmd::run_send(a),
+        Cmd::Recv(a) => stream_cmd::run_recv(a),
+        Cmd::Pipe(a) => stream_cmd::run_pipe(a),
     };
     std::process::exit(code);
 }

@@ -256,3 +256,62 @@ fn direct_channel_push_and_pull() {
     ));
     assert_same_tree(&src, &pulled);
 }
+
+/// `producer | ferry pipe host -- COMMAND` through a real sshd, direct and
+/// through ssh, with COMMAND's exit status passed back.
+#[test]
+fn pipe_through_real_ssh_runs_the_command() {
+    use std::io::Write;
+    let Some(srv) = SshServer::start("pipe_through_real_ssh_runs_the_command") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let data = bytes(31, 5 << 20);
+    let host = format!("{}@127.0.0.1", srv.user);
+    for via in [false, true] {
+        let out_file = d.path().join(format!("out-{via}"));
+        let mut args = vec!["pipe", "-e", &rsh, "--remote-ferry", p(&bin)];
+        if via {
+            args.push("--via-ssh");
+        }
+        let cmd = format!("cat > {}", out_file.display());
+        args.extend([host.as_str(), "--", "sh", "-c", &cmd]);
+        let mut child = std::process::Command::new(&bin)
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&data).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "via_ssh={via}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(fs::read(&out_file).unwrap() == data, "via_ssh={via}");
+    }
+    // The remote command's own exit status comes back.
+    let mut child = std::process::Command::new(&bin)
+        .args([
+            "pipe",
+            "-e",
+            &rsh,
+            "--remote-ferry",
+            p(&bin),
+            &host,
+            "--",
+            "sh",
+            "-c",
+            "cat >/dev/null; exit 7",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(7));
+}
