@@ -28,6 +28,13 @@ use crate::plan::Dest;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
+/// The signature of an old copy, kept by the receiver.
+struct BasisBlocks {
+    size: u64,
+    weak: Vec<u64>,
+    full: Vec<[u8; 32]>,
+}
+
 /// Where a received file's bytes go.
 enum Target {
     File(File),
@@ -74,6 +81,9 @@ struct DstFile {
     /// writing in place.
     tmp: Option<PathBuf>,
     file: Target,
+    /// The old copy's delta-block hashes (delta transfers): unchanged blocks
+    /// are verified with these instead of being read again.
+    basis_blocks: Option<BasisBlocks>,
     /// The old copy that `Copy` ops read from (delta transfers).
     basis: Option<File>,
     delta: bool,
@@ -156,6 +166,11 @@ impl SigBuild {
             self.feed(&Z[..k as usize]);
             n -= k;
         }
+    }
+    /// A whole block whose hashes are known; only at a block start.
+    fn known(&mut self, weak: u64, full: [u8; 32]) {
+        self.weak.push(weak);
+        self.full.push(full);
     }
     fn flush(&mut self) {
         if !self.cur.is_empty() {
@@ -536,6 +551,7 @@ impl Dispatcher<'_, '_> {
         let id = e.id;
         let d = Arc::new(DstFile {
             basis: None,
+            basis_blocks: None,
             verify: !self.sh.opts.in_process,
             delta: false,
             sig_out: None,
@@ -736,6 +752,18 @@ impl Dispatcher<'_, '_> {
             (true, true) => Some(file.try_clone()?),
             (true, false) => Some(File::open(dest)?),
         };
+        let (basis_blocks, sig) = match (&basis, &old_meta) {
+            (Some(b), Some(m)) => {
+                let (sig, full) = self.basis_signature(b, m, dest, e.size)?;
+                let blocks = BasisBlocks {
+                    size: m.len(),
+                    weak: sig.weak.clone(),
+                    full,
+                };
+                (Some(blocks), Some(sig))
+            }
+            _ => (None, None),
+        };
         let file = Target::File(file);
         let sig_out = self.sh.cache.as_ref().filter(|_| nseg > 0).map(|c| SigOut {
             cache: c.clone(),
@@ -744,10 +772,17 @@ impl Dispatcher<'_, '_> {
         });
         let d = Arc::new(DstFile {
             basis,
+            basis_blocks,
             verify: delta || !opts.in_process,
             delta,
             sig_out,
-            block: layout::grid_block(e.size),
+            // Deltas digest on the delta grid, so the old copy's block
+            // hashes can stand for blocks that did not change.
+            block: if delta {
+                layout::delta_block(e.size)
+            } else {
+                layout::grid_block(e.size)
+            },
             nseg,
             remaining: AtomicU64::new(nseg),
             failed: Mutex::new(None),
@@ -765,8 +800,8 @@ impl Dispatcher<'_, '_> {
         let size = d.entry.size;
         self.files.insert(id, d.clone());
         let link = |err: ferry_proto::LinkError| io::Error::other(err.to_string());
-        match (&d.basis, &old_meta) {
-            (Some(basis), Some(m)) => {
+        match (&sig, &old_meta) {
+            (Some(sig), Some(m)) => {
                 let mode = if inplace {
                     WantMode::DeltaInPlace
                 } else {
@@ -775,7 +810,7 @@ impl Dispatcher<'_, '_> {
                 self.tx
                     .send(Message::Want { file: id, mode })
                     .map_err(link)?;
-                self.send_signature(id, basis, m, dest, size)?;
+                self.send_signature(id, sig, m.len(), layout::delta_block(size))?;
             }
             _ => self
                 .tx
@@ -788,31 +823,36 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
-    /// Send the delta signature of the old copy (from the cache when it is
-    /// known there, else by reading it).
-    fn send_signature(
+    /// The delta signature of the old copy, and its full block hashes:
+    /// from the cache when it is known there, else by reading it.
+    fn basis_signature(
         &self,
-        id: u32,
         basis: &File,
         m: &fs::Metadata,
         dest: &Path,
         size: u64,
-    ) -> io::Result<()> {
+    ) -> io::Result<(ferry_delta::Signature, Vec<[u8; 32]>)> {
         let bs = layout::delta_block(size);
         let key = cache_key(dest, m, bs);
-        let cached = self.sh.cache.as_ref().and_then(|c| c.get(&key));
-        let (sig, full) = match cached {
-            Some(x) => x,
-            None => {
-                let x = ferry_delta::signature_of_file(basis, m.len(), bs, self.sh.opts.threads)?;
-                if let Some(c) = &self.sh.cache {
-                    // A cache that cannot be written only costs a re-read.
-                    let _ = c.put(&key, &x.0, &x.1);
-                }
-                x
-            }
-        };
-        drop(full);
+        if let Some(x) = self.sh.cache.as_ref().and_then(|c| c.get(&key)) {
+            return Ok(x);
+        }
+        let x = ferry_delta::signature_of_file(basis, m.len(), bs, self.sh.opts.threads)?;
+        if let Some(c) = &self.sh.cache {
+            // A cache that cannot be written only costs a re-read.
+            let _ = c.put(&key, &x.0, &x.1);
+        }
+        Ok(x)
+    }
+
+    /// Send a signature in parts.
+    fn send_signature(
+        &self,
+        id: u32,
+        sig: &ferry_delta::Signature,
+        basis_size: u64,
+        bs: u64,
+    ) -> io::Result<()> {
         const PART: usize = 8192;
         let n = sig.weak.len();
         let mut first = 0usize;
@@ -822,7 +862,7 @@ impl Dispatcher<'_, '_> {
                 .send(Message::Signature {
                     file: id,
                     block_size: bs as u32,
-                    basis_size: m.len(),
+                    basis_size,
                     first_block: first as u64,
                     weak: sig.weak[first..end].to_vec(),
                     strong: sig.strong[first..end].to_vec(),
@@ -1151,6 +1191,30 @@ fn copy_from_basis(
     let same_place = f.tmp.is_none() && boff == off;
     let mut done = 0u64;
     while done < len {
+        // Whole unchanged blocks on both grids: their hashes are known from
+        // the signature, so they are not read; in place they are not even
+        // touched, into a temp file they move in the kernel.
+        let run = known_run(f, st, off + done, boff + done, len - done);
+        if run > 0 {
+            let bs = f.block;
+            if !same_place && f.failure().is_none() {
+                match copy_range(basis, f, boff + done, off + done, run * bs) {
+                    Ok(()) => Stats::add(&sh.stats.bytes_written, run * bs),
+                    Err(e) => write_failed(f, sh, e),
+                }
+            }
+            if let Some(bb) = &f.basis_blocks {
+                let j0 = ((boff + done) / bs) as usize;
+                for j in j0..j0 + run as usize {
+                    st.hasher.known_block(bb.full[j]);
+                    if let Some(b) = &mut st.sig {
+                        b.known(bb.weak[j], bb.full[j]);
+                    }
+                }
+            }
+            done += run * bs;
+            continue;
+        }
         let n = (len - done).min(1 << 20) as usize;
         scratch.resize(n, 0);
         if let Err(e) = basis.read_exact_at(scratch, boff + done) {
@@ -1172,6 +1236,53 @@ fn copy_from_basis(
     }
     Stats::add(&sh.stats.bytes_matched, len);
     Stats::add(&sh.stats.bytes_done, len);
+}
+
+/// How many whole delta blocks starting at new offset `off` / old offset
+/// `boff` (at most `len` bytes) can be taken on the old copy's hashes.
+fn known_run(f: &DstFile, st: &SegState, off: u64, boff: u64, len: u64) -> u64 {
+    let Some(bb) = &f.basis_blocks else {
+        return 0;
+    };
+    let bs = f.block;
+    let sig_aligned = st.sig.as_ref().is_none_or(|s| s.cur.is_empty());
+    if !f.verify || !st.hasher.at_block_start() || !sig_aligned || off % bs != 0 || boff % bs != 0 {
+        return 0;
+    }
+    // Blocks must be whole in the new file's segment and in the old copy.
+    let seg_end = (off / layout::SEGMENT + 1) * layout::SEGMENT;
+    let limit = len
+        .min(seg_end - off)
+        .min(bb.size.saturating_sub(boff))
+        .min(f.entry.size - off);
+    let n = limit / bs;
+    let first = (boff / bs) as usize;
+    n.min((bb.full.len().saturating_sub(first)) as u64)
+}
+
+/// Copy `len` bytes from the old copy into the file being written, in the
+/// kernel when it can (`copy_file_range`), through memory when not.
+fn copy_range(basis: &File, f: &DstFile, from: u64, to: u64, len: u64) -> io::Result<()> {
+    let Some(out) = f.file.as_file() else {
+        return Err(io::Error::other("copy into a non-file target"));
+    };
+    let (mut from, mut to, mut left) = (from, to, len);
+    while left > 0 {
+        match rustix::fs::copy_file_range(basis, Some(&mut from), out, Some(&mut to), left as usize)
+        {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Ok(n) => left -= n as u64,
+            Err(_) => {
+                let mut buf = vec![0u8; left.min(1 << 20) as usize];
+                basis.read_exact_at(&mut buf, from)?;
+                out.write_all_at(&buf, to)?;
+                from += buf.len() as u64;
+                to += buf.len() as u64;
+                left -= buf.len() as u64;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn in_order(f: &DstFile, st: &mut SegState, off: u64, len: u64) -> bool {

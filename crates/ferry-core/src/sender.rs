@@ -361,7 +361,8 @@ fn send_delta_segment(
         return Ok(Err(e));
     }
     let range = (start - lo) as usize..(end - lo) as usize;
-    let mut h = layout::SegmentHasher::new(layout::grid_block(size));
+    // Deltas digest on the delta grid (see the receiver's known blocks).
+    let mut h = layout::SegmentHasher::new(bs);
     h.data(&buf[range.clone()]);
     let mut ops = Vec::new();
     d.matcher
