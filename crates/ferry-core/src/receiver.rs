@@ -1246,7 +1246,12 @@ fn known_run(f: &DstFile, st: &SegState, off: u64, boff: u64, len: u64) -> u64 {
     };
     let bs = f.block;
     let sig_aligned = st.sig.as_ref().is_none_or(|s| s.cur.is_empty());
-    if !f.verify || !st.hasher.at_block_start() || !sig_aligned || off % bs != 0 || boff % bs != 0 {
+    if !f.verify
+        || !st.hasher.at_block_start()
+        || !sig_aligned
+        || !off.is_multiple_of(bs)
+        || !boff.is_multiple_of(bs)
+    {
         return 0;
     }
     // Blocks must be whole in the new file's segment and in the old copy.
