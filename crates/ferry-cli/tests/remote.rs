@@ -84,6 +84,15 @@ fn changed_file_goes_as_a_delta_over_the_link() {
     assert!(fs::read(&dst).unwrap() == data);
     assert_eq!(j["files_delta"], 1, "{j}");
     assert!(j["bytes_wire"].as_u64().unwrap() < 1 << 20, "{j}");
+    // A small changed file goes whole: a signature round trip costs more.
+    let small = d.path().join("small");
+    fs::write(&small, bytes(5, 20_000)).unwrap();
+    let small_dst = d.path().join("small.remote");
+    ferry_ok(&remote_args(&rsh, p(&bin), &[p(&small), &srv.remote(&small_dst)]));
+    fs::write(&small, bytes(6, 20_000)).unwrap();
+    let j = ferry_ok(&remote_args(&rsh, p(&bin), &[p(&small), &srv.remote(&small_dst)]));
+    assert_eq!(j["files_delta"], 0, "{j}");
+    assert!(fs::read(&small_dst).unwrap() == fs::read(&small).unwrap());
 }
 
 #[test]

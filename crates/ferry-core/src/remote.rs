@@ -428,16 +428,6 @@ fn finish_report(stats: &Stats, ep_wire: u64, start: Instant) -> Result<Report> 
     crate::finished(stats, start)
 }
 
-/// Resolve `DeltaMode::Auto` for a link: across hosts, send deltas of
-/// changed files (the link is the scarce resource).
-fn link_opts(opts: &SyncOptions) -> SyncOptions {
-    let mut o = opts.clone();
-    if o.delta == DeltaMode::Auto {
-        o.delta = DeltaMode::Delta;
-    }
-    o
-}
-
 /// The sender's side of a byte-stream link: rate limit and compression.
 fn sending_link(
     mut tx: ferry_proto::MsgTx,
@@ -466,7 +456,7 @@ pub fn sync_push(
     }
     let specs = plan::source_specs(sources, crate::source_is_dir)?;
     let file_or_dir = sources.len() == 1 && !sources[0].ends_with('/') && !dest.path.ends_with('/');
-    let opts = link_opts(opts);
+    let opts = opts.clone();
     let args = serve_args_with(
         &opts,
         false,
@@ -505,7 +495,7 @@ pub fn sync_pull(
     } else {
         Dest::Dir(dest.into())
     };
-    let opts = link_opts(opts);
+    let opts = opts.clone();
     let args = serve_args_with(&opts, true, false, ropts.direct, &paths);
     let (remote, ep) = spawn(host, ropts, &args)?;
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
