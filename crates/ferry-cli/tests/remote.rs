@@ -88,9 +88,17 @@ fn changed_file_goes_as_a_delta_over_the_link() {
     let small = d.path().join("small");
     fs::write(&small, bytes(5, 20_000)).unwrap();
     let small_dst = d.path().join("small.remote");
-    ferry_ok(&remote_args(&rsh, p(&bin), &[p(&small), &srv.remote(&small_dst)]));
+    ferry_ok(&remote_args(
+        &rsh,
+        p(&bin),
+        &[p(&small), &srv.remote(&small_dst)],
+    ));
     fs::write(&small, bytes(6, 20_000)).unwrap();
-    let j = ferry_ok(&remote_args(&rsh, p(&bin), &[p(&small), &srv.remote(&small_dst)]));
+    let j = ferry_ok(&remote_args(
+        &rsh,
+        p(&bin),
+        &[p(&small), &srv.remote(&small_dst)],
+    ));
     assert_eq!(j["files_delta"], 0, "{j}");
     assert!(fs::read(&small_dst).unwrap() == fs::read(&small).unwrap());
 }

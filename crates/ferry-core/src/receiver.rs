@@ -206,7 +206,9 @@ pub fn run_receiver(
     opts: &SyncOptions,
     stats: &Stats,
 ) -> Result<ReceiverReport> {
-    let Endpoint { tx, rx, received, .. } = ep;
+    let Endpoint {
+        tx, rx, received, ..
+    } = ep;
     crate::hello(&tx, &rx)?;
     // A file-or-directory destination that is an existing directory is a
     // directory; otherwise the first entry decides.
@@ -863,9 +865,14 @@ impl Dispatcher<'_, '_> {
         }
         let whole = e.size as f64 / rate;
         let cached = self.sh.cache.as_ref().is_some_and(|c| {
-            c.get(&cache_key(dest, m, layout::delta_block(e.size))).is_some()
+            c.get(&cache_key(dest, m, layout::delta_block(e.size)))
+                .is_some()
         });
-        let read = if cached { 0.0 } else { m.len() as f64 / BASIS_READ_RATE };
+        let read = if cached {
+            0.0
+        } else {
+            m.len() as f64 / BASIS_READ_RATE
+        };
         read < whole
     }
 
