@@ -254,7 +254,9 @@ fn hello(role: Role, nonce: &[u8; 32], aes: bool) -> [u8; HELLO_LEN] {
     h
 }
 
-fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, io::Error> {
+/// Read until `buf` is full or the input ends; returns the bytes read
+/// (short only at end of input). Retries interrupted reads.
+pub fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, io::Error> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {

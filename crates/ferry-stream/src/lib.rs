@@ -532,19 +532,6 @@ fn wait_for_peer_reason(rx: &Receiver<SendEv>, t: Duration) -> Option<StreamErro
     }
 }
 
-fn fill<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
-}
-
 fn read_input<R: Read>(
     mut input: R,
     bs: usize,
@@ -559,7 +546,7 @@ fn read_input<R: Read>(
     loop {
         let mut buf = pool.try_recv().unwrap_or_default();
         buf.resize(bs, 0);
-        let n = match fill(&mut input, &mut buf) {
+        let n = match ferry_channel::read_full(&mut input, &mut buf) {
             Ok(n) => n,
             Err(e) => {
                 let msg = format!("reading input failed: {e}");
