@@ -24,6 +24,11 @@ FULL = dict(files=1024, file_kb=256, big_mib=512, mangle_pct=5.0, img_mib=512, i
             stream_mib=1024, runs=3)
 QUICK = dict(files=48, file_kb=32, big_mib=16, mangle_pct=5.0, img_mib=64, img_data_mib=8,
              stream_mib=32, runs=1)
+# The sizes the open issues state their targets at (--issue-sizes): a 1 GiB
+# tree of 1 MiB files, a 1 GiB big file, a 4 GiB sparse image with ~300 MiB
+# allocated, a 2 GiB stream.
+ISSUE = dict(files=1024, file_kb=1024, big_mib=1024, mangle_pct=5.0, img_mib=4096, img_data_mib=300,
+             stream_mib=2048)
 
 DESCRIBE = {
     "tree": "A tree ({files} files, about {file_kb} KiB each, half compressible text, half random, "
@@ -64,14 +69,19 @@ def parse(argv):
     p.add_argument("--out", help="results directory (default bench/results/<UTC timestamp>)")
     p.add_argument("--report", metavar="FILE", help="also write/update FILE (e.g. BENCHMARKS.md) and bench/charts/*.png")
     p.add_argument("--timeout", type=float,
-                   help="seconds before one timed run is killed and FAILs (default 1800, quick 120)")
-    g = p.add_argument_group("data sizes (defaults: full / --quick)")
+                   help="seconds before one timed run is killed and FAILs (default 1800, quick 120 "
+                        "unless --issue-sizes)")
+    g = p.add_argument_group("data sizes (defaults: full / --quick; --issue-sizes sets all of them, "
+                                 "explicit flags still win)")
+    g.add_argument("--issue-sizes", action="store_true",
+                   help="the sizes the issues state their targets at: tree 1024 files x 1024 KiB, "
+                        "big file 1024 MiB, sparse image 4096 MiB with ~300 MiB allocated, stream 2048 MiB")
     for k, h in (("files", "tree: number of files"), ("file_kb", "tree: average file size, KiB"),
                  ("big_mib", "bigfile: size, MiB"), ("mangle_pct", "bigfile: percent overwritten"),
                  ("img_mib", "sparse: virtual size, MiB"), ("img_data_mib", "sparse: data written, MiB"),
                  ("stream_mib", "stream: size, MiB")):
         g.add_argument("--" + k.replace("_", "-"), type=float if k == "mangle_pct" else int,
-                       help=f"{h} ({FULL[k]:g} / {QUICK[k]:g})")
+                       help=f"{h} ({FULL[k]:g} / {QUICK[k]:g}; issue {ISSUE[k]:g})")
     p.add_argument("--probe", action="store_true",
                    help="only report which ferry forms this binary supports (sets up the link), then exit")
     p.add_argument("--gen-only", action="store_true",
@@ -108,9 +118,11 @@ def git_commit() -> str:
 def main(argv=None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
     util.VERBOSE = a.verbose
-    base = QUICK if a.quick else FULL
+    base = dict(QUICK if a.quick else FULL)
+    if a.issue_sizes:
+        base.update(ISSUE)  # runs and link stay those of the mode (--quick: 1 run, 1gbit)
     sizes = {k: (getattr(a, k) if getattr(a, k, None) is not None else base[k]) for k in base if k != "runs"}
-    sizes["timeout"] = a.timeout or (120.0 if a.quick else 1800.0)
+    sizes["timeout"] = a.timeout or (120.0 if a.quick and not a.issue_sizes else 1800.0)
     runs = a.runs or base["runs"]
     wanted = a.scenarios or list(SCENARIOS)
     if a.gen_only:
@@ -240,7 +252,9 @@ def main(argv=None) -> int:
         "forms": {k: {"supported": v[0], "why": v[1]} for k, v in ferry.forms.items()},
         "seeds": {s: SCENARIOS[s]["seed"] for s in SCENARIOS},
         "describe": {s: DESCRIBE[s].format(**sizes) for s in SCENARIOS},
-        "data_text": (f"tree {sizes['files']} files x ~{sizes['file_kb']} KiB; big file {sizes['big_mib']} MiB "
+        "data_text": (("Sizes: --issue-sizes (the issues' own). " if a.issue_sizes else "")
+                      + f"tree {sizes['files']} files x ~{sizes['file_kb']} KiB "
+                      f"(~{sizes['files'] * sizes['file_kb'] / 1024:.0f} MiB); big file {sizes['big_mib']} MiB "
                       f"({sizes['mangle_pct']:g}% mangled / 7 bytes inserted); sparse image {sizes['img_mib']} MiB "
                       f"with ~{sizes['img_data_mib']} MiB data; stream {sizes['stream_mib']} MiB. "
                       "Generated deterministically (seeded) by bench/ferrybench/data.py."),
