@@ -39,8 +39,9 @@ DESCRIBE = {
                "in its old version; the source has {mangle_pct:g}% of it overwritten in scattered 4-64 KiB "
                "pieces, or 7 bytes inserted at 1 MiB (everything after shifts). Pushed over ssh. The insert case "
                "leaves out the --whole-file variants: what they send does not depend on the change.",
-    "sparse": "A raw image of {img_mib} MiB holding about {img_data_mib} MiB of extents (random, text, and "
-              "one in five written zeros), the rest holes. scp and rsync push over ssh; nbdkit (file plugin, "
+    "sparse": "A raw image of {img_mib} MiB with {img_data_mib} MiB allocated in extents of 64 KiB to 4 MiB: "
+              "one third random data, one third English-like text, one third written zeros (by bytes), "
+              "the rest holes. scp and rsync push over ssh; nbdkit (file plugin, "
               "read-only) serves it from A over TCP and nbdcopy / qemu-img convert pull it into a file in B "
               "(server start not timed). dst allocated = st_blocks of the copy.",
     "stream": "A {stream_mib} MiB stream (1 MiB blocks, 60% random, 40% text) read from a file and written "
@@ -256,7 +257,7 @@ def main(argv=None) -> int:
                       + f"tree {sizes['files']} files x ~{sizes['file_kb']} KiB "
                       f"(~{sizes['files'] * sizes['file_kb'] / 1024:.0f} MiB); big file {sizes['big_mib']} MiB "
                       f"({sizes['mangle_pct']:g}% mangled / 7 bytes inserted); sparse image {sizes['img_mib']} MiB "
-                      f"with ~{sizes['img_data_mib']} MiB data; stream {sizes['stream_mib']} MiB. "
+                      f"with ~{sizes['img_data_mib']} MiB allocated (thirds random / text / written zeros); stream {sizes['stream_mib']} MiB. "
                       "Generated deterministically (seeded) by bench/ferrybench/data.py."),
     }
     text, charts = report.write_results(outdir, meta, records)

@@ -243,9 +243,43 @@ def big_files(ctx: Ctx) -> tuple[str, str, str]:
 
 def sparse_img(ctx: Ctx) -> str:
     s = ctx.sizes
-    return data.cached(ctx.data(f"sparse-{s['img_mib']}M-{s['img_data_mib']}M.img"),
-                       {"mib": s["img_mib"], "data": s["img_data_mib"], "seed": 4},
+    return data.cached(ctx.data(f"sparse-{s['img_mib']}M-{s['img_data_mib']}M-thirds.img"),
+                       {"mib": s["img_mib"], "data": s["img_data_mib"], "seed": 4,
+                        "mix": "thirds by bytes: random, text, written zeros; 64K-4M extents"},
                        lambda p: data.sparse_image(p, s["img_mib"], s["img_data_mib"], 4))
+
+
+def sparse_mix(img: str) -> dict | None:
+    """The image's random / text / zero byte counts (from the generator) and
+    the zstd -1 size of its text extents, computed once and kept in the
+    image's info file. None if the image has no layout record."""
+    inf = data.info(img)
+    if not inf or "bytes" not in inf:
+        return None
+    if "text_zstd1" not in inf and which("zstd"):
+        import subprocess
+        import threading
+        p = subprocess.Popen(["zstd", "-1", "-q", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        out = [0]
+
+        def count():
+            while True:
+                b = p.stdout.read(1 << 20)
+                if not b:
+                    break
+                out[0] += len(b)
+        th = threading.Thread(target=count)
+        th.start()
+        for b in data.read_extents(img, inf["extents"], "text"):
+            p.stdin.write(b)
+        p.stdin.close()
+        th.join()
+        if p.wait() == 0:
+            data.set_info(img, text_zstd1=out[0])
+            inf["text_zstd1"] = out[0]
+    b = inf["bytes"]
+    return {"random": b["random"], "text": b["text"], "zero": b["zero"],
+            "text_zstd1": inf.get("text_zstd1")}
 
 
 def stream_file(ctx: Ctx) -> str:
