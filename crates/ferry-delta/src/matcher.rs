@@ -328,6 +328,13 @@ impl Matcher {
         // Where in the basis the next source byte is expected: the aligned
         // phase at first, then the phase of the last match.
         let mut expect: Option<u64> = Some(data_offset);
+        // Back-off for data that matches nothing (a rewritten file): each
+        // whole block rolled in vain doubles the number of grid blocks that
+        // then get only the aligned check before rolling resumes. A shift is
+        // still found within a block of where rolling resumes; all-new data
+        // costs a few percent of a full rolling search.
+        let mut fruitless = 0u32;
+        let mut quiet = 0usize;
 
         'outer: while p < n {
             if let Some(b) = expect.take() {
@@ -350,8 +357,16 @@ impl Matcher {
                         p += len;
                         lit = p;
                         expect = Some(b.saturating_add(len as u64));
+                        fruitless = 0;
+                        quiet = 0;
                         continue 'outer;
                     }
+                }
+                if quiet > 0 && abs(p) % self.bs == 0 {
+                    quiet -= 1;
+                    p += zlen;
+                    expect = Some(abs(p));
+                    continue 'outer;
                 }
             }
             // Rolling search for shifted data, from p.
@@ -360,11 +375,23 @@ impl Matcher {
             }
             let mut h = weak_hash(&data[p..p + bs]);
             let mut q = p;
+            let roll_start = p;
             // Next source position on the block grid (relative).
             let rem = (abs(q) % self.bs) as usize;
             let mut next_grid = if rem == 0 { q } else { q + (bs - rem) };
             loop {
                 let mut strong: Option<[u8; 16]> = None;
+                if q == next_grid && q >= roll_start + 2 * bs {
+                    // Two whole blocks rolled and nothing found (a shift
+                    // would have shown within one): back off
+                    // (the aligned check of this block is the first thing
+                    // the synchronised branch does).
+                    fruitless += 1;
+                    quiet = (1usize << fruitless.min(6)) - 1;
+                    p = q;
+                    expect = Some(abs(q));
+                    continue 'outer;
+                }
                 if q == next_grid {
                     next_grid += bs;
                     if is_zero(&data[q..q + bs]) {
@@ -389,6 +416,7 @@ impl Matcher {
                             p = q + bs;
                             lit = p;
                             expect = Some((j + 1) * self.bs);
+                            fruitless = 0;
                             continue 'outer;
                         }
                     }
@@ -410,6 +438,7 @@ impl Matcher {
                             p = q + bs;
                             lit = p;
                             expect = Some(b + self.bs);
+                            fruitless = 0;
                             continue 'outer;
                         }
                     }

@@ -461,3 +461,30 @@ proptest! {
         roundtrip(&basis, &src, bs, 4 * bs as usize);
     }
 }
+
+#[test]
+fn shift_after_a_long_new_region_is_still_found() {
+    // Rolling backs off over data that matches nothing; where the old data
+    // resumes (shifted by a non-block amount) it must be found again within
+    // the back-off's reach, not lost for the rest of the segment.
+    let bs = 8192u64;
+    let basis = random_bytes(21, 2 << 20);
+    let mut src = random_bytes(22, (1 << 20) + 3);
+    src.extend_from_slice(&basis);
+    let ops = roundtrip(&basis, &src, bs, src.len());
+    let lit = literal_bytes(&ops);
+    let new = (1u64 << 20) + 3;
+    assert!(lit >= new, "{lit}");
+    assert!(
+        lit <= new + 65 * bs,
+        "lost too much after the new region: {lit}"
+    );
+    let copied: u64 = ops
+        .iter()
+        .map(|o| match o {
+            Op::Copy { len, .. } => *len,
+            _ => 0,
+        })
+        .sum();
+    assert!(copied >= basis.len() as u64 - 65 * bs);
+}
