@@ -252,6 +252,7 @@ def main(argv=None) -> int:
         "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "forms": {k: {"supported": v[0], "why": v[1]} for k, v in ferry.forms.items()},
         "seeds": {s: SCENARIOS[s]["seed"] for s in SCENARIOS},
+        "extra": ctx.extra if ctx is not None else {},
         "describe": {s: DESCRIBE[s].format(**sizes) for s in SCENARIOS},
         "data_text": (("Sizes: --issue-sizes (the issues' own). " if a.issue_sizes else "")
                       + f"tree {sizes['files']} files x ~{sizes['file_kb']} KiB "

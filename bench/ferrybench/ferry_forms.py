@@ -19,11 +19,46 @@ import subprocess
 
 from .link import ADDR_B, NS_A, NS_B, Link, Procs
 from .measure import Server, ServerError, timed
-from .util import log, loud, rm_rf, sh
+from .util import log, loud, rm_rf, sh, which
 from . import verify
 
 NOT_SUPPORTED = "not supported by this build"
+NO_NBD_SERVER = "no NBD server (qemu-nbd or nbdkit) installed; bench/setup.sh"
 RECV_PORT = 7411
+
+
+def nbd_unix_server(image: str, sock: str, ns: str | None = None) -> Server | None:
+    """A read-only NBD export of a raw image on a unix socket, as an untimed
+    server: qemu-nbd if installed, else nbdkit's file plugin; None if
+    neither is. The URI for it is nbd_uri(sock)."""
+    q = shlex.quote
+    if which("qemu-nbd"):
+        cmd = (f"rm -f {q(sock)}; exec qemu-nbd --read-only --persistent --shared=16 --format=raw "
+               f"--socket={q(sock)} {q(image)}")
+    elif which("nbdkit"):
+        cmd = f"rm -f {q(sock)}; exec nbdkit -f -r -U {q(sock)} file file={q(image)}"
+    else:
+        return None
+    return Server(cmd, ns, socket=sock, persistent=True)
+
+
+def nbd_server_name() -> str:
+    if which("qemu-nbd"):
+        return "qemu-nbd --read-only --persistent --format=raw --socket=SOCK"
+    return "nbdkit -r -U SOCK file" if which("nbdkit") else "none"
+
+
+def nbd_uri(sock: str) -> str:
+    return f"nbd+unix:///?socket={sock}"
+
+
+def sock_path(workdir: str, name: str) -> str:
+    """A unix socket path short enough for sun_path (108 bytes)."""
+    d = os.path.join(workdir, "sock")
+    if len(d) + len(name) > 100:
+        d = os.path.join("/tmp", f"ferrybench-sock.{os.getuid()}")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
 
 
 class Ferry:
@@ -128,7 +163,7 @@ class Ferry:
         self.forms[form] = (ok, why)
         if ok:
             log(f"ferry: form {form}: supported")
-        elif why == NOT_SUPPORTED:
+        elif why in (NOT_SUPPORTED, NO_NBD_SERVER):
             log(f"ferry: form {form}: n/a ({why})")
         else:
             loud(f"ferry: form {form}: n/a (probe failed: {why})")
@@ -190,8 +225,36 @@ class Ferry:
                 self._judge("local-delta", r, lambda: verify.same_file(new, dst))
             else:
                 self._set("local-delta", False, NOT_SUPPORTED)
+        # An NBD export as the source: a 4 MiB raw image (200 KB of data at
+        # 1 MiB, the rest a hole) served read-only on a unix socket.
+        img = os.path.join(d, "nbd.img")
+        with open(img, "wb") as f:
+            f.truncate(4 << 20)
+            f.seek(1 << 20)
+            f.write(os.urandom(200_000))
+        sock = sock_path(self.workdir, "probe-nbd.sock")
+        nbd_srv = nbd_unix_server(img, sock)
+
+        def judge_nbd(form, r, check):
+            # a build without NBD sources takes the URI for a missing path
+            err = r.stderr or ""
+            if r.rc not in (0, 1) and "NBD" not in err and re.search(r"No such file|not found", err):
+                self._set(form, False, NOT_SUPPORTED)
+            else:
+                self._judge(form, r, check)
+        if not self.forms["local"][0]:
+            self._set("nbd", False, NOT_SUPPORTED)
+        elif nbd_srv is None:
+            self._set("nbd", False, NO_NBD_SERVER)
+        else:
+            out = os.path.join(d, "out-nbd")
+            try:
+                r = run("nbd", self.sync_cmd(f"{shlex.quote(nbd_uri(sock))} {out}"), servers=[nbd_srv])
+                judge_nbd("nbd", r, lambda: verify.same_file(img, out))
+            except ServerError as e:
+                self._set("nbd", False, f"NBD server did not start: {str(e)[:250]}")
         if link is None:
-            for f in ("remote", "remote-delta", "remote-direct", "pipe", "send-recv"):
+            for f in ("remote", "remote-delta", "remote-direct", "nbd-remote", "pipe", "send-recv"):
                 self.forms[f] = (False, "no link (netns unavailable)")
             return
         env = link.env()
@@ -216,6 +279,18 @@ class Ferry:
                 self._judge("remote-direct", r, lambda: verify.same_tree(src, out))
             else:
                 self._set("remote-direct", False, NOT_SUPPORTED)
+        if not self.forms["nbd"][0] or not self.forms["remote"][0]:
+            why = self.forms["nbd"][1] if not self.forms["nbd"][0] else NOT_SUPPORTED
+            self.forms["nbd-remote"] = (False, why)  # said once already, for nbd or remote
+        else:
+            out = os.path.join(d, "out-nbd-remote")
+            srv = nbd_unix_server(img, sock, NS_A)
+            try:
+                r = run("nbd-remote", self.sync_cmd(f"{shlex.quote(nbd_uri(sock))} {ADDR_B}:{out}", link),
+                        NS_A, env, [srv])
+                judge_nbd("nbd-remote", r, lambda: verify.same_file(img, out))
+            except ServerError as e:
+                self._set("nbd-remote", False, f"NBD server did not start: {str(e)[:250]}")
         if self.has_sub("pipe"):
             out = os.path.join(d, "out-pipe")
             r = run("pipe", self.pipe_cmd(f"cat {new}", link, f"sh -c 'cat > {out}'"),

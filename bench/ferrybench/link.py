@@ -33,6 +33,17 @@ PRESETS = {
     "none": None,
 }
 
+# TCP payload bytes per second a tbf preset lets through: tbf counts each
+# packet's length at the device, 1514 bytes for a full Ethernet frame (1500
+# MTU + 14 header), which carries 1448 bytes of TCP payload (1500 - 20 IP -
+# 20 TCP - 12 timestamp option). So rate/8 * 1448/1514.
+PAYLOAD_RATE = {
+    "100mbit": 100e6 / 8 * 1448 / 1514,
+    "1gbit": 1e9 / 8 * 1448 / 1514,
+    "none": None,
+}
+PAYLOAD_TEXT = "tbf rate / 8 × 1448/1514 (TCP payload with timestamps per 1514-byte Ethernet frame)"
+
 
 class Procs:
     """Every long-lived process the suite starts, so cleanup can end them

@@ -25,6 +25,7 @@ class Server:
     port: int | None = None      # wait until something listens here
     persistent: bool = False     # does not exit by itself: SIGTERM after the client
     env: dict | None = None
+    socket: str | None = None    # or wait until this unix socket accepts a connection
 
 
 class ServerError(RuntimeError):
@@ -73,6 +74,18 @@ def _listening(ns: str | None, port: int) -> bool:
     return bool(r.stdout.strip())
 
 
+def _accepting(path: str) -> bool:
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def _rss_kib(path: str) -> int | None:
     if not GNU_TIME:
         return None
@@ -111,15 +124,15 @@ def timed(cmd: str, *, ns: str | None, env: dict | None, servers: list[Server],
             p = _popen(s.cmd, s.ns, s.env or env, subprocess.DEVNULL, serr, procs,
                        os.path.join(logdir, f"{tag}.server{i}.rss"))
             started.append((s, p))
-            if s.port:
+            if s.port or s.socket:
                 deadline = time.monotonic() + 20
-                while not _listening(s.ns, s.port):
+                while not (_listening(s.ns, s.port) if s.port else _accepting(s.socket)):
                     if p.poll() is not None or time.monotonic() > deadline:
                         serr.flush()
                         with open(serr_path) as f:
                             text = f.read()[-2000:]
                         last = (text.strip().splitlines() or [""])[-1]
-                        raise ServerError(f"server did not listen on {s.port}"
+                        raise ServerError(f"server did not listen on {s.port or s.socket}"
                                           f"{f' (exit {p.returncode})' if p.returncode is not None else ''}:"
                                           f" {s.cmd}: {last}", p.returncode, text)
                     time.sleep(0.02)

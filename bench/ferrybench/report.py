@@ -114,9 +114,19 @@ def scenario_table(scen: str, by_case: dict) -> str:
                        f"{s['wire'] / 1e6:.{1 if s['wire'] >= 10e6 else 2}f}", "-" if s["rss"] is None else f"{s['rss'] / 1024:.0f}"]
                 if image:
                     row.append("-" if s["alloc"] is None else f"{s['alloc'] / 2**20:.0f}")
-                row.append("yes" if r["status"] == "ok" else f"FAIL: {esc(r['reason'])}")
+                row.append(("- (copies nothing)" if r.get("no_data") else "yes") if r["status"] == "ok"
+                           else f"FAIL: {esc(r['reason'])}")
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def notes(meta: dict, scen: str) -> list[str]:
+    """The scenario's extra paragraphs (floor, baselines, rates), each
+    followed by a blank line."""
+    out = []
+    for n in meta.get("extra", {}).get(scen, {}).get("notes", []):
+        out += [n, ""]
+    return out
 
 
 def summary_table(records: list[dict]) -> str:
@@ -167,7 +177,7 @@ def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
     ys = list(range(len(rows)))[::-1]
     xmax = max((s["worst"] for _, s, _ in rows if s), default=1.0)
     for y, (label, s, r) in zip(ys, rows):
-        color = "#d9480f" if r["kind"] == "ferry" else "#5c7cfa"
+        color = {"ferry": "#d9480f", "peer": "#5c7cfa"}.get(r["kind"], "#adb5bd")
         if s:
             ax.barh(y, s["median"], color=color, height=0.7)
             ax.errorbar(s["median"], y, xerr=[[s["median"] - s["best"]], [s["worst"] - s["median"]]],
@@ -179,7 +189,8 @@ def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
     ax.set_yticks(ys)
     ax.set_yticklabels([l for l, _, _ in rows], fontsize=7)
     ax.set_xlim(0, xmax * 1.15)
-    ax.set_xlabel("wall time, s (median; whiskers: best..worst)   orange: ferry, blue: peers", fontsize=7)
+    ax.set_xlabel("wall time, s (median; whiskers: best..worst)   orange: ferry, blue: peers, "
+                  "grey: baselines", fontsize=7)
     ax.set_title(f"{scen} — link {link}", fontsize=9)
     ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
@@ -201,7 +212,7 @@ def write_results(outdir: str, meta: dict, records: list[dict]) -> tuple[str, di
         if chart(scen, by_case, link, png):
             charts[scen] = png
         md += [f"## {scen} — link {link}", "", meta["describe"].get(scen, ""), "",
-               scenario_table(scen, by_case), ""]
+               scenario_table(scen, by_case), ""] + notes(meta, scen)
         if scen in charts:
             md += [f"![{scen}]({scen}.png)", ""]
     text = "\n".join(md)
@@ -244,7 +255,7 @@ def write_benchmarks_md(path: str, repo: str, outdir: str, meta: dict, records: 
         link = meta["links"].get(scen)
         body += [f"## {scen}", "", f"Reproduces: seed {meta['seeds'].get(scen, '')}.", "",
                  f"Link: {LINK_TEXT.get(link, link)}.", "", meta["describe"].get(scen, ""), "",
-                 scenario_table(scen, by_case), ""]
+                 scenario_table(scen, by_case), ""] + notes(meta, scen)
         if scen in charts:
             dst = os.path.join(chart_dir, f"{scen}.png")
             shutil.copyfile(charts[scen], dst)
