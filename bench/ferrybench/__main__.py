@@ -45,10 +45,12 @@ DESCRIBE = {
               "read-only) serves it from A over TCP and nbdcopy / qemu-img convert pull it into a file in B "
               "(server start not timed). dst allocated = st_blocks of the copy.",
     "stream": "A {stream_mib} MiB stream (1 MiB blocks, 60% random, 40% text) read from a file and written "
-              "to a file on the other side. mbuffer's receiver is started (untimed) before the sender, "
-              "as its users must; `-s 128k -m 128M` both ends.",
+              "to a file on the other side; then, as case \"incompressible\", {stream_mib} MiB of random "
+              "bytes (no zstd row: nothing to gain). mbuffer's receiver is started (untimed) before the "
+              "sender, as its users must; `-s 128k -m 128M` both ends.",
     "local": "The same tree, image and mangled big file copied disk to disk on one host: tree initial "
-             "copy / unchanged / 30% churn, sparse image copy, big-file update.",
+             "copy / unchanged / 30% churn, sparse image copy, the sparse image read from a local NBD "
+             "export (qemu-nbd on a unix socket, started untimed) into a file, big-file update.",
 }
 
 
@@ -130,7 +132,7 @@ def main(argv=None) -> int:
         from . import scenarios as sc
         ctx = Ctx(work=a.work, ferry=None, link=None, procs=None, logdir="", runs=runs, sizes=sizes)
         need = {"tree": [sc.tree_base], "bigfile": [sc.big_files], "sparse": [sc.sparse_img],
-                "stream": [sc.stream_file], "local": [sc.tree_base, sc.sparse_img, sc.big_files]}
+                "stream": [sc.stream_file, sc.random_stream_file], "local": [sc.tree_base, sc.sparse_img, sc.big_files]}
         for s in wanted:
             for fn in need[s]:
                 log(f"data: {fn.__name__} -> {fn(ctx)}")

@@ -269,12 +269,21 @@ def stream(path: str, size_mib: int, seed: int = 5) -> None:
         _write_mixed(f, rnd, size_mib * MiB, 0.6)
 
 
+def random_stream(path: str, size_mib: int, seed: int = 6) -> None:
+    """An incompressible stream's bytes, saved to a file: all random."""
+    rnd = random.Random(seed)
+    with open(path, "wb") as f:
+        for _ in range(size_mib):
+            f.write(rnd.randbytes(MiB))
+
+
 def main(argv=None) -> int:
     """python3 -m ferrybench.data KIND PATH [options]: make one data set."""
     import argparse
     p = argparse.ArgumentParser(prog="python3 -m ferrybench.data",
                                 description="Make one of the suite's seeded data sets.")
-    p.add_argument("kind", choices=["tree", "churn", "bigfile", "mangle", "insert", "sparse", "stream"])
+    p.add_argument("kind", choices=["tree", "churn", "bigfile", "mangle", "insert", "sparse", "stream",
+                                    "random-stream"])
     p.add_argument("path", help="where to write (for churn/mangle: what to change in place; "
                                 "for insert: the output, with --src the input)")
     p.add_argument("--files", type=int, default=1024)
@@ -304,6 +313,8 @@ def main(argv=None) -> int:
               ", ".join(f"{k} {n / MiB:.1f} MiB" for k, n in lay["bytes"].items()))
     elif a.kind == "stream":
         stream(a.path, a.mib, 5 if seed is None else seed)
+    elif a.kind == "random-stream":
+        random_stream(a.path, a.mib, 6 if seed is None else seed)
     return 0
 
 
