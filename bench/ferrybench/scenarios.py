@@ -566,6 +566,21 @@ def scen_local(ctx: Ctx):
         Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s} {d}"), form="local"),
     ]
     run_file_case(ctx, "local", "sparse image", tools, img, lambda d: None, image=True)
+    # The issue: "local NBD to local file: no slower than nbdcopy".
+    sock = sock_path(ctx.work, "local.sock")
+    uri = q(nbd_uri(sock))
+    nbd = lambda s, d: [nbd_unix_server(s, sock)]  # noqa: E731
+    srv = "qemu-nbd" if which("qemu-nbd") else "nbdkit"
+    tools = [
+        Tool("nbdcopy", "peer", lambda s, d: f"nbdcopy {uri} {d}", servers=nbd, needs=(srv, "nbdcopy")),
+        Tool("qemu-img convert -O raw", "peer", lambda s, d: f"qemu-img convert -f raw -O raw {uri} {d}",
+             servers=nbd, needs=(srv, "qemu-img")),
+        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{uri} {d}"), servers=nbd, form="nbd"),
+    ]
+    run_file_case(ctx, "local", "nbd image to file", tools, img, lambda d: None, image=True)
+    ctx.note("local", f"Case \"nbd image to file\": the sparse image is served read-only by "
+                      f"`{nbd_server_name()}` on a local unix socket (started before the clock); each tool "
+                      "copies `nbd+unix:///?socket=SOCK` into a new local file.")
     base, mangled, _ = big_files(ctx)
     tools = [
         Tool("rsync -a (whole file)", "peer", lambda s, d: f"rsync -a {s} {d}", needs=("rsync",)),
