@@ -260,7 +260,7 @@ def main(argv=None) -> int:
                       + f"tree {sizes['files']} files x ~{sizes['file_kb']} KiB "
                       f"(~{sizes['files'] * sizes['file_kb'] / 1024:.0f} MiB); big file {sizes['big_mib']} MiB "
                       f"({sizes['mangle_pct']:g}% mangled / 7 bytes inserted); sparse image {sizes['img_mib']} MiB "
-                      f"with ~{sizes['img_data_mib']} MiB allocated (thirds random / text / written zeros); stream {sizes['stream_mib']} MiB. "
+                      f"with ~{sizes['img_data_mib']} MiB allocated (thirds random / text / written zeros); stream {sizes['stream_mib']} MiB (and as many random bytes). "
                       "Generated deterministically (seeded) by bench/ferrybench/data.py."),
     }
     text, charts = report.write_results(outdir, meta, records)
