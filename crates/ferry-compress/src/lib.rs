@@ -22,12 +22,20 @@
 //!   [`FULL_PROBE_EVERY`] bytes, so a change in data or link is noticed
 //!   within a few MiB, not after 32 MiB jobs, and the choice never sticks.
 //!
-//! [`decompress_block`] is a parser of untrusted input: it never produces or
-//! allocates more than the `max_out` it is given.
+//! **Streams.** With [`Compressor::set_streaming`], zstd blocks are not
+//! independent frames but flushes of one long-lived zstd stream per
+//! compressor (window [`STREAM_WINDOW_LOG`]), so a block can refer to the
+//! blocks before it, as `zstd | mbuffer` and rsync's `-z` do. Such a block
+//! ([`Packed::stream`]) must be decoded in order by one [`StreamDecoder`];
+//! the first block of a stream says so, and a block that was fed to the
+//! stream but not sent ends it.
+//!
+//! [`decompress_block`] and [`StreamDecoder`] are parsers of untrusted
+//! input: they never produce or allocate more than the `max_out` they are
+//! given, and a stream's window is capped at [`STREAM_WINDOW_LOG`].
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Instant;
 
 /// A block's encoding on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -134,6 +142,36 @@ pub enum DecompressError {
     WrongSize { got: usize, want: usize },
 }
 
+/// How one block was packed by [`Compressor::compress`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed {
+    /// The codec (and level) used; [`Codec::None`]: stored raw.
+    pub codec: Codec,
+    /// `Some(start)` for a block of the compressor's zstd stream; `start`
+    /// is true for the first block of a (new) stream.
+    pub stream: Option<bool>,
+}
+
+impl Packed {
+    /// One-byte id on the wire: [`Codec::id`] for independent blocks,
+    /// [`WIRE_STREAM`] / [`WIRE_STREAM_START`] for stream blocks.
+    pub fn wire_id(self) -> u8 {
+        match self.stream {
+            None => self.codec.id(),
+            Some(false) => WIRE_STREAM,
+            Some(true) => WIRE_STREAM_START,
+        }
+    }
+}
+
+/// Wire id of a zstd stream block that continues the stream.
+pub const WIRE_STREAM: u8 = 3;
+/// Wire id of the first block of a zstd stream (the decoder starts afresh).
+pub const WIRE_STREAM_START: u8 = 4;
+/// log2 of a stream's window: blocks may refer up to 8 MiB back. The
+/// decoder refuses streams that need more.
+pub const STREAM_WINDOW_LOG: u32 = 23;
+
 /// Blocks saving less than this percentage are stored raw.
 pub const MIN_SAVING_PCT: usize = 3;
 /// Size of the sample used for early abort and probing.
@@ -148,7 +186,7 @@ pub const LADDER: [Codec; 6] = [
     Codec::Zstd(9),
 ];
 /// Input bytes between probes of the current codec's neighbours.
-pub const REEVALUATE_EVERY: u64 = 8 << 20;
+pub const REEVALUATE_EVERY: u64 = 32 << 20;
 /// Input bytes between probes of every codec.
 pub const FULL_PROBE_EVERY: u64 = 128 << 20;
 /// Speed assumed for storing raw (a copy), bytes/s per worker.
@@ -177,6 +215,11 @@ pub struct Compressor {
     since_eval: u64,
     since_full: u64,
     scratch: Vec<u8>,
+    streaming: bool,
+    /// The live stream and its level, if any.
+    stream: Option<(i32, zstd::stream::raw::Encoder<'static>)>,
+    /// The next stream block starts a new stream.
+    stream_fresh: bool,
 }
 
 impl Compressor {
@@ -206,11 +249,74 @@ impl Compressor {
             since_eval: 0,
             since_full: FULL_PROBE_EVERY, // probe everything on the first block
             scratch: Vec::new(),
+            streaming: false,
+            stream: None,
+            stream_fresh: true,
         }
     }
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Compress zstd blocks as one stream (see the crate docs): better
+    /// ratios, but the receiver must decode this compressor's blocks in
+    /// the order they were made, with one [`StreamDecoder`].
+    pub fn set_streaming(&mut self, on: bool) {
+        self.streaming = on;
+        self.stream = None;
+        self.stream_fresh = true;
+    }
+
+    /// `input` as the next block of the zstd stream at `level`, into `out`.
+    /// Returns `Some(start)`, or `None` (and ends the stream) when it
+    /// failed or did not get smaller: the caller then sends `input` raw.
+    fn run_stream(&mut self, level: i32, input: &[u8], out: &mut Vec<u8>) -> Option<bool> {
+        use zstd::stream::raw::{CParameter, Encoder, InBuffer, Operation, OutBuffer};
+        if self.stream.as_ref().is_none_or(|(l, _)| *l != level) {
+            let mut e = Encoder::new(level).ok()?;
+            e.set_parameter(CParameter::WindowLog(STREAM_WINDOW_LOG))
+                .ok()?;
+            self.stream = Some((level, e));
+            self.stream_fresh = true;
+        } else if self.stream_fresh {
+            let (_, e) = self.stream.as_mut()?;
+            e.reinit().ok()?;
+        }
+        let start = self.stream_fresh;
+        let ok = (|| -> Option<()> {
+            let (_, e) = self.stream.as_mut()?;
+            out.clear();
+            out.reserve(zstd::zstd_safe::compress_bound(input.len()) + 1024);
+            let cap = out.capacity();
+            let mut src = InBuffer::around(input);
+            let mut dst = OutBuffer::around(out);
+            while src.pos < input.len() {
+                let before = (src.pos, dst.pos());
+                e.run(&mut src, &mut dst).ok()?;
+                if (src.pos, dst.pos()) == before || dst.pos() >= cap {
+                    return None;
+                }
+            }
+            loop {
+                let left = e.flush(&mut dst).ok()?;
+                if left == 0 {
+                    break;
+                }
+                if dst.pos() >= cap {
+                    return None;
+                }
+            }
+            Some(())
+        })();
+        if ok.is_none() || out.len() >= input.len() {
+            // History the decoder will never see: end this stream.
+            self.stream_fresh = true;
+            out.clear();
+            return None;
+        }
+        self.stream_fresh = false;
+        Some(start)
     }
 
     /// How many workers compress in parallel (multiplies the speed).
@@ -286,9 +392,11 @@ impl Compressor {
             return;
         }
         let mut out = std::mem::take(&mut self.scratch);
-        let t = Instant::now();
+        // CPU time of this thread, not wall time: a probe preempted by the
+        // other end's threads would otherwise look several times slower.
+        let t = thread_cpu();
         let ok = self.run(LADDER[i], sample, &mut out);
-        let secs = t.elapsed().as_secs_f64().max(1e-7);
+        let secs = (thread_cpu() - t).max(1e-7);
         let ratio = if ok && !out.is_empty() {
             sample.len() as f64 / out.len() as f64
         } else {
@@ -317,13 +425,16 @@ impl Compressor {
         if self.since_eval < REEVALUATE_EVERY && self.since_full < FULL_PROBE_EVERY {
             return;
         }
-        let sample = sample_of(input);
+        // Probes see a bigger sample than the early abort: on 64 KiB a
+        // level's fixed set-up cost hides its real speed and ratio.
+        let sample = middle(input, PROBE_SAMPLE);
         if self.since_full >= FULL_PROBE_EVERY {
             for i in 1..LADDER.len() {
                 self.probe(i, sample);
             }
             self.since_full = 0;
         } else {
+            self.probe(self.current, sample);
             if self.current > 0 {
                 self.probe(self.current - 1, sample);
             }
@@ -344,71 +455,113 @@ impl Compressor {
         }
     }
 
+    /// Early abort: does a cheap pass over a sample of a large block save
+    /// enough to be worth a real pass? (Small blocks: always yes.)
+    fn sample_saves(&mut self, input: &[u8]) -> bool {
+        if input.len() <= 2 * SAMPLE {
+            return true;
+        }
+        let cheap = if self.current() == Codec::Lz4 {
+            Codec::Lz4
+        } else {
+            Codec::Zstd(1)
+        };
+        let sample = sample_of(input);
+        let mut s = std::mem::take(&mut self.scratch);
+        let ok = self.run(cheap, sample, &mut s);
+        let saves = ok && s.len() * 100 < sample.len() * (100 - MIN_SAVING_PCT);
+        self.scratch = s;
+        saves
+    }
+
     /// Compress one block. Returns the codec used; with [`Codec::None`]
     /// `out` is left empty and the caller sends `input` itself (no copy).
+    /// Independent blocks only: streaming is for [`Compressor::compress`].
     pub fn compress_block(&mut self, input: &[u8], out: &mut Vec<u8>) -> Codec {
+        let streaming = std::mem::replace(&mut self.streaming, false);
+        let p = self.compress(input, out);
+        self.streaming = streaming;
+        p.codec
+    }
+
+    /// Compress one block, as a block of the zstd stream when streaming is
+    /// on. With [`Codec::None`] `out` is left empty and the caller sends
+    /// `input` itself (no copy).
+    pub fn compress(&mut self, input: &[u8], out: &mut Vec<u8>) -> Packed {
+        const RAW: Packed = Packed {
+            codec: Codec::None,
+            stream: None,
+        };
         out.clear();
         if input.is_empty() {
-            return Codec::None;
+            return RAW;
         }
         let n = input.len() as u64;
         if self.mode == Mode::Auto {
+            // Incompressible blocks are stored raw whatever the level, so
+            // they say nothing about which level to use: they neither
+            // count towards nor trigger a re-evaluation (mixed data would
+            // otherwise drag every estimate towards ratio 1).
+            let due = self.since_eval >= REEVALUATE_EVERY || self.since_full >= FULL_PROBE_EVERY;
+            if (due || self.current() != Codec::None) && !self.sample_saves(input) {
+                return RAW;
+            }
             self.maybe_reevaluate(input);
             self.since_eval += n;
             self.since_full += n;
         }
         let codec = self.current();
         if codec == Codec::None {
-            return Codec::None;
+            return RAW;
         }
         // Early abort: a cheap pass over a sample of a large block.
-        if input.len() > 2 * SAMPLE {
-            let cheap = if codec == Codec::Lz4 {
-                Codec::Lz4
-            } else {
-                Codec::Zstd(1)
-            };
-            let sample = sample_of(input);
-            let mut s = std::mem::take(&mut self.scratch);
-            let ok = self.run(cheap, sample, &mut s);
-            let saves = ok && s.len() * 100 < sample.len() * (100 - MIN_SAVING_PCT);
-            self.scratch = s;
-            if !saves {
-                if self.mode == Mode::Auto {
-                    // Incompressible data: what a codec costs here is the
-                    // sample pass; its ratio is 1.
-                    self.update(self.current, self.est[self.current].speed, 1.0, 0.25);
-                }
-                return Codec::None;
+        if self.mode != Mode::Auto && !self.sample_saves(input) {
+            return RAW;
+        }
+        let mut stream = None;
+        let ok = match codec {
+            Codec::Zstd(level) if self.streaming => {
+                stream = self.run_stream(level, input, out);
+                stream.is_some()
             }
-        }
-        let t = Instant::now();
-        let ok = self.run(codec, input, out);
-        let secs = t.elapsed().as_secs_f64().max(1e-7);
-        let fits = ok && out.len() * 100 < input.len() * (100 - MIN_SAVING_PCT);
-        if self.mode == Mode::Auto {
-            let ratio = if fits {
-                input.len() as f64 / out.len() as f64
-            } else {
-                1.0
-            };
-            self.update(self.current, input.len() as f64 / secs, ratio, 0.25);
-        }
+            _ => self.run(codec, input, out),
+        };
+        // A stream block that got smaller goes out whatever it saved: the
+        // decoder needs it for the blocks after it.
+        let fits =
+            ok && (stream.is_some() || out.len() * 100 < input.len() * (100 - MIN_SAVING_PCT));
+        // Estimates come from the probes only, which measure every level
+        // on the same sample: a real block (a stream block above all)
+        // would flatter the level in use.
         if !fits {
             out.clear();
-            return Codec::None;
+            return RAW;
         }
-        codec
+        Packed { codec, stream }
     }
 }
 
-/// Up to [`SAMPLE`] bytes from the middle of `input`.
-fn sample_of(input: &[u8]) -> &[u8] {
-    if input.len() <= SAMPLE {
+/// Seconds of CPU this thread has used.
+fn thread_cpu() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// Up to `n` bytes from the middle of `input`.
+fn middle(input: &[u8], n: usize) -> &[u8] {
+    if input.len() <= n {
         return input;
     }
-    let start = (input.len() - SAMPLE) / 2;
-    &input[start..start + SAMPLE]
+    let start = (input.len() - n) / 2;
+    &input[start..start + n]
+}
+
+/// Size of the sample the level probes compress.
+pub const PROBE_SAMPLE: usize = 256 << 10;
+
+/// Up to [`SAMPLE`] bytes from the middle of `input`.
+fn sample_of(input: &[u8]) -> &[u8] {
+    middle(input, SAMPLE)
 }
 
 thread_local! {
@@ -476,6 +629,102 @@ pub fn decompress_block(
         }
     }
     Ok(())
+}
+
+/// Decoder of one compressor's stream blocks (wire ids [`WIRE_STREAM`] and
+/// [`WIRE_STREAM_START`]), fed in the order they were made.
+pub struct StreamDecoder {
+    dec: Option<zstd::stream::raw::Decoder<'static>>,
+    /// A stream has started (a continuation before any start is an error).
+    live: bool,
+}
+
+impl Default for StreamDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamDecoder {
+    pub fn new() -> StreamDecoder {
+        StreamDecoder {
+            dec: None,
+            live: false,
+        }
+    }
+
+    /// Decode the next block (`start`: wire id [`WIRE_STREAM_START`]) into
+    /// `out` (cleared first); it must come to exactly `raw_len` bytes, at
+    /// most `max_out`. After an error the stream is dead until the next
+    /// start.
+    pub fn decompress(
+        &mut self,
+        start: bool,
+        input: &[u8],
+        raw_len: usize,
+        max_out: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DecompressError> {
+        use zstd::stream::raw::{DParameter, Decoder, InBuffer, Operation, OutBuffer};
+        let corrupt = |msg: String| DecompressError::Corrupt {
+            codec: "zstd stream",
+            msg,
+        };
+        out.clear();
+        if raw_len > max_out {
+            return Err(DecompressError::TooLarge(raw_len, max_out));
+        }
+        if start {
+            match self.dec.as_mut() {
+                Some(d) => d.reinit().map_err(|e| corrupt(e.to_string()))?,
+                None => {
+                    let mut d = Decoder::new().map_err(|e| corrupt(e.to_string()))?;
+                    d.set_parameter(DParameter::WindowLogMax(STREAM_WINDOW_LOG))
+                        .map_err(|e| corrupt(e.to_string()))?;
+                    self.dec = Some(d);
+                }
+            }
+            self.live = true;
+        }
+        let d = match (self.live, self.dec.as_mut()) {
+            (true, Some(d)) => d,
+            _ => {
+                return Err(corrupt(
+                    "continuation of a stream that never started".into(),
+                ))
+            }
+        };
+        self.live = false; // until this block decodes cleanly
+        out.resize(raw_len, 0);
+        let mut src = InBuffer::around(input);
+        let mut dst = OutBuffer::around(&mut out[..]);
+        loop {
+            let before = (src.pos, dst.pos());
+            d.run(&mut src, &mut dst)
+                .map_err(|e| corrupt(e.to_string()))?;
+            if src.pos == input.len() && dst.pos() == raw_len {
+                break;
+            }
+            if (src.pos, dst.pos()) == before {
+                let got = dst.pos();
+                return Err(if got < raw_len {
+                    DecompressError::WrongSize { got, want: raw_len }
+                } else {
+                    corrupt(format!("{} bytes left over", input.len() - src.pos))
+                });
+            }
+        }
+        // Output beyond what the block declared would spill into the next.
+        let mut probe = [0u8; 1];
+        let mut dst = OutBuffer::around(&mut probe[..]);
+        d.run(&mut InBuffer::around(&[]), &mut dst)
+            .map_err(|e| corrupt(e.to_string()))?;
+        if dst.pos() != 0 {
+            return Err(corrupt(format!("more than the declared {raw_len} bytes")));
+        }
+        self.live = true;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -646,6 +895,136 @@ mod tests {
             let mut out = Vec::new();
             let _ = decompress_block(codec, &data, raw, 65536, &mut out);
             prop_assert!(out.len() <= 65536);
+        }
+    }
+
+    fn stream_blocks(k: &mut Compressor, blocks: &[Vec<u8>]) -> Vec<(u8, usize, Vec<u8>)> {
+        blocks
+            .iter()
+            .map(|b| {
+                let mut out = Vec::new();
+                let p = k.compress(b, &mut out);
+                if p.codec == Codec::None {
+                    (p.wire_id(), b.len(), b.clone())
+                } else {
+                    (p.wire_id(), b.len(), out)
+                }
+            })
+            .collect()
+    }
+
+    fn decode_all(packed: &[(u8, usize, Vec<u8>)]) -> Result<Vec<Vec<u8>>, DecompressError> {
+        let mut d = StreamDecoder::new();
+        packed
+            .iter()
+            .map(|(id, n, data)| {
+                let mut out = Vec::new();
+                match *id {
+                    WIRE_STREAM | WIRE_STREAM_START => {
+                        d.decompress(*id == WIRE_STREAM_START, data, *n, 8 << 20, &mut out)?
+                    }
+                    id => decompress_block(
+                        Codec::from_id(id, 0).expect("known id"),
+                        data,
+                        *n,
+                        8 << 20,
+                        &mut out,
+                    )?,
+                }
+                Ok(out)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn stream_blocks_roundtrip_and_beat_independent_blocks() {
+        // Text that repeats at a distance of 3 MiB: independent 1 MiB blocks
+        // cannot see it, a stream with an 8 MiB window can.
+        let pool = text(3 << 20, 7);
+        let mut blocks = Vec::new();
+        for i in 0..9 {
+            blocks.push(if i % 3 == 2 {
+                random(1 << 20, i)
+            } else {
+                pool[(i as usize % 3) << 20..][..1 << 20].to_vec()
+            });
+        }
+        let mut k = Compressor::new(Mode::Fixed(Codec::Zstd(3)));
+        k.set_streaming(true);
+        let packed = stream_blocks(&mut k, &blocks);
+        assert_eq!(packed[0].0, WIRE_STREAM_START);
+        assert_eq!(packed[1].0, WIRE_STREAM);
+        assert_eq!(packed[2].0, 0, "random block stored raw");
+        assert_eq!(
+            packed[3].0, WIRE_STREAM,
+            "a raw block does not end the stream"
+        );
+        assert_eq!(decode_all(&packed).expect("decodes"), blocks);
+        let stream_bytes: usize = packed.iter().map(|p| p.2.len()).sum();
+        let mut k = Compressor::new(Mode::Fixed(Codec::Zstd(3)));
+        let indep: usize = stream_blocks(&mut k, &blocks)
+            .iter()
+            .map(|p| p.2.len())
+            .sum();
+        assert!(stream_bytes * 10 < indep * 9, "{stream_bytes} vs {indep}");
+    }
+
+    #[test]
+    fn stream_blocks_out_of_order_or_without_start_fail() {
+        let blocks: Vec<Vec<u8>> = (0..4).map(|i| text(1 << 18, i)).collect();
+        let mut k = Compressor::new(Mode::Fixed(Codec::Zstd(1)));
+        k.set_streaming(true);
+        let packed = stream_blocks(&mut k, &blocks);
+        // Missing the start.
+        assert!(decode_all(&packed[1..]).is_err());
+        // Two blocks swapped: an error, or at worst different bytes (the
+        // engine's digests catch those), never a panic.
+        let mut swapped = packed.clone();
+        swapped.swap(1, 2);
+        if let Ok(got) = decode_all(&swapped) {
+            assert_ne!(
+                got,
+                vec![
+                    blocks[0].clone(),
+                    blocks[2].clone(),
+                    blocks[1].clone(),
+                    blocks[3].clone()
+                ]
+            );
+        }
+        // A lying length.
+        let mut lying = packed.clone();
+        lying[1].1 -= 1;
+        assert!(decode_all(&lying).is_err());
+        let mut lying = packed;
+        lying[1].1 += 1;
+        assert!(decode_all(&lying).is_err());
+    }
+
+    #[test]
+    fn stream_level_change_starts_a_new_stream() {
+        let blocks: Vec<Vec<u8>> = (0..3).map(|i| text(1 << 18, i)).collect();
+        let mut k = Compressor::new(Mode::Fixed(Codec::Zstd(1)));
+        k.set_streaming(true);
+        let mut packed = stream_blocks(&mut k, &blocks[..2]);
+        k.mode = Mode::Fixed(Codec::Zstd(6));
+        packed.extend(stream_blocks(&mut k, &blocks[2..]));
+        assert_eq!(packed[2].0, WIRE_STREAM_START);
+        assert_eq!(decode_all(&packed).expect("decodes"), blocks);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn stream_decoder_survives_garbage(
+            blocks in proptest::collection::vec((any::<bool>(), proptest::collection::vec(any::<u8>(), 0..300), 0usize..5000), 1..6)
+        ) {
+            let mut d = StreamDecoder::new();
+            for (start, data, n) in blocks {
+                let mut out = Vec::new();
+                let _ = d.decompress(start, &data, n, 4096, &mut out);
+                prop_assert!(out.len() <= 4096);
+            }
         }
     }
 }

@@ -230,6 +230,7 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             file,
             offset,
             codec,
+            stream,
             level,
             raw_len,
             data,
@@ -238,6 +239,7 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             o.var(*file as u64);
             o.var(*offset);
             o.u8(*codec);
+            o.var(*stream as u64);
             o.svar(*level as i64);
             o.var(*raw_len as u64);
             o.bytes(data);
@@ -509,6 +511,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             let file = i.var32("file")?;
             let offset = i.var()?;
             let codec = i.u8()?;
+            let stream = u16::try_from(i.var()?).map_err(|_| DecodeError::BadValue("stream"))?;
             let level = i32::try_from(i.svar()?).map_err(|_| DecodeError::BadValue("level"))?;
             let raw_len = i.var32("raw_len")?;
             if raw_len as usize > MAX_DATA || offset.checked_add(raw_len as u64).is_none() {
@@ -519,6 +522,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
                 file,
                 offset,
                 codec,
+                stream,
                 level,
                 raw_len,
                 data,
@@ -622,6 +626,7 @@ mod tests {
             file: 3,
             offset: 1 << 20,
             codec: 2,
+            stream: 7,
             level: -5,
             raw_len: 4096,
             data: vec![1, 2, 3],

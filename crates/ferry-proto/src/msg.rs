@@ -158,7 +158,11 @@ pub enum Message {
     Compressed {
         file: u32,
         offset: u64,
+        /// `ferry_compress::Packed::wire_id`.
         codec: u8,
+        /// Which sender's zstd stream a stream block belongs to (0 for
+        /// independent blocks).
+        stream: u16,
         level: i32,
         raw_len: u32,
         data: Vec<u8>,

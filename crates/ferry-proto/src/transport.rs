@@ -63,7 +63,14 @@ struct CompressShared {
     /// `--bwlimit`, which caps the rate whatever the pipe could do.
     cap: Option<f64>,
     workers: usize,
+    /// Stream ids not held by a live clone (see [`MAX_STREAMS`]).
+    free_streams: Mutex<Vec<u16>>,
 }
+
+/// zstd streams a receiver keeps at once (one per sending clone; clones
+/// beyond this compress independent blocks). Each costs the receiver up to
+/// an 8 MiB window.
+pub const MAX_STREAMS: u16 = 32;
 
 /// The link rate assumed before the writer has measured one: a gigabit
 /// link's payload. Compression starts cheap and is dropped within 200 ms if
@@ -82,7 +89,8 @@ pub struct MsgTx {
     /// `--bwlimit`: a token bucket shared by every clone.
     limit: Option<Arc<RateLimit>>,
     compress: Option<Arc<CompressShared>>,
-    compressor: Option<Mutex<ferry_compress::Compressor>>,
+    /// This clone's compressor and the zstd stream id it holds, if any.
+    compressor: Option<Mutex<(ferry_compress::Compressor, Option<u16>)>>,
 }
 
 impl Clone for MsgTx {
@@ -98,10 +106,62 @@ impl Clone for MsgTx {
     }
 }
 
-fn new_compressor(c: &Arc<CompressShared>) -> Mutex<ferry_compress::Compressor> {
+impl Drop for MsgTx {
+    fn drop(&mut self) {
+        // Give the stream id back. Every block of this clone is queued
+        // already, so a later clone's first block (a stream start) follows
+        // them on the wire.
+        if let (Some(shared), Some(k)) = (&self.compress, &self.compressor) {
+            if let Ok(g) = k.lock() {
+                if let (Some(id), Ok(mut free)) = (g.1, shared.free_streams.lock()) {
+                    free.push(id);
+                }
+            }
+        }
+    }
+}
+
+fn new_compressor(c: &Arc<CompressShared>) -> Mutex<(ferry_compress::Compressor, Option<u16>)> {
     let mut k = ferry_compress::Compressor::new(c.mode);
     k.set_workers(c.workers);
-    Mutex::new(k)
+    let id = c.free_streams.lock().ok().and_then(|mut f| f.pop());
+    k.set_streaming(id.is_some());
+    Mutex::new((k, id))
+}
+
+/// A data message, compressed when that pays (stream links only).
+fn compress_data(
+    shared: &CompressShared,
+    k: &mut ferry_compress::Compressor,
+    stream: Option<u16>,
+    file: u32,
+    offset: u64,
+    data: Vec<u8>,
+) -> Message {
+    let measured = f64::from_bits(shared.link_rate.load(Ordering::Relaxed));
+    let mut rate = if measured > 0.0 {
+        measured
+    } else {
+        ASSUMED_LINK_RATE
+    };
+    if let Some(cap) = shared.cap {
+        rate = rate.min(cap);
+    }
+    k.set_link_rate(rate.is_finite().then_some(rate));
+    let mut out = Vec::new();
+    let p = k.compress(&data, &mut out);
+    if p.codec == ferry_compress::Codec::None {
+        return Message::Data { file, offset, data };
+    }
+    Message::Compressed {
+        file,
+        offset,
+        codec: p.wire_id(),
+        stream: stream.filter(|_| p.stream.is_some()).unwrap_or(0),
+        level: p.codec.level(),
+        raw_len: data.len() as u32,
+        data: out,
+    }
 }
 
 /// A token bucket: at most `rate` bytes a second, bursts of 1/20 s.
@@ -143,7 +203,22 @@ impl RateLimit {
 impl MsgTx {
     /// Queue `m` for the peer; blocks while the link is full.
     pub fn send(&self, m: Message) -> Result<(), LinkError> {
-        let m = self.maybe_compress(m);
+        match (&self.compress, &self.compressor, m) {
+            (Some(shared), Some(k), Message::Data { file, offset, data }) if data.len() >= 4096 => {
+                let Ok(mut k) = k.lock() else {
+                    return self.enqueue(Message::Data { file, offset, data });
+                };
+                let (k, stream) = &mut *k;
+                let m = compress_data(shared, k, *stream, file, offset, data);
+                // Still holding this clone's compressor: its stream blocks
+                // reach the queue in the order they were made.
+                self.enqueue(m)
+            }
+            (_, _, m) => self.enqueue(m),
+        }
+    }
+
+    fn enqueue(&self, m: Message) -> Result<(), LinkError> {
         if self.count_on_send.is_some() || self.limit.is_some() {
             let n = codec::encoded_len(&m) as u64;
             if let Some(c) = &self.count_on_send {
@@ -154,45 +229,6 @@ impl MsgTx {
             }
         }
         self.tx.send(m).map_err(|_| self.failure())
-    }
-
-    /// Compress data messages worth compressing (stream links only).
-    fn maybe_compress(&self, m: Message) -> Message {
-        let (Some(shared), Some(k)) = (&self.compress, &self.compressor) else {
-            return m;
-        };
-        let Message::Data { file, offset, data } = m else {
-            return m;
-        };
-        if data.len() < 4096 {
-            return Message::Data { file, offset, data };
-        }
-        let Ok(mut k) = k.lock() else {
-            return Message::Data { file, offset, data };
-        };
-        let measured = f64::from_bits(shared.link_rate.load(std::sync::atomic::Ordering::Relaxed));
-        let mut rate = if measured > 0.0 {
-            measured
-        } else {
-            ASSUMED_LINK_RATE
-        };
-        if let Some(cap) = shared.cap {
-            rate = rate.min(cap);
-        }
-        k.set_link_rate(rate.is_finite().then_some(rate));
-        let mut out = Vec::new();
-        let codec = k.compress_block(&data, &mut out);
-        if codec == ferry_compress::Codec::None || out.len() >= data.len() {
-            return Message::Data { file, offset, data };
-        }
-        Message::Compressed {
-            file,
-            offset,
-            codec: codec.id(),
-            level: codec.level(),
-            raw_len: data.len() as u32,
-            data: out,
-        }
     }
 
     /// The same link, compressing data per block with `mode` (`--compress`);
@@ -212,6 +248,7 @@ impl MsgTx {
             link_rate,
             cap: cap.map(|c| c as f64),
             workers,
+            free_streams: Mutex::new((0..MAX_STREAMS).rev().collect()),
         });
         self.compressor = Some(new_compressor(&shared));
         self.compress = Some(shared);
@@ -238,32 +275,63 @@ pub struct MsgRx {
     rx: Receiver<Message>,
     /// Why the link ended, set by a stream reader before it hangs up.
     failure: Arc<Mutex<Option<LinkError>>>,
+    /// The peer's zstd streams, by id. Held while a message is taken off
+    /// the queue and decoded, so stream blocks decode in arrival order.
+    streams: Mutex<Vec<Option<ferry_compress::StreamDecoder>>>,
 }
 
 impl MsgRx {
     /// Next message from the peer; an error once the peer hung up or sent
     /// garbage.
     pub fn recv(&self) -> Result<Message, LinkError> {
+        let mut streams = self
+            .streams
+            .lock()
+            .map_err(|_| LinkError::Io("receiver state poisoned".into()))?;
         match self.rx.recv() {
             Ok(Message::Compressed {
                 file,
                 offset,
                 codec,
+                stream,
                 level,
                 raw_len,
                 data,
             }) => {
-                let codec = ferry_compress::Codec::from_id(codec, level)
-                    .ok_or(LinkError::Decode(DecodeError::BadValue("codec")))?;
                 let mut out = Vec::new();
-                ferry_compress::decompress_block(
-                    codec,
-                    &data,
-                    raw_len as usize,
-                    crate::codec::MAX_DATA,
-                    &mut out,
-                )
-                .map_err(|e| LinkError::Corrupt(e.to_string()))?;
+                let bad = |e: ferry_compress::DecompressError| LinkError::Corrupt(e.to_string());
+                if codec == ferry_compress::WIRE_STREAM
+                    || codec == ferry_compress::WIRE_STREAM_START
+                {
+                    if stream >= MAX_STREAMS {
+                        return Err(LinkError::Decode(DecodeError::BadValue("stream")));
+                    }
+                    let i = stream as usize;
+                    if streams.len() <= i {
+                        streams.resize_with(i + 1, || None);
+                    }
+                    streams[i]
+                        .get_or_insert_with(ferry_compress::StreamDecoder::new)
+                        .decompress(
+                            codec == ferry_compress::WIRE_STREAM_START,
+                            &data,
+                            raw_len as usize,
+                            crate::codec::MAX_DATA,
+                            &mut out,
+                        )
+                        .map_err(bad)?;
+                } else {
+                    let codec = ferry_compress::Codec::from_id(codec, level)
+                        .ok_or(LinkError::Decode(DecodeError::BadValue("codec")))?;
+                    ferry_compress::decompress_block(
+                        codec,
+                        &data,
+                        raw_len as usize,
+                        crate::codec::MAX_DATA,
+                        &mut out,
+                    )
+                    .map_err(bad)?;
+                }
                 Ok(Message::Data {
                     file,
                     offset,
@@ -315,6 +383,7 @@ pub fn in_process() -> (Endpoint, Endpoint) {
         rx: MsgRx {
             rx: a_rx,
             failure: Arc::default(),
+            streams: Mutex::default(),
         },
         sent: a_sent.clone(),
         received: b_sent.clone(),
@@ -332,6 +401,7 @@ pub fn in_process() -> (Endpoint, Endpoint) {
         rx: MsgRx {
             rx: b_rx,
             failure: Arc::default(),
+            streams: Mutex::default(),
         },
         sent: b_sent,
         received: a_sent,
@@ -418,6 +488,7 @@ where
         rx: MsgRx {
             rx,
             failure: rfailure,
+            streams: Mutex::default(),
         },
         sent,
         received,
@@ -602,5 +673,80 @@ mod tests {
             Err(LinkError::BadMagic(t)) => assert!(t.starts_with("Welcome")),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Text that repeats every 3 MiB: only blocks that see earlier blocks
+    /// (zstd streams) can use that.
+    fn repeating_text(block: u64) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (block % 3);
+        let words = [
+            "ferry ", "moves ", "data ", "between ", "hosts ", "\n", "at ", "rate ",
+        ];
+        let mut v = Vec::with_capacity(1 << 20);
+        while v.len() < 1 << 20 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            v.extend_from_slice(words[(x % 8) as usize].as_bytes());
+            v.extend_from_slice((x % 1000).to_string().as_bytes());
+        }
+        v.truncate(1 << 20);
+        v
+    }
+
+    #[test]
+    fn compressed_link_streams_per_clone_and_decodes_in_order() {
+        let (a_out, b_in) = UnixStream::pair().unwrap();
+        let (b_out, a_in) = UnixStream::pair().unwrap();
+        let mut a = stream_link(a_in, a_out);
+        let b = stream_link(b_in, b_out);
+        let mode = ferry_compress::Mode::Fixed(ferry_compress::Codec::Zstd(3));
+        a.tx = a.tx.with_compression(mode, 2, Arc::default(), None);
+        let raw: u64 = 18 << 20;
+        let senders: Vec<_> = (0..2u32)
+            .map(|f| {
+                let tx = a.tx.clone();
+                thread::spawn(move || {
+                    for k in 0..9u64 {
+                        tx.send(Message::Data {
+                            file: f,
+                            offset: k << 20,
+                            data: repeating_text(k),
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        let reader = thread::spawn(move || {
+            let mut got = 0;
+            while got < 18 {
+                match b.rx.recv().unwrap() {
+                    Message::Data { offset, data, .. } => {
+                        assert!(data == repeating_text(offset >> 20), "block at {offset}");
+                        got += 1;
+                    }
+                    m => panic!("{m:?}"),
+                }
+            }
+            b.received.get()
+        });
+        for s in senders {
+            s.join().unwrap();
+        }
+        let wire = reader.join().unwrap();
+        // Independent blocks: what each would cost alone.
+        let mut k = ferry_compress::Compressor::new(mode);
+        let mut indep = 0u64;
+        for blk in 0..9u64 {
+            let mut out = Vec::new();
+            k.compress_block(&repeating_text(blk), &mut out);
+            indep += 2 * out.len() as u64;
+        }
+        assert!(wire < raw / 2, "{wire}");
+        assert!(
+            wire * 2 < indep,
+            "streams {wire} vs independent blocks {indep}"
+        );
     }
 }

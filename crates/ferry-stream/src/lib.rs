@@ -19,7 +19,11 @@
 //! Sender to receiver:
 //!
 //! ```text
-//! 0x01 BLOCK  codec u8 (0 raw, 1 lz4, 2 zstd) | level i8 | raw_len u32 LE | payload
+//! 0x01 BLOCK  codec u8 | level-or-stream u8 | raw_len u32 LE | payload
+//!             codec 0 raw, 1 lz4, 2 zstd frame (then: level i8);
+//!             3 / 4 a block of compressor <stream>'s zstd stream,
+//!             continuing / starting it (then: stream u8, < 64); stream
+//!             blocks are decoded in wire order, one decoder per stream
 //! 0x02 END    total u64 LE | blake3(plaintext) 32
 //! 0x03 ABORT  reason (UTF-8): the producer failed; the receiver exits non-zero
 //! ```
@@ -320,6 +324,8 @@ enum JobKind {
         raw: Vec<u8>,
         comp: Vec<u8>,
         codec: Codec,
+        /// The BLOCK header (made with the codec by the worker).
+        head: [u8; HEAD],
         sealed: Vec<u8>,
     },
     End {
@@ -419,7 +425,7 @@ where
         let sealer = chan_w.sealer();
         thread::Builder::new()
             .name(format!("ferry-compress-{i}"))
-            .spawn(move || compress_worker(mode, n, &sealer, &rx, &tx, &pool, &stats))
+            .spawn(move || compress_worker(mode, n, i, &sealer, &rx, &tx, &pool, &stats))
             .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
     }
     drop(ring_rx);
@@ -577,6 +583,7 @@ fn read_input<R: Read>(
                 raw: buf,
                 comp: pool.try_recv().unwrap_or_default(),
                 codec: Codec::None,
+                head: [0; HEAD],
                 sealed: Vec::new(),
             },
         };
@@ -587,21 +594,30 @@ fn read_input<R: Read>(
     }
 }
 
-/// The BLOCK message header.
-fn block_head(codec: Codec, raw_len: usize) -> [u8; HEAD] {
+/// Most compressor streams a receiver decodes (one per sending worker;
+/// workers beyond this compress independent blocks).
+const MAX_STREAMS: usize = 64;
+
+/// The BLOCK message header of a block packed as `p` by worker `stream`.
+fn block_head(p: ferry_compress::Packed, stream: u8, raw_len: usize) -> [u8; HEAD] {
     let mut head = [0u8; HEAD];
     head[0] = msg::BLOCK;
-    head[1] = codec.id();
-    head[2] = codec.level().clamp(-128, 127) as i8 as u8;
+    head[1] = p.wire_id();
+    head[2] = match p.stream {
+        Some(_) => stream,
+        None => p.codec.level().clamp(-128, 127) as i8 as u8,
+    };
     head[3..7].copy_from_slice(&(raw_len as u32).to_le_bytes());
     head
 }
 
 /// Compresses and seals blocks (both in parallel across workers; the
 /// frame number of a block is its seq, so the writer only orders them).
+#[allow(clippy::too_many_arguments)]
 fn compress_worker(
     mode: Mode,
     workers: usize,
+    index: usize,
     sealer: &ferry_channel::Sealer,
     rx: &Receiver<Job>,
     tx: &Sender<Job>,
@@ -610,17 +626,24 @@ fn compress_worker(
 ) {
     let mut c = ferry_compress::Compressor::new(mode);
     c.set_workers(workers);
+    // Each worker's zstd blocks form one stream: this worker takes jobs in
+    // seq order and the writer sends them in seq order, so the receiver
+    // sees each stream's blocks in the order they were made.
+    c.set_streaming(index < MAX_STREAMS);
     for mut job in rx {
         if let JobKind::Block {
             raw,
             comp,
             codec,
+            head,
             sealed,
         } = &mut job.kind
         {
             let rate = Stats::get(&stats.link_rate);
             c.set_link_rate(if rate == 0 { None } else { Some(rate as f64) });
-            *codec = c.compress_block(raw, comp);
+            let p = c.compress(raw, comp);
+            *codec = p.codec;
+            *head = block_head(p, index as u8, raw.len());
             let payload = if *codec == Codec::None {
                 &raw[..]
             } else {
@@ -628,7 +651,7 @@ fn compress_worker(
             };
             *sealed = pool.try_recv().unwrap_or_default();
             if sealer
-                .seal_data(job.seq, &block_head(*codec, raw.len()), payload, sealed)
+                .seal_data(job.seq, &head[..], payload, sealed)
                 .is_err()
             {
                 sealed.clear();
@@ -670,6 +693,7 @@ fn net_writer<W: Write>(
                 raw,
                 comp,
                 codec,
+                head,
                 sealed,
             } => {
                 let before = w.wire_bytes;
@@ -680,8 +704,7 @@ fn net_writer<W: Write>(
                     } else {
                         &comp[..]
                     };
-                    w.send_frame2(&block_head(codec, raw.len()), payload)
-                        .map_err(werr)?;
+                    w.send_frame2(&head, payload).map_err(werr)?;
                 } else {
                     w.write_sealed(job.seq, &sealed).map_err(werr)?;
                 }
@@ -995,6 +1018,7 @@ fn net_reader<R: Read>(
     stats: &Stats,
 ) -> Result<(), StreamError> {
     let mut discarding = false;
+    let mut streams: Vec<Option<ferry_compress::StreamDecoder>> = Vec::new();
     let rerr = |e: ChannelError| channel_err(e, "the sender stopped before the end of the stream");
     let bad = |m: &str| StreamError::new(ErrorKind::Integrity, format!("protocol error: {m}"));
     loop {
@@ -1012,17 +1036,41 @@ fn net_reader<R: Read>(
         match frame.first() {
             Some(&msg::BLOCK) if frame.len() >= HEAD => {
                 let raw_len = u32::from_le_bytes([frame[3], frame[4], frame[5], frame[6]]) as usize;
-                let codec = Codec::from_id(frame[1], frame[2] as i8 as i32)
-                    .ok_or_else(|| bad("unknown codec"))?;
                 let mut out = pool.try_recv().unwrap_or_default();
-                ferry_compress::decompress_block(
-                    codec,
-                    &frame[HEAD..],
-                    raw_len,
-                    MAX_BLOCK,
-                    &mut out,
-                )
-                .map_err(|e| bad(&e.to_string()))?;
+                let codec = if frame[1] == ferry_compress::WIRE_STREAM
+                    || frame[1] == ferry_compress::WIRE_STREAM_START
+                {
+                    let i = frame[2] as usize;
+                    if i >= MAX_STREAMS {
+                        return Err(bad("stream id out of range"));
+                    }
+                    if streams.len() <= i {
+                        streams.resize_with(i + 1, || None);
+                    }
+                    streams[i]
+                        .get_or_insert_with(ferry_compress::StreamDecoder::new)
+                        .decompress(
+                            frame[1] == ferry_compress::WIRE_STREAM_START,
+                            &frame[HEAD..],
+                            raw_len,
+                            MAX_BLOCK,
+                            &mut out,
+                        )
+                        .map_err(|e| bad(&e.to_string()))?;
+                    Codec::Zstd(0)
+                } else {
+                    let codec = Codec::from_id(frame[1], frame[2] as i8 as i32)
+                        .ok_or_else(|| bad("unknown codec"))?;
+                    ferry_compress::decompress_block(
+                        codec,
+                        &frame[HEAD..],
+                        raw_len,
+                        MAX_BLOCK,
+                        &mut out,
+                    )
+                    .map_err(|e| bad(&e.to_string()))?;
+                    codec
+                };
                 Stats::add(&stats.wire, wire);
                 Stats::add(&stats.plain_wire, raw_len as u64);
                 Stats::add(
