@@ -545,10 +545,18 @@ fn write_loop<W: Write>(
         sent.add(buf.len() as u64);
         let span = win_start.elapsed();
         if span >= std::time::Duration::from_millis(200) {
+            let prev = f64::from_bits(link_rate.load(std::sync::atomic::Ordering::Relaxed));
             let rate = if win_busy.as_secs_f64() > 0.5 * span.as_secs_f64() {
                 win_bytes as f64 / win_busy.as_secs_f64()
+            } else if prev > 0.0 {
+                // Not the bottleneck: the link is at least this fast, and
+                // maybe faster. Let the estimate rise, not jump to
+                // "unlimited": a jump makes the compressor drop to a fast
+                // codec, which floods the link, which measures slow again
+                // (seen over ssh, whose buffers hide the link for a while).
+                (prev * 1.25).max(win_bytes as f64 / span.as_secs_f64())
             } else {
-                f64::INFINITY
+                0.0 // unknown yet
             };
             link_rate.store(rate.to_bits(), std::sync::atomic::Ordering::Relaxed);
             win_start = std::time::Instant::now();
