@@ -27,7 +27,8 @@ Every byte is verified end to end against a BLAKE3 digest of what was read.
 
 --json prints one object on stdout: files_total, files_transferred, files_delta,
 files_deleted, files_failed, bytes_total, bytes_transferred, bytes_wire,
-bytes_written, bytes_matched, seconds, errors.";
+bytes_written, bytes_matched, seconds, errors, notices (e.g. a --direct run
+that fell back to ssh).";
 
 #[derive(Args, Debug)]
 pub struct SyncArgs {
@@ -138,6 +139,9 @@ pub fn run(a: SyncArgs) -> i32 {
         Ok(_) => exit::OK,
         Err(e) => class_code(e.class()),
     };
+    for line in &report.notices {
+        eprintln!("ferry: note: {line}");
+    }
     for line in &report.errors {
         eprintln!("ferry: {line}");
     }

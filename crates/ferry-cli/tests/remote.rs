@@ -274,6 +274,61 @@ fn direct_channel_push_and_pull() {
     assert_same_tree(&src, &pulled);
 }
 
+/// `--direct` when the offered port cannot be reached (a firewall): the
+/// run goes on through ssh, says so, and the copy is complete.
+#[test]
+fn direct_falls_back_to_ssh_when_unreachable() {
+    let Some(srv) = SshServer::start("direct_falls_back_to_ssh_when_unreachable") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    for (name, args) in [
+        (
+            "pushed",
+            vec![
+                "--direct".to_string(),
+                slash(&src),
+                srv.remote(&d.path().join("pushed")),
+            ],
+        ),
+        (
+            "pulled",
+            vec![
+                "--direct".to_string(),
+                format!("{}/", srv.remote(&src)),
+                p(&d.path().join("pulled")).to_string(),
+            ],
+        ),
+    ] {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.push("--json");
+        let out = std::process::Command::new(&bin)
+            .args(remote_args(&rsh, p(&bin), &args))
+            .env("FERRY_TEST_DIRECT_UNREACHABLE", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {err}");
+        assert!(
+            err.contains("note:") && err.contains("through ssh"),
+            "{name}: {err}"
+        );
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let notices = j["notices"].as_array().unwrap();
+        assert!(
+            notices
+                .iter()
+                .any(|n| n.as_str().unwrap().contains("instead of --direct")),
+            "{j}"
+        );
+        assert_same_tree(&src, &d.path().join(name));
+    }
+}
+
 /// `producer | ferry pipe host -- COMMAND` through a real sshd, direct and
 /// through ssh, with COMMAND's exit status passed back.
 #[test]

@@ -73,6 +73,10 @@ impl Default for RemoteOptions {
 /// and the hex key for this one session.
 const DIRECT_HELLO: &str = "FERRY-DIRECT";
 
+/// The line a `--direct` client sends over ssh when it cannot connect: the
+/// server then speaks the protocol over ssh after all.
+const DIRECT_FALLBACK: &str = "FERRY-VIA-SSH";
+
 /// How long a direct-mode server waits for its client.
 const DIRECT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -108,58 +112,82 @@ fn channel_link(
 
 /// Client side of `--direct`: read the server's port and key from ssh,
 /// connect, and prove the key.
-fn direct_connect(host: &str, stdout: std::process::ChildStdout) -> Result<Endpoint> {
+/// When the server answered but no connection could be made, the error
+/// comes with ssh's stdout, so the session can go on over ssh.
+fn direct_connect(
+    host: &str,
+    stdout: std::process::ChildStdout,
+) -> std::result::Result<Endpoint, (Error, Option<BufReader<std::process::ChildStdout>>)> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
-        let r = BufReader::new(stdout).read_line(&mut line).map(|_| line);
-        let _ = tx.send(r);
+        let mut r = BufReader::new(stdout);
+        let res = r.read_line(&mut line).map(|_| (line, r));
+        let _ = tx.send(res);
     });
-    let line = match rx.recv_timeout(DIRECT_WAIT) {
+    let (line, reader) = match rx.recv_timeout(DIRECT_WAIT) {
         Ok(Ok(l)) => l,
-        Ok(Err(e)) => return Err(Error::Link(LinkError::Io(e.to_string()))),
+        Ok(Err(e)) => return Err((Error::Link(LinkError::Io(e.to_string())), None)),
         Err(_) => {
-            return Err(Error::Link(LinkError::Io(
-                "the remote ferry did not offer a direct connection".into(),
-            )))
+            return Err((
+                Error::Link(LinkError::Io(
+                    "the remote ferry did not offer a direct connection".into(),
+                )),
+                None,
+            ))
         }
     };
     let mut words = line.split_whitespace();
     let (Some(DIRECT_HELLO), Some(port), Some(key)) = (words.next(), words.next(), words.next())
     else {
         return if line.is_empty() {
-            Err(Error::Link(LinkError::Closed))
+            Err((Error::Link(LinkError::Closed), None))
         } else {
-            Err(Error::Link(LinkError::BadMagic(
-                line.trim().chars().take(120).collect(),
-            )))
+            Err((
+                Error::Link(LinkError::BadMagic(line.trim().chars().take(120).collect())),
+                None,
+            ))
         };
     };
-    let port: u16 = port
+    let mut port: u16 = port
         .parse()
-        .map_err(|_| Error::Protocol(format!("bad direct port {port:?}")))?;
-    let psk = ferry_channel::Psk::new(key.as_bytes()).map_err(chan_err)?;
+        .map_err(|_| (Error::Protocol(format!("bad direct port {port:?}")), None))?;
+    if std::env::var_os("FERRY_TEST_DIRECT_UNREACHABLE").is_some() {
+        // Test aid: a port where nothing listens, as behind a firewall.
+        port = 1;
+    }
+    let psk = ferry_channel::Psk::new(key.as_bytes()).map_err(|e| (chan_err(e), None))?;
     let name = host.rsplit('@').next().unwrap_or(host);
     let name = name.trim_start_matches('[').trim_end_matches(']');
     use std::net::ToSocketAddrs;
-    let addrs: Vec<_> = (name, port)
-        .to_socket_addrs()
-        .map_err(|e| Error::Link(LinkError::Io(format!("cannot resolve {name}: {e}"))))?
-        .collect();
+    let addrs: Vec<_> = match (name, port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => {
+            let e = Error::Link(LinkError::Io(format!("cannot resolve {name}: {e}")));
+            return Err((e, Some(reader)));
+        }
+    };
     let mut last = None;
     for a in &addrs {
-        match std::net::TcpStream::connect_timeout(a, std::time::Duration::from_secs(10)) {
+        match std::net::TcpStream::connect_timeout(a, DIRECT_CONNECT_WAIT) {
             Ok(s) => {
-                return channel_link(s, &psk, ferry_channel::Role::Initiator).map(|(ep, _)| ep)
+                return channel_link(s, &psk, ferry_channel::Role::Initiator)
+                    .map(|(ep, _)| ep)
+                    .map_err(|e| (e, None))
             }
             Err(e) => last = Some(e),
         }
     }
-    Err(Error::Link(LinkError::Io(format!(
-        "direct connection to {name}:{port} failed ({}); a firewall may be in the way: try without --direct",
-        last.map(|e| e.to_string()).unwrap_or_else(|| "no address".into())
-    ))))
+    let e = Error::Link(LinkError::Io(format!(
+        "direct connection to {name}:{port} failed ({})",
+        last.map(|e| e.to_string())
+            .unwrap_or_else(|| "no address".into())
+    )));
+    Err((e, Some(reader)))
 }
+
+/// How long a `--direct` client tries to connect before it falls back.
+const DIRECT_CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Server side of `--direct`: listen where the ssh connection arrived,
 /// announce port and a fresh key on stdout, and take the first client that
@@ -181,8 +209,34 @@ fn direct_accept() -> Result<(Endpoint, ferry_proto::Flushed)> {
         out.flush().map_err(io)?;
     }
     listener.set_nonblocking(true).map_err(io)?;
+    // The client may say over ssh that it cannot connect: then the session
+    // runs over ssh. Read byte by byte through std's stdin, so nothing after
+    // the line is taken from the protocol that follows it.
+    let (fb_tx, fb_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while line.len() < 64 {
+            match std::io::stdin().read(&mut b) {
+                Ok(1) if b[0] == b'\n' => break,
+                Ok(1) => line.push(b[0]),
+                _ => return,
+            }
+        }
+        if line == DIRECT_FALLBACK.as_bytes() {
+            let _ = fb_tx.send(());
+        }
+    });
     let deadline = Instant::now() + DIRECT_WAIT;
     loop {
+        if fb_rx.try_recv().is_ok() {
+            drop(listener);
+            return Ok(ferry_proto::stream_link_flushed(
+                std::io::stdin(),
+                std::io::stdout(),
+            ));
+        }
         match listener.accept() {
             Ok((s, _)) => {
                 s.set_nonblocking(false).map_err(io)?;
@@ -278,7 +332,12 @@ struct Remote {
     stderr_thread: Option<std::thread::JoinHandle<()>>,
 }
 
-fn spawn(host: &str, ropts: &RemoteOptions, args: &[String]) -> Result<(Remote, Endpoint)> {
+fn spawn(
+    host: &str,
+    ropts: &RemoteOptions,
+    args: &[String],
+    stats: &Stats,
+) -> Result<(Remote, Endpoint)> {
     let mut words = ropts.rsh.split_whitespace();
     let prog = words
         .next()
@@ -332,7 +391,32 @@ fn spawn(host: &str, ropts: &RemoteOptions, args: &[String]) -> Result<(Remote, 
         remote.stdin = Some(stdin);
         return match direct_connect(host, stdout) {
             Ok(ep) => Ok((remote, ep)),
-            Err(e) => Err(remote
+            Err((e, Some(reader))) => {
+                // The server is up and listening but unreachable (a
+                // firewall, NAT): carry on over ssh, and say so.
+                use std::io::Write;
+                let told = remote.stdin.as_mut().is_some_and(|w| {
+                    writeln!(w, "{DIRECT_FALLBACK}")
+                        .and_then(|_| w.flush())
+                        .is_ok()
+                });
+                if !told {
+                    return Err(remote
+                        .finish::<()>(Err(e))
+                        .err()
+                        .unwrap_or(Error::Link(LinkError::Closed)));
+                }
+                stats.notice(format!("{e}; sending through ssh instead of --direct"));
+                let stdin = remote.stdin.take();
+                match stdin {
+                    Some(w) => {
+                        let ep = ferry_proto::stream_link(reader, w);
+                        Ok((remote, ep))
+                    }
+                    None => Err(Error::Link(LinkError::Closed)),
+                }
+            }
+            Err((e, None)) => Err(remote
                 .finish::<()>(Err(e))
                 .err()
                 .unwrap_or(Error::Link(LinkError::Closed))),
@@ -464,7 +548,7 @@ pub fn sync_push(
         ropts.direct,
         std::slice::from_ref(&dest.path),
     );
-    let (remote, mut ep) = spawn(&dest.host, ropts, &args)?;
+    let (remote, mut ep) = spawn(&dest.host, ropts, &args, stats)?;
     ep.tx = sending_link(ep.tx, &ep.link_rate, &opts);
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = sender::run_sender(ep, &specs, &opts, stats, true);
@@ -497,7 +581,7 @@ pub fn sync_pull(
     };
     let opts = opts.clone();
     let args = serve_args_with(&opts, true, false, ropts.direct, &paths);
-    let (remote, ep) = spawn(host, ropts, &args)?;
+    let (remote, ep) = spawn(host, ropts, &args, stats)?;
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = receiver::run_receiver(ep, &dest, &opts, stats);
     remote.finish(res)?;

@@ -35,6 +35,8 @@ pub struct Stats {
     pub errors: Mutex<Vec<String>>,
     /// What a dry run would do, or what a real run did when itemising.
     pub changes: Mutex<Vec<String>>,
+    /// Things the user should know that are not failures (a fallback).
+    pub notices: Mutex<Vec<String>>,
 }
 
 /// Most error lines kept.
@@ -51,6 +53,12 @@ impl Stats {
             if e.len() < MAX_ERRORS {
                 e.push(line);
             }
+        }
+    }
+
+    pub fn notice(&self, line: String) {
+        if let Ok(mut n) = self.notices.lock() {
+            n.push(line);
         }
     }
 
@@ -74,6 +82,7 @@ impl Stats {
             bytes_matched: self.bytes_matched.load(Relaxed),
             seconds,
             errors: self.errors.lock().map(|e| e.clone()).unwrap_or_default(),
+            notices: self.notices.lock().map(|n| n.clone()).unwrap_or_default(),
         }
     }
 }
@@ -93,4 +102,5 @@ pub struct Report {
     pub bytes_matched: u64,
     pub seconds: f64,
     pub errors: Vec<String>,
+    pub notices: Vec<String>,
 }
