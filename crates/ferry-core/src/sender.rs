@@ -362,11 +362,18 @@ fn send_delta_segment(
     }
     let range = (start - lo) as usize..(end - lo) as usize;
     // Deltas digest on the delta grid (see the receiver's known blocks).
+    // The block hashes serve twice: for the segment digest, and for the
+    // matcher's strong checks at block offsets (one BLAKE3 pass, not two).
+    let hashes: Vec<[u8; 32]> = buf.chunks(bs as usize).map(layout::block_hash).collect();
     let mut h = layout::SegmentHasher::new(bs);
-    h.data(&buf[range.clone()]);
+    let first = range.start / bs as usize;
+    let last = range.end.div_ceil(bs as usize);
+    for b in &hashes[first..last] {
+        h.known_block(*b);
+    }
     let mut ops = Vec::new();
     d.matcher
-        .diff_range(buf, lo, range, None, &mut |op| ops.push(op));
+        .diff_range(buf, lo, range, Some(&hashes), &mut |op| ops.push(op));
     for op in ops {
         match op {
             ferry_delta::Op::Copy {
