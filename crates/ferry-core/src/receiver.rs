@@ -83,7 +83,7 @@ struct DstFile {
     file: Target,
     /// The old copy's delta-block hashes (delta transfers): unchanged blocks
     /// are verified with these instead of being read again.
-    basis_blocks: Option<BasisBlocks>,
+    basis_blocks: std::sync::OnceLock<BasisBlocks>,
     /// The old copy that `Copy` ops read from (delta transfers).
     basis: Option<File>,
     delta: bool,
@@ -278,6 +278,12 @@ pub fn run_receiver(
             let sh = &shared;
             handles.push(s.spawn(move || writer(wrx, sh)));
         }
+        let (sign_tx, sign_rx) = crossbeam_channel::unbounded::<SignJob>();
+        {
+            let sh = &shared;
+            let tx = tx.clone();
+            handles.push(s.spawn(move || signer(sign_rx, sh, tx)));
+        }
         let mut d = Dispatcher {
             root: root.to_path_buf(),
             sh: &shared,
@@ -293,9 +299,12 @@ pub fn run_receiver(
             nbd,
             received,
             started: std::time::Instant::now(),
+            signer: Some(sign_tx),
         };
         let r = d.run(&rx, &senders);
         drop(senders);
+        // The signer stops once its queue is closed.
+        d.signer = None;
         d.files.clear();
         for h in handles {
             let _ = h.join();
@@ -356,6 +365,8 @@ struct Dispatcher<'a, 'b> {
     /// Bytes received so far and since when: the link's measured rate.
     received: ferry_proto::WireCounter,
     started: std::time::Instant,
+    /// The signer thread's queue (delta signatures, then `EndOfList`).
+    signer: Option<Sender<SignJob>>,
 }
 
 /// Cold sequential read rate assumed for the old copy when weighing a
@@ -446,7 +457,9 @@ impl Dispatcher<'_, '_> {
                         self.sh.stats.error(error);
                     }
                 }
-                Message::EndOfList => self.tx.send(Message::EndOfList)?,
+                Message::EndOfList => self
+                    .sign(SignJob::EndOfList)
+                    .map_err(|e| Error::Protocol(e.to_string()))?,
                 Message::SenderDone => return Ok(()),
                 Message::Fatal { error } => return Err(Error::Peer(error)),
                 m => {
@@ -566,7 +579,7 @@ impl Dispatcher<'_, '_> {
         let id = e.id;
         let d = Arc::new(DstFile {
             basis: None,
-            basis_blocks: None,
+            basis_blocks: std::sync::OnceLock::new(),
             verify: !self.sh.opts.in_process,
             delta: false,
             sig_out: None,
@@ -768,18 +781,6 @@ impl Dispatcher<'_, '_> {
             (true, true) => Some(file.try_clone()?),
             (true, false) => Some(File::open(dest)?),
         };
-        let (basis_blocks, sig) = match (&basis, &old_meta) {
-            (Some(b), Some(m)) => {
-                let (sig, full) = self.basis_signature(b, m, dest, e.size)?;
-                let blocks = BasisBlocks {
-                    size: m.len(),
-                    weak: sig.weak.clone(),
-                    full,
-                };
-                (Some(blocks), Some(sig))
-            }
-            _ => (None, None),
-        };
         let file = Target::File(file);
         let sig_out = self.sh.cache.as_ref().filter(|_| nseg > 0).map(|c| SigOut {
             cache: c.clone(),
@@ -788,7 +789,7 @@ impl Dispatcher<'_, '_> {
         });
         let d = Arc::new(DstFile {
             basis,
-            basis_blocks,
+            basis_blocks: std::sync::OnceLock::new(),
             verify: delta || !opts.in_process,
             delta,
             sig_out,
@@ -813,20 +814,19 @@ impl Dispatcher<'_, '_> {
             // Empty file: nothing to ask for.
             return finalize(&d, self.sh);
         }
-        let size = d.entry.size;
         self.files.insert(id, d.clone());
         let link = |err: ferry_proto::LinkError| io::Error::other(err.to_string());
-        match (&sig, &old_meta) {
-            (Some(sig), Some(m)) => {
-                let mode = if inplace {
-                    WantMode::DeltaInPlace
-                } else {
-                    WantMode::Delta
+        match old_meta {
+            Some(meta) if d.basis.is_some() => {
+                // Signing the old copy reads all of it: the signer thread
+                // does that, so this thread keeps routing data meanwhile.
+                let job = SignJob::Sign {
+                    d,
+                    meta: Box::new(meta),
+                    dest: dest.to_path_buf(),
+                    inplace,
                 };
-                self.tx
-                    .send(Message::Want { file: id, mode })
-                    .map_err(link)?;
-                self.send_signature(id, sig, m.len(), layout::delta_block(size))?;
+                self.sign(job)?;
             }
             _ => self
                 .tx
@@ -876,57 +876,12 @@ impl Dispatcher<'_, '_> {
         read < whole
     }
 
-    /// The delta signature of the old copy, and its full block hashes:
-    /// from the cache when it is known there, else by reading it.
-    fn basis_signature(
-        &self,
-        basis: &File,
-        m: &fs::Metadata,
-        dest: &Path,
-        size: u64,
-    ) -> io::Result<(ferry_delta::Signature, Vec<[u8; 32]>)> {
-        let bs = layout::delta_block(size);
-        let key = cache_key(dest, m, bs);
-        if let Some(x) = self.sh.cache.as_ref().and_then(|c| c.get(&key)) {
-            return Ok(x);
-        }
-        let x = ferry_delta::signature_of_file(basis, m.len(), bs, self.sh.opts.threads)?;
-        if let Some(c) = &self.sh.cache {
-            // A cache that cannot be written only costs a re-read.
-            let _ = c.put(&key, &x.0, &x.1);
-        }
-        Ok(x)
-    }
-
-    /// Send a signature in parts.
-    fn send_signature(
-        &self,
-        id: u32,
-        sig: &ferry_delta::Signature,
-        basis_size: u64,
-        bs: u64,
-    ) -> io::Result<()> {
-        const PART: usize = 8192;
-        let n = sig.weak.len();
-        let mut first = 0usize;
-        loop {
-            let end = (first + PART).min(n);
-            self.tx
-                .send(Message::Signature {
-                    file: id,
-                    block_size: bs as u32,
-                    basis_size,
-                    first_block: first as u64,
-                    weak: sig.weak[first..end].to_vec(),
-                    strong: sig.strong[first..end].to_vec(),
-                    last: end == n,
-                })
-                .map_err(|err| io::Error::other(err.to_string()))?;
-            if end == n {
-                return Ok(());
-            }
-            first = end;
-        }
+    /// Queue work for the signer thread.
+    fn sign(&self, job: SignJob) -> io::Result<()> {
+        self.signer
+            .as_ref()
+            .and_then(|s| s.send(job).ok())
+            .ok_or_else(|| io::Error::other("signer thread gone"))
     }
 
     /// Is the regular file at `dest` (same size as the source) unchanged?
@@ -1256,7 +1211,7 @@ fn copy_from_basis(
                     Err(e) => write_failed(f, sh, e),
                 }
             }
-            if let Some(bb) = &f.basis_blocks {
+            if let Some(bb) = f.basis_blocks.get() {
                 let j0 = ((boff + done) / bs) as usize;
                 for j in j0..j0 + run as usize {
                     st.hasher.known_block(bb.full[j]);
@@ -1294,7 +1249,7 @@ fn copy_from_basis(
 /// How many whole delta blocks starting at new offset `off` / old offset
 /// `boff` (at most `len` bytes) can be taken on the old copy's hashes.
 fn known_run(f: &DstFile, st: &SegState, off: u64, boff: u64, len: u64) -> u64 {
-    let Some(bb) = &f.basis_blocks else {
+    let Some(bb) = f.basis_blocks.get() else {
         return 0;
     };
     let bs = f.block;
@@ -1316,6 +1271,130 @@ fn known_run(f: &DstFile, st: &SegState, off: u64, boff: u64, len: u64) -> u64 {
     let n = limit / bs;
     let first = (boff / bs) as usize;
     n.min((bb.full.len().saturating_sub(first)) as u64)
+}
+
+/// Work for the signer thread, in the order the dispatcher queued it.
+enum SignJob {
+    /// Sign the old copy of `d`, then ask for the file as a delta.
+    Sign {
+        d: Arc<DstFile>,
+        meta: Box<fs::Metadata>,
+        dest: PathBuf,
+        inplace: bool,
+    },
+    /// The sender's list is complete: answer `EndOfList`, after every
+    /// `Want` queued before it.
+    EndOfList,
+}
+
+/// Signs old copies and asks for deltas, off the dispatcher's thread.
+fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
+    for job in jobs {
+        match job {
+            SignJob::EndOfList => {
+                if tx.send(Message::EndOfList).is_err() {
+                    return;
+                }
+            }
+            SignJob::Sign {
+                d,
+                meta,
+                dest,
+                inplace,
+            } => {
+                if let Err(err) = sign_and_want(sh, &tx, &d, &meta, &dest, inplace) {
+                    d.fail(describe(&err));
+                    if is_fatal_io(&err) {
+                        sh.set_fatal(Error::io(&dest, err));
+                    } else {
+                        sh.stats
+                            .error(format!("{}: {}", dest.display(), describe(&err)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn sign_and_want(
+    sh: &Shared<'_>,
+    tx: &MsgTx,
+    d: &DstFile,
+    meta: &fs::Metadata,
+    dest: &Path,
+    inplace: bool,
+) -> io::Result<()> {
+    let Some(basis) = &d.basis else {
+        return Err(io::Error::other("delta without an old copy"));
+    };
+    let size = d.entry.size;
+    let (sig, full) = basis_signature(sh, basis, meta, dest, size)?;
+    let _ = d.basis_blocks.set(BasisBlocks {
+        size: meta.len(),
+        weak: sig.weak.clone(),
+        full,
+    });
+    let mode = if inplace {
+        WantMode::DeltaInPlace
+    } else {
+        WantMode::Delta
+    };
+    let id = d.entry.id;
+    tx.send(Message::Want { file: id, mode })
+        .map_err(|err| io::Error::other(err.to_string()))?;
+    send_signature(tx, id, &sig, meta.len(), layout::delta_block(size))
+}
+
+/// The delta signature of the old copy, and its full block hashes:
+/// from the cache when it is known there, else by reading it.
+fn basis_signature(
+    sh: &Shared<'_>,
+    basis: &File,
+    m: &fs::Metadata,
+    dest: &Path,
+    size: u64,
+) -> io::Result<(ferry_delta::Signature, Vec<[u8; 32]>)> {
+    let bs = layout::delta_block(size);
+    let key = cache_key(dest, m, bs);
+    if let Some(x) = sh.cache.as_ref().and_then(|c| c.get(&key)) {
+        return Ok(x);
+    }
+    let x = ferry_delta::signature_of_file(basis, m.len(), bs, sh.opts.threads)?;
+    if let Some(c) = &sh.cache {
+        // A cache that cannot be written only costs a re-read.
+        let _ = c.put(&key, &x.0, &x.1);
+    }
+    Ok(x)
+}
+
+/// Send a signature in parts.
+fn send_signature(
+    tx: &MsgTx,
+    id: u32,
+    sig: &ferry_delta::Signature,
+    basis_size: u64,
+    bs: u64,
+) -> io::Result<()> {
+    const PART: usize = 8192;
+    let n = sig.weak.len();
+    let mut first = 0usize;
+    loop {
+        let end = (first + PART).min(n);
+        tx.send(Message::Signature {
+            file: id,
+            block_size: bs as u32,
+            basis_size,
+            first_block: first as u64,
+            weak: sig.weak[first..end].to_vec(),
+            strong: sig.strong[first..end].to_vec(),
+            last: end == n,
+        })
+        .map_err(|err| io::Error::other(err.to_string()))?;
+        if end == n {
+            return Ok(());
+        }
+        first = end;
+    }
 }
 
 /// Copy `len` bytes from the old copy into the file being written, through
