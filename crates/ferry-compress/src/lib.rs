@@ -193,6 +193,9 @@ pub const FULL_PROBE_EVERY: u64 = 128 << 20;
 const RAW_SPEED: f64 = 8e9;
 /// A new choice must beat the current one by this factor.
 const HYSTERESIS: f64 = 1.05;
+/// A link rate this many times above or below the one the level was
+/// chosen at makes the compressor choose again.
+const RATE_CHANGE: f64 = 1.5;
 
 #[derive(Debug, Clone, Copy)]
 struct Estimate {
@@ -212,6 +215,8 @@ pub struct Compressor {
     current: usize,
     workers: f64,
     link_rate: f64,
+    /// The link rate when the level was last chosen.
+    chosen_at_rate: f64,
     since_eval: u64,
     since_full: u64,
     scratch: Vec<u8>,
@@ -246,6 +251,7 @@ impl Compressor {
             current,
             workers: 1.0,
             link_rate: f64::INFINITY,
+            chosen_at_rate: f64::INFINITY,
             since_eval: 0,
             since_full: FULL_PROBE_EVERY, // probe everything on the first block
             scratch: Vec::new(),
@@ -332,6 +338,16 @@ impl Compressor {
             Some(r) if r > 0.0 && r.is_finite() => r,
             _ => f64::INFINITY,
         };
+        // A link that turns out much slower or faster than when the level
+        // was chosen changes the best level at once: the estimates are
+        // already there, so waiting for the next probe (32 MiB of
+        // compressible input per worker, which a mostly random or sparse
+        // source may never send) would keep a choice made for another link.
+        let same = self.link_rate == self.chosen_at_rate
+            || (1.0 / RATE_CHANGE..=RATE_CHANGE).contains(&(self.link_rate / self.chosen_at_rate));
+        if self.mode == Mode::Auto && !same {
+            self.choose();
+        }
     }
 
     /// The codec Auto would use for the next block (or the fixed one).
@@ -443,6 +459,13 @@ impl Compressor {
             }
         }
         self.since_eval = 0;
+        self.choose();
+    }
+
+    /// Pick the ladder entry with the best effective rate under the
+    /// current estimates and link rate.
+    fn choose(&mut self) {
+        self.chosen_at_rate = self.link_rate;
         let cur = self.effective(self.current);
         let mut best = self.current;
         for i in 0..LADDER.len() {
@@ -823,6 +846,37 @@ mod tests {
                 assert_ne!(codec, Codec::None, "{mode}");
             }
         }
+    }
+
+    #[test]
+    fn auto_rechooses_at_once_when_the_link_rate_changes() {
+        // One block: every level is probed once, on an unmeasured link.
+        let data = text(1 << 20, 5);
+        let mut k = Compressor::new(Mode::Auto);
+        roundtrip(&mut k, &data);
+        assert!(
+            !matches!(k.current(), Codec::Zstd(l) if l >= 3),
+            "an unlimited link wants speed, got {}",
+            k.current()
+        );
+        // The link turns out slow: ratio pays, before any more input.
+        k.set_link_rate(Some(1e6));
+        assert!(
+            matches!(k.current(), Codec::Zstd(l) if l >= 3),
+            "{}",
+            k.current()
+        );
+        // A small wobble of the rate does not flip it back and forth.
+        let chosen = k.current();
+        k.set_link_rate(Some(1.2e6));
+        assert_eq!(k.current(), chosen);
+        // Fast again: speed pays.
+        k.set_link_rate(Some(1e12));
+        assert!(
+            !matches!(k.current(), Codec::Zstd(l) if l >= 3),
+            "{}",
+            k.current()
+        );
     }
 
     #[test]
