@@ -554,7 +554,11 @@ fn write_loop<W: Write>(
                 // "unlimited": a jump makes the compressor drop to a fast
                 // codec, which floods the link, which measures slow again
                 // (seen over ssh, whose buffers hide the link for a while).
-                (prev * 1.25).max(win_bytes as f64 / span.as_secs_f64())
+                // Nor above 1.25x what went through: when the CPU is the
+                // bottleneck a rate compounded from nothing would make the
+                // compressor trade ratio for speed it cannot use.
+                let pushed = win_bytes as f64 / span.as_secs_f64();
+                (prev * 1.25).min(pushed * 1.25).max(pushed)
             } else {
                 0.0 // unknown yet
             };

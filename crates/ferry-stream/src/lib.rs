@@ -674,6 +674,9 @@ fn net_writer<W: Write>(
     let mut pending = std::collections::BTreeMap::new();
     let mut next = 0u64;
     let mut rate_ewma = 0f64;
+    // Wire bytes per wall second over the last 200 ms window: what the
+    // pipeline actually pushes, the cap for a link that never blocks.
+    let (mut win_start, mut win_bytes, mut pushed) = (Instant::now(), 0u64, 0f64);
     let werr = |e: ChannelError| channel_err(e, "sending to the receiver");
     loop {
         let job = match pending.remove(&next) {
@@ -714,13 +717,25 @@ fn net_writer<W: Write>(
                 // the time spent blocked in the write. A write that did not
                 // block says only "at least this fast": let the estimate
                 // drift up slowly instead of jumping, so the compressor does
-                // not flap between codecs.
+                // not flap between codecs, and never above 1.25x what the
+                // pipeline pushes: when the CPU is the bottleneck, a rate
+                // compounded from non-blocking writes would make the
+                // compressor trade ratio for speed it cannot use.
+                win_bytes += n;
+                let span = win_start.elapsed().as_secs_f64();
+                if span >= 0.2 {
+                    pushed = win_bytes as f64 / span;
+                    win_start = Instant::now();
+                    win_bytes = 0;
+                }
                 if secs > 0.0 {
                     let r = n as f64 / secs;
                     rate_ewma = if rate_ewma == 0.0 {
                         r
                     } else if r < rate_ewma * 1.5 {
                         rate_ewma * 0.8 + r * 0.2
+                    } else if pushed > 0.0 {
+                        (rate_ewma * 1.05).min(pushed * 1.25).max(pushed)
                     } else {
                         rate_ewma * 1.05
                     };
