@@ -11,6 +11,7 @@
 //! [`Error`] with an exit [`Class`], and exposes live counters in [`Stats`]
 //! for whoever wants to draw progress.
 
+mod direct;
 pub mod error;
 pub mod exclude;
 pub mod fsutil;
@@ -74,6 +75,10 @@ pub struct SyncOptions {
     /// sides verifies nothing. Deltas, assembled from the old copy, are
     /// always verified, and so is everything on a byte-stream link.
     pub in_process: bool,
+    /// Write new files of [`direct::MIN_SIZE`] bytes or more with
+    /// `O_DIRECT` where the filesystem allows (`--buffered-io` turns it
+    /// off). See the `direct` module for why.
+    pub direct_io: bool,
 }
 
 impl Default for SyncOptions {
@@ -92,6 +97,7 @@ impl Default for SyncOptions {
             sig_cache: None,
             compress: ferry_compress::Mode::Auto,
             in_process: false,
+            direct_io: true,
         }
     }
 }

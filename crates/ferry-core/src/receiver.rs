@@ -22,6 +22,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use ferry_proto::layout::{self, SegmentHasher};
 use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
 
+use crate::direct;
 use crate::error::{describe, is_fatal_io, Error, Result};
 use crate::fsutil;
 use crate::plan::Dest;
@@ -81,11 +82,15 @@ struct DstFile {
     /// writing in place.
     tmp: Option<PathBuf>,
     file: Target,
+    /// The temp file opened again with `O_DIRECT` (see [`direct`]), while
+    /// direct writes work.
+    direct: Option<File>,
+    direct_ok: AtomicBool,
     /// The old copy's delta-block hashes (delta transfers): unchanged blocks
     /// are verified with these instead of being read again.
     basis_blocks: std::sync::OnceLock<BasisBlocks>,
     /// The old copy that `Copy` ops read from (delta transfers).
-    basis: Option<File>,
+    basis: Option<direct::Reader>,
     delta: bool,
     /// Digest what is written and compare with the sender's digests (all
     /// but whole-file transfers over the in-process link).
@@ -590,6 +595,8 @@ impl Dispatcher<'_, '_> {
             final_path: PathBuf::from(uri),
             tmp: None,
             file: Target::Nbd(client),
+            direct: None,
+            direct_ok: AtomicBool::new(false),
             is_device: true,
             committed: AtomicBool::new(false),
             entry: e,
@@ -774,12 +781,21 @@ impl Dispatcher<'_, '_> {
             }
             (f, Some(tmp))
         };
+        let direct = match &tmp {
+            Some(t) if opts.direct_io && e.size >= direct::MIN_SIZE => direct::open(t),
+            _ => None,
+        };
         let nseg = layout::segment_count(e.size);
         let id = e.id;
         let basis = match (delta, inplace) {
             (false, _) => None,
-            (true, true) => Some(file.try_clone()?),
-            (true, false) => Some(File::open(dest)?),
+            // The old copy is read through the page cache: signing it
+            // leaves it there for the copies, which would otherwise read it
+            // from the disk a second time (measured on the 1 GiB mangled
+            // file: 3.9-4.5 s buffered, 5.1-8.2 s direct). In place it is
+            // also the file being written.
+            (true, true) => Some(direct::Reader::new(file.try_clone()?, dest, false)),
+            (true, false) => Some(direct::Reader::new(File::open(dest)?, dest, false)),
         };
         let file = Target::File(file);
         let sig_out = self.sh.cache.as_ref().filter(|_| nseg > 0).map(|c| SigOut {
@@ -806,6 +822,8 @@ impl Dispatcher<'_, '_> {
             final_path: dest.to_path_buf(),
             tmp,
             file,
+            direct_ok: AtomicBool::new(direct.is_some()),
+            direct,
             is_device,
             committed: AtomicBool::new(false),
             entry: e,
@@ -1066,15 +1084,92 @@ struct SegState {
     hasher: SegmentHasher,
     next: u64,
     sig: Option<SigBuild>,
+    /// The segment assembled for one direct write (see [`direct`]).
+    buf: Option<direct::SegBuf>,
+}
+
+impl SegState {
+    /// Put `data`, the bytes at file offset `off`, into the segment's
+    /// assembly buffer (direct writes) or into the file. Returns the bytes
+    /// written to the file now.
+    fn put(&mut self, f: &DstFile, off: u64, data: &[u8]) -> io::Result<u64> {
+        match &mut self.buf {
+            Some(b) => {
+                let rel = (off % layout::SEGMENT) as usize;
+                let slot = b
+                    .data_mut(rel, data.len())
+                    .ok_or_else(|| io::Error::other("data beyond its segment"))?;
+                slot.copy_from_slice(data);
+                Ok(0)
+            }
+            None => f.file.write_all_at(data, off).map(|()| data.len() as u64),
+        }
+    }
+
+    /// Read `len` bytes of the old copy at `boff` into the file at `off`,
+    /// through the assembly buffer when there is one. Returns the bytes
+    /// written to the file now.
+    fn put_from(
+        &mut self,
+        f: &DstFile,
+        basis: &direct::Reader,
+        boff: u64,
+        off: u64,
+        len: u64,
+    ) -> io::Result<u64> {
+        match &mut self.buf {
+            Some(b) => {
+                let rel = (off % layout::SEGMENT) as usize;
+                let slot = b
+                    .data_mut(rel, len as usize)
+                    .ok_or_else(|| io::Error::other("copy beyond its segment"))?;
+                basis.read_exact_at(slot, boff)?;
+                Ok(0)
+            }
+            None => copy_range(basis, f, boff, off, len).map(|()| len),
+        }
+    }
+}
+
+/// Write a complete segment's assembly buffer, if any, and return it to
+/// the pool. A filesystem that refuses direct writes gets the segment (and
+/// the rest of the file) through the page cache.
+fn flush_segment(
+    f: &DstFile,
+    st: &mut SegState,
+    seg_start: u64,
+    pool: &mut direct::Pool,
+) -> io::Result<u64> {
+    let Some(mut b) = st.buf.take() else {
+        return Ok(0);
+    };
+    let (Some(direct), Some(file)) = (&f.direct, f.file.as_file()) else {
+        return Err(io::Error::other("direct write without a file"));
+    };
+    let size = f.entry.size;
+    let res = match b.flush(direct, file, seg_start, size) {
+        Err(e) if direct::unsupported(&e) => {
+            f.direct_ok.store(false, Ordering::Relaxed);
+            b.flush(file, file, seg_start, size)
+        }
+        r => r,
+    };
+    pool.give(b);
+    res
 }
 
 fn seg_state<'m>(
     segs: &'m mut HashMap<(u32, u64), SegState>,
+    pool: &mut direct::Pool,
     f: &DstFile,
     off: u64,
 ) -> &'m mut SegState {
     let seg = off / layout::SEGMENT;
     segs.entry((f.entry.id, seg)).or_insert_with(|| SegState {
+        buf: f.direct_ok.load(Ordering::Relaxed).then(|| {
+            let (start, end) = layout::segment_range(f.entry.size, seg);
+            pool.take((end - start) as usize)
+        }),
         hasher: if f.verify {
             SegmentHasher::new(f.block)
         } else {
@@ -1092,6 +1187,7 @@ fn seg_state<'m>(
 
 fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
     let mut segs: HashMap<(u32, u64), SegState> = HashMap::new();
+    let mut pool = direct::Pool::default();
     let mut scratch = Vec::new();
     for (f, op) in rx {
         if sh.fatal_flag.load(Ordering::Relaxed) {
@@ -1100,15 +1196,14 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
         let id = f.entry.id;
         match op {
             Op::Data(off, data) => {
-                let st = seg_state(&mut segs, &f, off);
+                let st = seg_state(&mut segs, &mut pool, &f, off);
                 if !in_order(&f, st, off, data.len() as u64) {
                     continue;
                 }
                 if f.failure().is_none() {
-                    if let Err(e) = f.file.write_all_at(&data, off) {
-                        write_failed(&f, sh, e);
-                    } else {
-                        Stats::add(&sh.stats.bytes_written, data.len() as u64);
+                    match st.put(&f, off, &data) {
+                        Ok(n) => Stats::add(&sh.stats.bytes_written, n),
+                        Err(e) => write_failed(&f, sh, e),
                     }
                 }
                 Stats::add(&sh.stats.bytes_done, data.len() as u64);
@@ -1119,14 +1214,14 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 ferry_proto::bufpool::give(data);
             }
             Op::Copy(off, boff, len) => {
-                let st = seg_state(&mut segs, &f, off);
+                let st = seg_state(&mut segs, &mut pool, &f, off);
                 if !in_order(&f, st, off, len) {
                     continue;
                 }
                 copy_from_basis(&f, st, sh, off, boff, len, &mut scratch);
             }
             Op::Zero(off, len) => {
-                let st = seg_state(&mut segs, &f, off);
+                let st = seg_state(&mut segs, &mut pool, &f, off);
                 if !in_order(&f, st, off, len) {
                     continue;
                 }
@@ -1150,6 +1245,10 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if f.failure().is_none() {
                     match st {
                         Some(mut st) if st.next == end => {
+                            match flush_segment(&f, &mut st, start, &mut pool) {
+                                Ok(n) => Stats::add(&sh.stats.bytes_written, n),
+                                Err(e) => write_failed(&f, sh, e),
+                            }
                             if let (Some(mut b), Some(out)) = (st.sig.take(), &f.sig_out) {
                                 b.flush();
                                 if let Ok(mut p) = out.parts.lock() {
@@ -1206,8 +1305,8 @@ fn copy_from_basis(
         if run > 0 {
             let bs = f.block;
             if !same_place && f.failure().is_none() {
-                match copy_range(basis, f, boff + done, off + done, run * bs) {
-                    Ok(()) => Stats::add(&sh.stats.bytes_written, run * bs),
+                match st.put_from(f, basis, boff + done, off + done, run * bs) {
+                    Ok(n) => Stats::add(&sh.stats.bytes_written, n),
                     Err(e) => write_failed(f, sh, e),
                 }
             }
@@ -1230,10 +1329,9 @@ fn copy_from_basis(
             return;
         }
         if !same_place && f.failure().is_none() {
-            if let Err(e) = f.file.write_all_at(scratch, off + done) {
-                write_failed(f, sh, e);
-            } else {
-                Stats::add(&sh.stats.bytes_written, n as u64);
+            match st.put(f, off + done, scratch) {
+                Ok(n) => Stats::add(&sh.stats.bytes_written, n),
+                Err(e) => write_failed(f, sh, e),
             }
         }
         st.hasher.data(scratch);
@@ -1349,7 +1447,7 @@ fn sign_and_want(
 /// from the cache when it is known there, else by reading it.
 fn basis_signature(
     sh: &Shared<'_>,
-    basis: &File,
+    basis: &direct::Reader,
     m: &fs::Metadata,
     dest: &Path,
     size: u64,
@@ -1401,7 +1499,7 @@ fn send_signature(
 /// a reused 1 MiB buffer. Not `copy_file_range`: without reflinks (ext4)
 /// the kernel splices page by page, and measured here it took 2.6 s per GiB
 /// in 1 MiB calls against 0.22 s for `pread` + `pwrite`.
-fn copy_range(basis: &File, f: &DstFile, from: u64, to: u64, len: u64) -> io::Result<()> {
+fn copy_range(basis: &direct::Reader, f: &DstFile, from: u64, to: u64, len: u64) -> io::Result<()> {
     thread_local! {
         static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }

@@ -287,6 +287,7 @@ fn serve_args_with(
         (opts.xattrs, "--xattrs"),
         (opts.delta == DeltaMode::Delta, "--delta"),
         (opts.delta == DeltaMode::Whole, "--whole-file"),
+        (!opts.direct_io, "--buffered-io"),
     ];
     a.extend(
         flags

@@ -86,8 +86,11 @@ pub fn run_sender(
         for _ in 0..threads {
             let job_rx = job_rx.clone();
             let tx = tx.clone();
-            let hash = !opts.in_process;
-            workers.push(s.spawn(move || worker(job_rx, tx, progress, hash)));
+            let how = ReadHow {
+                hash: !opts.in_process,
+                direct_io: opts.direct_io,
+            };
+            workers.push(s.spawn(move || worker(job_rx, tx, progress, how)));
         }
         drop(job_rx);
 
@@ -216,10 +219,19 @@ fn enqueue(
     Ok(())
 }
 
-fn worker(jobs: Receiver<Job>, tx: MsgTx, progress: Option<&Stats>, hash: bool) -> Result<()> {
+/// How a worker reads and digests segments.
+#[derive(Clone, Copy)]
+struct ReadHow {
+    /// Digest segments (all but the in-process link).
+    hash: bool,
+    /// Read large uncached files around the page cache (`direct::Reader`).
+    direct_io: bool,
+}
+
+fn worker(jobs: Receiver<Job>, tx: MsgTx, progress: Option<&Stats>, how: ReadHow) -> Result<()> {
     let mut buf = Vec::with_capacity(scan::CHUNK);
     for job in jobs {
-        send_segment(&job, &tx, &mut buf, hash)?;
+        send_segment(&job, &tx, &mut buf, how)?;
         if let Some(st) = progress {
             let (a, b) = layout::segment_range(job.file.size, job.seg);
             Stats::add(&st.bytes_done, b - a);
@@ -228,7 +240,8 @@ fn worker(jobs: Receiver<Job>, tx: MsgTx, progress: Option<&Stats>, hash: bool) 
     Ok(())
 }
 
-fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, hash: bool) -> Result<()> {
+fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Result<()> {
+    let (hash, direct_io) = (how.hash, how.direct_io);
     let f = &job.file;
     let id = job.id;
     let fail = |error: String| -> Result<()> {
@@ -246,7 +259,8 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, hash: bool) -> Result<
             None if f.failed.load(Ordering::SeqCst) => None,
             None => match File::open(&f.path) {
                 Ok(h) => {
-                    let h: Arc<dyn ExtentReader> = Arc::new(h);
+                    let h: Arc<dyn ExtentReader> =
+                        Arc::new(crate::direct::Reader::new(h, &f.path, direct_io));
                     *g = Some(h.clone());
                     Some(h)
                 }

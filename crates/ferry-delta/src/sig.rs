@@ -2,7 +2,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
 use ferry_proto::layout::{block_hash, zero_block_hash};
 
@@ -186,9 +185,26 @@ fn data_extents(file: &File, start: u64, end: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// A basis file to sign: the file itself (for its holes) and positioned
+/// reads, which an implementation may serve around the page cache.
+pub trait Basis: Sync {
+    /// The open file.
+    fn file(&self) -> &File;
+    /// Read exactly `buf.len()` bytes at `off`.
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self.file(), buf, off)
+    }
+}
+
+impl Basis for File {
+    fn file(&self) -> &File {
+        self
+    }
+}
+
 /// Hashes blocks `[first, last)` of the basis into `weak`/`full`.
-fn hash_range(
-    file: &File,
+fn hash_range<B: Basis + ?Sized>(
+    file: &B,
     basis_size: u64,
     block_size: u64,
     first: u64,
@@ -198,7 +214,7 @@ fn hash_range(
 ) -> io::Result<()> {
     let start = first * block_size;
     let end = (last * block_size).min(basis_size);
-    let extents = data_extents(file, start, end);
+    let extents = data_extents(file.file(), start, end);
     let chunk = read_chunk(block_size);
     let mut buf = vec![0u8; chunk.min(end - start) as usize];
     let zero_full = zero_block_hash(block_size);
@@ -264,8 +280,8 @@ type Hashes = (Vec<u64>, Vec<[u8; 32]>);
 ///
 /// Fails with `UnexpectedEof` if the file is shorter than `basis_size`, and
 /// with `InvalidInput` if `block_size` is 0.
-pub fn signature_of_file(
-    file: &File,
+pub fn signature_of_file<B: Basis + ?Sized>(
+    file: &B,
     basis_size: u64,
     block_size: u64,
     threads: usize,
@@ -320,6 +336,7 @@ pub fn signature_of_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn parts_assemble_and_are_bounded() {
