@@ -180,6 +180,16 @@ pub struct Reader {
     direct_ok: AtomicBool,
 }
 
+/// The first `len` bytes of `mem` from a 4 KiB boundary (growing `mem`),
+/// for reads that [`Reader`] can serve without a bounce buffer.
+pub fn aligned(mem: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if mem.len() < len + ALIGN {
+        mem.resize(len + ALIGN, 0);
+    }
+    let start = mem.as_ptr().align_offset(ALIGN).min(ALIGN);
+    &mut mem[start..start + len]
+}
+
 /// Reads smaller than this go through the page cache.
 const READ_MIN: usize = 64 << 10;
 /// Largest bounce-buffer read.

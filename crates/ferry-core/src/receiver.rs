@@ -452,7 +452,7 @@ impl Dispatcher<'_, '_> {
                         self.files.remove(&file);
                         self.done_count.remove(&file);
                     }
-                    let k = worker_for(file, segment as u64, workers.len());
+                    let k = worker_for(&f, segment as u64, workers.len());
                     send_op(&workers[k], f, Op::Done(segment, digest))?;
                 }
                 Message::FileFailed { file, error } => {
@@ -491,7 +491,7 @@ impl Dispatcher<'_, '_> {
         op: Op,
     ) -> Result<()> {
         let f = self.lookup(file)?;
-        let k = worker_for(file, seg, workers.len());
+        let k = worker_for(&f, seg, workers.len());
         send_op(&workers[k], f, op)
     }
 
@@ -1067,12 +1067,21 @@ fn cache_key(dest: &Path, m: &fs::Metadata, bs: u64) -> ferry_delta::CacheKey {
     }
 }
 
-/// The writer for a file's ops. All ops of one file go to one writer:
-/// buffered writes to one inode serialise on its lock, and two writers
-/// spinning on it cost more CPU than they save (measured: sys time 5x on a
-/// 1 GiB delta). Different files still go to different writers.
-fn worker_for(file: u32, _seg: u64, n: usize) -> usize {
-    ((file as u64).wrapping_mul(0x9E37_79B9) % n as u64) as usize
+/// The writer for a segment's ops (all ops of a segment go to one writer,
+/// in order). Buffered writes to one inode serialise on its lock, and two
+/// writers spinning on it cost more CPU than they save (measured: sys time
+/// 5x on a 1 GiB delta), so such a file has one writer. A file written
+/// directly (see [`direct`]) spreads its segments over all writers: its
+/// writes take no page-cache locks, and a big delta's copies from the old
+/// copy (one `pread` of cached pages per block run) then run in parallel.
+fn worker_for(f: &DstFile, seg: u64, n: usize) -> usize {
+    let file = f.entry.id as u64;
+    let key = if f.direct.is_some() {
+        file.wrapping_mul(0x9E37_79B9) ^ seg.wrapping_mul(0x85EB_CA6B)
+    } else {
+        file.wrapping_mul(0x9E37_79B9)
+    };
+    (key % n as u64) as usize
 }
 
 fn send_op(w: &Sender<(Arc<DstFile>, Op)>, f: Arc<DstFile>, op: Op) -> Result<()> {
@@ -1426,20 +1435,23 @@ fn sign_and_want(
         return Err(io::Error::other("delta without an old copy"));
     };
     let size = d.entry.size;
+    let mode = if inplace {
+        WantMode::DeltaInPlace
+    } else {
+        WantMode::Delta
+    };
+    // Ask before signing: the sender reads its copy into memory while this
+    // side reads the old one, so the two reads overlap. A signature that
+    // then fails leaves the sender waiting for nothing it must finish.
+    let id = d.entry.id;
+    tx.send(Message::Want { file: id, mode })
+        .map_err(|err| io::Error::other(err.to_string()))?;
     let (sig, full) = basis_signature(sh, basis, meta, dest, size)?;
     let _ = d.basis_blocks.set(BasisBlocks {
         size: meta.len(),
         weak: sig.weak.clone(),
         full,
     });
-    let mode = if inplace {
-        WantMode::DeltaInPlace
-    } else {
-        WantMode::Delta
-    };
-    let id = d.entry.id;
-    tx.send(Message::Want { file: id, mode })
-        .map_err(|err| io::Error::other(err.to_string()))?;
     send_signature(tx, id, &sig, meta.len(), layout::delta_block(size))
 }
 

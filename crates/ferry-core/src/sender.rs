@@ -39,6 +39,81 @@ struct SrcFile {
     kept_open: bool,
     remaining: AtomicU64,
     failed: std::sync::atomic::AtomicBool,
+    /// Block hashes of the whole file on the delta grid, computed while
+    /// the receiver signs its old copy (see [`prehash`]).
+    prehash: PreHash,
+}
+
+/// A delta source's block hashes, read and hashed while the receiver reads
+/// and signs its old copy, so the two reads overlap and matching reads
+/// only the blocks that changed.
+#[derive(Default)]
+struct PreHash {
+    state: Mutex<PreState>,
+    ready: std::sync::Condvar,
+}
+
+#[derive(Default)]
+enum PreState {
+    /// Not asked for (whole files, small files).
+    #[default]
+    Idle,
+    Pending,
+    Done(Arc<Vec<[u8; 32]>>),
+    /// Could not read it: segments read the file themselves.
+    Failed,
+}
+
+impl PreHash {
+    fn set(&self, st: PreState) {
+        if let Ok(mut g) = self.state.lock() {
+            *g = st;
+        }
+        self.ready.notify_all();
+    }
+
+    /// The hashes once computed; `None` if they were not asked for or
+    /// could not be computed.
+    fn wait(&self) -> Option<Arc<Vec<[u8; 32]>>> {
+        let mut g = self.state.lock().ok()?;
+        loop {
+            match &*g {
+                PreState::Pending => g = self.ready.wait(g).ok()?,
+                PreState::Done(h) => return Some(h.clone()),
+                PreState::Idle | PreState::Failed => return None,
+            }
+        }
+    }
+}
+
+/// Delta sources smaller than this are not pre-hashed.
+const PREHASH_MIN: u64 = 4 << 20;
+
+/// Hash the delta sources sent by the request thread on the delta grid,
+/// reading around the page cache (they are read again only where they
+/// changed).
+fn prehash(files: Receiver<Arc<SrcFile>>, direct_io: bool) {
+    let mut mem = Vec::new();
+    for f in files {
+        let hashes = prehash_file(&f, direct_io, &mut mem);
+        f.prehash.set(match hashes {
+            Ok(h) => PreState::Done(Arc::new(h)),
+            Err(_) => PreState::Failed,
+        });
+    }
+}
+
+fn prehash_file(f: &SrcFile, direct_io: bool, mem: &mut Vec<u8>) -> std::io::Result<Vec<[u8; 32]>> {
+    let r = crate::direct::Reader::new(File::open(&f.path)?, &f.path, direct_io);
+    let bs = layout::delta_block(f.size);
+    let mut out = Vec::with_capacity(f.size.div_ceil(bs) as usize);
+    for seg in 0..layout::segment_count(f.size) {
+        let (start, end) = layout::segment_range(f.size, seg);
+        let buf = crate::direct::aligned(mem, (end - start) as usize);
+        r.read_exact_at(buf, start)?;
+        out.extend(buf.chunks(bs as usize).map(layout::block_hash));
+    }
+    Ok(out)
 }
 
 type Table = Arc<Mutex<HashMap<u32, Arc<SrcFile>>>>;
@@ -95,6 +170,9 @@ pub fn run_sender(
         drop(job_rx);
 
         // Requests from the receiver.
+        let (prehash_tx, prehash_rx) = unbounded::<Arc<SrcFile>>();
+        let direct_io = opts.direct_io;
+        s.spawn(move || prehash(prehash_rx, direct_io));
         let req_table = table.clone();
         let req_tx = tx.clone();
         let requests = s.spawn(move || -> Result<ReceiverReport> {
@@ -115,6 +193,13 @@ pub fn run_sender(
                             enqueue(job_tx.as_ref(), file, &f, None)?;
                         } else {
                             pending.insert(file, (None, mode == WantMode::DeltaInPlace));
+                            let bs = layout::delta_block(f.size);
+                            if !f.kept_open && f.size >= PREHASH_MIN && layout::SEGMENT.is_multiple_of(bs) {
+                                f.prehash.set(PreState::Pending);
+                                if prehash_tx.send(f.clone()).is_err() {
+                                    f.prehash.set(PreState::Failed);
+                                }
+                            }
                         }
                     }
                     Message::Signature {
@@ -364,8 +449,12 @@ fn send_delta_segment(
     buf: &mut Vec<u8>,
 ) -> Result<std::io::Result<[u8; 32]>> {
     let size = job.file.size;
-    let id = job.id;
     let bs = d.matcher.block_size();
+    if let Some(all) = job.file.prehash.wait() {
+        if all.len() as u64 == size.div_ceil(bs) {
+            return send_prehashed_segment(job, file, d, tx, buf, &all);
+        }
+    }
     let (start, end) = layout::segment_range(size, job.seg);
     let lo = start.saturating_sub(bs);
     let hi = (end + bs).min(size);
@@ -388,6 +477,83 @@ fn send_delta_segment(
     let mut ops = Vec::new();
     d.matcher
         .diff_range(buf, lo, range, Some(&hashes), &mut |op| ops.push(op));
+    send_ops(job.id, d, tx, ops, buf, lo)?;
+    Ok(Ok(h.finish().0))
+}
+
+/// [`send_delta_segment`] with the file's block hashes known: blocks that
+/// match the old copy in place become copies without being read; only the
+/// runs of other blocks are read (with a block of context on each side, as
+/// a whole segment is) and diffed.
+fn send_prehashed_segment(
+    job: &Job,
+    file: &dyn ExtentReader,
+    d: &DeltaJob,
+    tx: &MsgTx,
+    buf: &mut Vec<u8>,
+    all: &[[u8; 32]],
+) -> Result<std::io::Result<[u8; 32]>> {
+    let size = job.file.size;
+    let bs = d.matcher.block_size();
+    let (start, end) = layout::segment_range(size, job.seg);
+    let (k0, k1) = (start / bs, end.div_ceil(bs));
+    let block_len = |k: u64| (size - k * bs).min(bs);
+    let same = |k: u64| d.matcher.aligned_match(k, block_len(k), &all[k as usize]);
+    let mut h = layout::SegmentHasher::new(bs);
+    for b in &all[k0 as usize..k1 as usize] {
+        h.known_block(*b);
+    }
+    let mut k = k0;
+    while k < k1 {
+        let run_start = k;
+        if same(k) {
+            while k < k1 && same(k) {
+                k += 1;
+            }
+            let offset = run_start * bs;
+            tx.send(Message::Copy {
+                file: job.id,
+                offset,
+                basis_offset: offset,
+                len: (k * bs).min(end) - offset,
+            })?;
+            continue;
+        }
+        while k < k1 && !same(k) {
+            k += 1;
+        }
+        // Blocks [run_start, k) changed: diff them with their neighbours.
+        let lo_k = run_start.saturating_sub(1);
+        let hi_k = (k + 1).min(size.div_ceil(bs));
+        let (lo, hi) = (lo_k * bs, (hi_k * bs).min(size));
+        let data = crate::direct::aligned(buf, (hi - lo) as usize);
+        if let Err(e) = file.read_exact_at(data, lo) {
+            return Ok(Err(e));
+        }
+        let range = ((run_start - lo_k) * bs) as usize..((k * bs).min(end) - lo) as usize;
+        let mut ops = Vec::new();
+        d.matcher.diff_range(
+            data,
+            lo,
+            range,
+            Some(&all[lo_k as usize..hi_k as usize]),
+            &mut |op| ops.push(op),
+        );
+        send_ops(job.id, d, tx, ops, data, lo)?;
+    }
+    Ok(Ok(h.finish().0))
+}
+
+/// Send a segment's delta ops; literals come from `buf`, which holds the
+/// source from offset `lo`.
+fn send_ops(
+    id: u32,
+    d: &DeltaJob,
+    tx: &MsgTx,
+    ops: Vec<ferry_delta::Op>,
+    buf: &[u8],
+    lo: u64,
+) -> Result<()> {
     for op in ops {
         match op {
             ferry_delta::Op::Copy {
@@ -439,7 +605,7 @@ fn send_delta_segment(
             }
         }
     }
-    Ok(Ok(h.finish().0))
+    Ok(())
 }
 
 /// Walks every source and sends the file list.
@@ -615,6 +781,7 @@ impl Walker<'_> {
                     kept_open: false,
                     remaining: AtomicU64::new(0),
                     failed: Default::default(),
+                    prehash: PreHash::default(),
                 }),
             );
         }
@@ -663,6 +830,7 @@ impl Walker<'_> {
                     kept_open: true,
                     remaining: AtomicU64::new(0),
                     failed: Default::default(),
+                    prehash: PreHash::default(),
                 }),
             );
         }

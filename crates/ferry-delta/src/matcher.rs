@@ -181,6 +181,18 @@ impl Matcher {
         (w.wrapping_mul(SPREAD) >> (64 - self.bits)) as usize
     }
 
+    /// Is the source block at index `k` of the aligned grid, `len` bytes
+    /// whose block hash is `hash`, the basis block `k`? (An all-zero basis
+    /// block never matches: zeros travel as zero runs.) The aligned pass of
+    /// [`Matcher::diff_range`] decides the same way, without data.
+    pub fn aligned_match(&self, k: u64, len: u64, hash: &[u8; 32]) -> bool {
+        k < self.n
+            && len > 0
+            && self.block_len(k) == len
+            && !self.is_zero_block(k)
+            && short(hash) == self.strong[k as usize]
+    }
+
     fn block_len(&self, j: u64) -> u64 {
         self.basis_size
             .saturating_sub(j.saturating_mul(self.bs))
