@@ -29,7 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ferry_channel::Psk;
-use ferry_stream::{ErrorKind, Mode, Options, RecvHooks, Stats, StreamError, Summary};
+use ferry_stream::{ErrorKind, FileOut, Mode, Options, RecvHooks, Stats, StreamError, Summary};
 
 mod code {
     pub const OK: i32 = 0;
@@ -507,11 +507,23 @@ pub fn run_recv(a: RecvArgs) -> i32 {
     let p = Progress::start(opts.stats.clone(), a.o.progress);
     let res = match sink {
         Sink::Stdout => match stdout_file() {
-            Ok(f) => recv_with(&opts, &listener, via_stdin, f, RecvHooks::default()),
+            Ok(f) => recv_with(
+                &opts,
+                &listener,
+                via_stdin,
+                FileOut::new(f),
+                RecvHooks::default(),
+            ),
             Err(e) => Err(StreamError::new(ErrorKind::Io, format!("stdout: {e}"))),
         },
         Sink::File(path) => match File::create(&path) {
-            Ok(f) => recv_with(&opts, &listener, via_stdin, f, RecvHooks::default()),
+            Ok(f) => recv_with(
+                &opts,
+                &listener,
+                via_stdin,
+                FileOut::new(f),
+                RecvHooks::default(),
+            ),
             Err(e) => Err(StreamError::new(
                 ErrorKind::Io,
                 format!("cannot create {}: {e}", path.display()),

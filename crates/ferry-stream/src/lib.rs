@@ -49,6 +49,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Frame, Psk, Role, Suite};
 pub use ferry_compress::{Codec, Mode};
+pub use output::FileOut;
+
+mod output;
 
 /// Largest block size (so a block plus its header fits a channel frame).
 pub const MAX_BLOCK: usize = 1 << 20;
