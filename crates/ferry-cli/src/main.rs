@@ -70,6 +70,24 @@ enum Cmd {
     Serve(serve_cmd::ServeArgs),
 }
 
+/// Raise the soft limit on open files to the hard one, as Go programs do
+/// by themselves: a receiver keeps a temp file (and its `O_DIRECT` twin)
+/// open for every file in flight, and the usual soft limit of 1024 is far
+/// below what a large tree needs (the hard limit is commonly 512Ki).
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current < lim.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            },
+        );
+    }
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -83,6 +101,7 @@ fn main() {
             std::process::exit(code);
         }
     };
+    raise_open_file_limit();
     // An interrupted run must not leave temporary files behind.
     let _ = ctrlc::set_handler(|| {
         ferry_core::fsutil::remove_temp_files();
