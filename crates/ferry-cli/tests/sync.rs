@@ -379,9 +379,7 @@ fn many_files_in_flight_under_a_low_soft_open_file_limit() {
     let dst = d.path().join("dst");
     let out = std::process::Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "ulimit -S -n 64 && exec \"$0\" sync \"$1/\" \"$2/\""
-        ))
+        .arg("ulimit -S -n 64 && exec \"$0\" sync \"$1/\" \"$2/\"")
         .arg(ferry_bin())
         .arg(&src)
         .arg(&dst)
