@@ -505,30 +505,29 @@ pub fn run_recv(a: RecvArgs) -> i32 {
     }
 
     let p = Progress::start(opts.stats.clone(), a.o.progress);
+    // Our stdout or FILE: a file descriptor either way, written through
+    // FileOut (O_DIRECT when it is a regular file).
+    let to_file = |f: File| {
+        recv_with(
+            &opts,
+            &listener,
+            via_stdin,
+            FileOut::new(f),
+            RecvHooks::default(),
+        )
+    };
     let res = match sink {
-        Sink::Stdout => match stdout_file() {
-            Ok(f) => recv_with(
-                &opts,
-                &listener,
-                via_stdin,
-                FileOut::new(f),
-                RecvHooks::default(),
-            ),
-            Err(e) => Err(StreamError::new(ErrorKind::Io, format!("stdout: {e}"))),
-        },
-        Sink::File(path) => match File::create(&path) {
-            Ok(f) => recv_with(
-                &opts,
-                &listener,
-                via_stdin,
-                FileOut::new(f),
-                RecvHooks::default(),
-            ),
-            Err(e) => Err(StreamError::new(
-                ErrorKind::Io,
-                format!("cannot create {}: {e}", path.display()),
-            )),
-        },
+        Sink::Stdout => stdout_file()
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("stdout: {e}")))
+            .and_then(to_file),
+        Sink::File(path) => File::create(&path)
+            .map_err(|e| {
+                StreamError::new(
+                    ErrorKind::Io,
+                    format!("cannot create {}: {e}", path.display()),
+                )
+            })
+            .and_then(to_file),
         Sink::Command(cmd) => recv_to_command(&opts, &listener, via_stdin, &cmd),
     };
     p.finish();

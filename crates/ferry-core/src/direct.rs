@@ -288,10 +288,7 @@ fn bounce_read(d: &File, buf: &mut [u8], off: u64) -> io::Result<()> {
     }
     BUF.with(|b| {
         let mut mem = b.borrow_mut();
-        if mem.len() < BOUNCE + 2 * ALIGN {
-            mem.resize(BOUNCE + 2 * ALIGN, 0);
-        }
-        let start = mem.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let mem = aligned(&mut mem, BOUNCE + ALIGN);
         let mut done = 0usize;
         while done < buf.len() {
             let pos = off + done as u64;
@@ -299,14 +296,14 @@ fn bounce_read(d: &File, buf: &mut [u8], off: u64) -> io::Result<()> {
             let skip = (pos - a) as usize;
             let want = (buf.len() - done).min(BOUNCE - skip);
             let span = (skip + want).next_multiple_of(ALIGN);
-            let got = direct_fill(d, &mut mem[start..start + span], a)?;
+            let got = direct_fill(d, &mut mem[..span], a)?;
             if got < skip + want {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "file shorter than expected",
                 ));
             }
-            buf[done..done + want].copy_from_slice(&mem[start + skip..start + skip + want]);
+            buf[done..done + want].copy_from_slice(&mem[skip..skip + want]);
             done += want;
         }
         Ok(())
