@@ -102,7 +102,9 @@ pub mod weak;
 pub use apply::apply_to_vec;
 pub use cache::{CacheKey, SigCache};
 pub use matcher::{Matcher, Op, MAX_CANDIDATES};
-pub use sig::{signature_of_bytes, signature_of_file, Basis, PartError, Signature};
+pub use sig::{
+    sign_file_in_order, signature_of_bytes, signature_of_file, Basis, PartError, Signature,
+};
 pub use weak::{weak_hash, zero_weak, Roller};
 
 #[cfg(test)]

@@ -207,16 +207,15 @@ fn hash_range<B: Basis + ?Sized>(
     file: &B,
     basis_size: u64,
     block_size: u64,
-    first: u64,
-    last: u64,
-    weak: &mut Vec<u64>,
-    full: &mut Vec<[u8; 32]>,
-) -> io::Result<()> {
+    (first, last): (u64, u64),
+    buf: &mut Vec<u8>,
+) -> io::Result<Hashes> {
+    let mut weak = Vec::with_capacity((last - first) as usize);
+    let mut full = Vec::with_capacity((last - first) as usize);
     let start = first * block_size;
     let end = (last * block_size).min(basis_size);
     let extents = data_extents(file.file(), start, end);
     let chunk = read_chunk(block_size);
-    let mut buf = vec![0u8; chunk.min(end - start) as usize];
     let zero_full = zero_block_hash(block_size);
     let zero_w = zero_weak(block_size);
     // Cursor into `extents`: the first extent that ends after the block
@@ -262,75 +261,113 @@ fn hash_range<B: Basis + ?Sized>(
         let dst = &mut buf[..len];
         file.read_exact_at(dst, bstart)?;
         for blk in dst.chunks(block_size as usize) {
-            hash_block(blk, weak, full);
+            hash_block(blk, &mut weak, &mut full);
         }
         b = run_end;
     }
-    Ok(())
+    Ok((weak, full))
 }
 
 /// Weak hashes and full hashes of a range of blocks.
 type Hashes = (Vec<u64>, Vec<[u8; 32]>);
 
 /// Signature and full 32-byte block hashes of the first `basis_size` bytes
-/// of `file`, hashed by `threads` workers (at least one) over contiguous
-/// ranges with positioned reads of about 4 MiB. Blocks that lie wholly in a
-/// hole (found with `SEEK_DATA`/`SEEK_HOLE`) get the zero hashes without
-/// being read.
+/// of `file`: [`sign_file_in_order`], collected.
 ///
-/// Fails with `UnexpectedEof` if the file is shorter than `basis_size`, and
-/// with `InvalidInput` if `block_size` is 0.
+/// Fails as [`sign_file_in_order`] does.
 pub fn signature_of_file<B: Basis + ?Sized>(
     file: &B,
     basis_size: u64,
     block_size: u64,
     threads: usize,
 ) -> io::Result<(Signature, Vec<[u8; 32]>)> {
+    let n = Signature::block_count(basis_size, block_size.max(1));
+    let mut weak = Vec::with_capacity(n as usize);
+    let mut full = Vec::with_capacity(n as usize);
+    sign_file_in_order(file, basis_size, block_size, threads, |_, w, f| {
+        weak.extend_from_slice(w);
+        full.extend_from_slice(f);
+        Ok(())
+    })?;
+    let sig = Signature::from_parts(block_size, basis_size, weak, &full);
+    Ok((sig, full))
+}
+
+/// Hash the first `basis_size` bytes of `file` block by block and hand the
+/// hashes to `emit` in file order, a read chunk (about 4 MiB of blocks) at
+/// a time, as soon as every block before it is hashed: `emit(first_block,
+/// weak, full)`. A peer can act on the first blocks while the rest is
+/// still being read.
+///
+/// `threads` workers (at least one) take chunks in turn with positioned
+/// reads; blocks wholly in a hole (found with `SEEK_DATA`/`SEEK_HOLE`) get
+/// the zero hashes without being read. An error from `emit` stops the
+/// workers and is returned. Fails with `UnexpectedEof` if a read of data
+/// comes up short, and with `InvalidInput` if `block_size` is 0.
+pub fn sign_file_in_order<B: Basis + ?Sized>(
+    file: &B,
+    basis_size: u64,
+    block_size: u64,
+    threads: usize,
+    mut emit: impl FnMut(u64, &[u64], &[[u8; 32]]) -> io::Result<()>,
+) -> io::Result<()> {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     if block_size == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "block size 0"));
     }
     let n = Signature::block_count(basis_size, block_size);
-    // Don't split work finer than a few chunks per worker.
     let per_chunk = read_chunk(block_size) / block_size;
-    let workers = (threads.max(1) as u64).min(n.div_ceil(per_chunk).max(1));
-    let per = n.div_ceil(workers).max(1);
-    let ranges: Vec<(u64, u64)> = (0..workers)
-        .map(|w| ((w * per).min(n), ((w + 1) * per).min(n)))
-        .filter(|r| r.0 < r.1)
-        .collect();
-    let results: Vec<io::Result<Hashes>> = std::thread::scope(|s| {
-        let run = |&(a, b): &(u64, u64)| {
-            let mut weak = Vec::with_capacity((b - a) as usize);
-            let mut full = Vec::with_capacity((b - a) as usize);
-            hash_range(file, basis_size, block_size, a, b, &mut weak, &mut full)?;
-            Ok((weak, full))
-        };
-        let handles: Vec<_> = ranges
-            .iter()
-            .skip(1)
-            .map(|r| s.spawn(move || run(r)))
-            .collect();
-        let mut out = Vec::with_capacity(ranges.len());
-        if let Some(r) = ranges.first() {
-            out.push(run(r));
+    let chunks = n.div_ceil(per_chunk);
+    let workers = (threads.max(1) as u64).min(chunks.max(1));
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Results are a few dozen bytes per block: the channel and the
+        // reordering map stay small even when one worker lags.
+        let (tx, rx) = std::sync::mpsc::channel::<(u64, io::Result<Hashes>)>();
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            s.spawn(move || {
+                let mut buf = Vec::new();
+                loop {
+                    let c = next.fetch_add(1, Ordering::Relaxed);
+                    if c >= chunks || stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let blocks = (c * per_chunk, ((c + 1) * per_chunk).min(n));
+                    let r = hash_range(file, basis_size, block_size, blocks, &mut buf);
+                    let failed = r.is_err();
+                    if tx.send((c, r)).is_err() || failed {
+                        return;
+                    }
+                }
+            });
         }
-        for h in handles {
-            out.push(
-                h.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("signature worker panicked"))),
-            );
+        drop(tx);
+        let mut ready: BTreeMap<u64, Hashes> = BTreeMap::new();
+        let mut want = 0u64;
+        let res = (|| {
+            // A worker that dies without sending ends the channel early:
+            // the loop then stops short of `chunks`.
+            for (c, r) in &rx {
+                ready.insert(c, r?);
+                while let Some((w, f)) = ready.remove(&want) {
+                    emit(want * per_chunk, &w, &f)?;
+                    want += 1;
+                }
+            }
+            if want < chunks {
+                return Err(io::Error::other("signature worker failed"));
+            }
+            Ok(())
+        })();
+        if res.is_err() {
+            stop.store(true, Ordering::Relaxed);
         }
-        out
-    });
-    let mut weak = Vec::with_capacity(n as usize);
-    let mut full = Vec::with_capacity(n as usize);
-    for r in results {
-        let (w, f) = r?;
-        weak.extend(w);
-        full.extend(f);
-    }
-    let sig = Signature::from_parts(block_size, basis_size, weak, &full);
-    Ok((sig, full))
+        res
+    })
 }
 
 #[cfg(test)]
@@ -388,5 +425,52 @@ mod tests {
         // A range inside the hole has no extent; one clipped to data does.
         assert!(data_extents(&f, 2 << 20, 4 << 20).is_empty());
         assert_eq!(data_extents(&f, 100, 200), vec![(100, 200)]);
+    }
+
+    #[test]
+    fn signing_in_order_emits_every_chunk_once_in_file_order() {
+        // 9.5 chunks of 8 KiB blocks (512 per chunk), with a hole.
+        let bs = 8192u64;
+        let size = 19 * (2 << 20) + 12_345;
+        let data: Vec<u8> = (0..size)
+            .map(|i| (i % 251) as u8 ^ (i >> 17) as u8)
+            .collect();
+        let f = tempfile::tempfile().expect("tempfile");
+        f.write_all_at(&data[..5 << 20], 0).expect("write");
+        f.write_all_at(&data[9 << 20..], 9 << 20).expect("write");
+        f.set_len(size).expect("set_len");
+        let mut expect = data.clone();
+        expect[5 << 20..9 << 20].fill(0);
+        let (want, want_full) = signature_of_bytes(&expect, bs);
+        for threads in [1, 2, 5] {
+            let mut next = 0u64;
+            let mut full = Vec::new();
+            let mut weak = Vec::new();
+            sign_file_in_order(&f, size, bs, threads, |first, w, h| {
+                assert_eq!(first, next, "chunks out of order");
+                assert_eq!(w.len(), h.len());
+                assert!(!w.is_empty());
+                next += w.len() as u64;
+                weak.extend_from_slice(w);
+                full.extend_from_slice(h);
+                Ok(())
+            })
+            .expect("sign");
+            assert_eq!(weak, want.weak, "{threads} threads");
+            assert_eq!(full, want_full, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn signing_in_order_stops_on_the_first_error() {
+        let f = tempfile::tempfile().expect("tempfile");
+        f.set_len(64 << 20).expect("set_len");
+        let mut calls = 0;
+        let r = sign_file_in_order(&f, 64 << 20, 8192, 2, |_, _, _| {
+            calls += 1;
+            Err(io::Error::other("peer gone"))
+        });
+        assert_eq!(r.map_err(|e| e.to_string()), Err("peer gone".to_string()));
+        assert_eq!(calls, 1);
     }
 }
