@@ -200,3 +200,52 @@ proptest! {
         prop_assert!(fs::read(&dst).unwrap() == new);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, .. ProptestConfig::default() })]
+
+    /// Files of several 8 MiB segments, where the sender sends segments that
+    /// stayed in place before the signature is complete and leaves the rest
+    /// to the matcher: scattered overwrites, zeroed ranges, an insert or a
+    /// delete (everything after shifts), a cut or an extension, in both
+    /// modes, always reproduce the source exactly.
+    #[test]
+    fn segments_sent_early_and_late_reproduce_the_source(
+        size in (9 * MIB)..(30 * MIB),
+        overwrites in prop::collection::vec((any::<u32>(), 1usize..70_000), 0..40),
+        shift in prop::option::of((0u8..4, any::<u32>(), 1usize..3 * MIB)),
+        inplace in any::<bool>(),
+    ) {
+        let old = bytes(size as u64, size);
+        let mut new = old.clone();
+        for (at, n) in overwrites {
+            let at = at as usize % new.len();
+            let end = (at + n).min(new.len());
+            if n % 3 == 0 {
+                new[at..end].fill(0);
+            } else {
+                let fill = bytes(at as u64 ^ 5, end - at);
+                new[at..end].copy_from_slice(&fill);
+            }
+        }
+        if let Some((kind, at, n)) = shift {
+            let at = at as usize % new.len();
+            match kind {
+                0 => { let ins = bytes(n as u64, n % 9000 + 1); new.splice(at..at, ins); }
+                1 => { let end = (at + n).min(new.len()); new.drain(at..end); }
+                2 => new.truncate(at),
+                _ => new.extend_from_slice(&bytes(n as u64 ^ 9, n)),
+            }
+        }
+        let d = tempfile::tempdir().unwrap();
+        let (src, dst) = (d.path().join("s"), d.path().join("d"));
+        fs::write(&src, &new).unwrap();
+        fs::write(&dst, &old).unwrap();
+        let mut args = vec!["sync", "--delta"];
+        if inplace { args.push("--inplace"); }
+        args.extend([p(&src), p(&dst)]);
+        let j = ferry_ok(&args);
+        prop_assert!(fs::read(&dst).unwrap() == new, "{}", j);
+        prop_assert_eq!(&j["files_delta"], 1);
+    }
+}

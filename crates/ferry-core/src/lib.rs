@@ -12,6 +12,7 @@
 //! for whoever wants to draw progress.
 
 mod direct;
+mod early;
 pub mod error;
 pub mod exclude;
 pub mod fsutil;

@@ -29,7 +29,9 @@ use crate::plan::Dest;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
-/// The signature of an old copy, kept by the receiver.
+/// The signature of an old copy, kept by the receiver; it grows in file
+/// order while the old copy is signed.
+#[derive(Default)]
 struct BasisBlocks {
     size: u64,
     weak: Vec<u64>,
@@ -86,9 +88,10 @@ struct DstFile {
     /// direct writes work.
     direct: Option<File>,
     direct_ok: AtomicBool,
-    /// The old copy's delta-block hashes (delta transfers): unchanged blocks
-    /// are verified with these instead of being read again.
-    basis_blocks: std::sync::OnceLock<BasisBlocks>,
+    /// The old copy's delta-block hashes (delta transfers), as far as it is
+    /// signed: unchanged blocks are verified with these instead of being
+    /// read again.
+    basis_blocks: std::sync::RwLock<BasisBlocks>,
     /// The old copy that `Copy` ops read from (delta transfers).
     basis: Option<direct::Reader>,
     /// Sent as a delta (cleared if the signer sends it whole after all).
@@ -593,7 +596,7 @@ impl Dispatcher<'_, '_> {
         let id = e.id;
         let d = Arc::new(DstFile {
             basis: None,
-            basis_blocks: std::sync::OnceLock::new(),
+            basis_blocks: Default::default(),
             verify: !self.sh.opts.in_process,
             delta: AtomicBool::new(false),
             delta_cost: 0.0,
@@ -819,7 +822,7 @@ impl Dispatcher<'_, '_> {
         });
         let d = Arc::new(DstFile {
             basis,
-            basis_blocks: std::sync::OnceLock::new(),
+            basis_blocks: Default::default(),
             verify: delta || !opts.in_process,
             delta: AtomicBool::new(delta),
             delta_cost: delta_cost.unwrap_or(0.0),
@@ -1334,7 +1337,7 @@ fn copy_from_basis(
                     Err(e) => write_failed(f, sh, e),
                 }
             }
-            if let Some(bb) = f.basis_blocks.get() {
+            if let Ok(bb) = f.basis_blocks.read() {
                 let j0 = ((boff + done) / bs) as usize;
                 for j in j0..j0 + run as usize {
                     st.hasher.known_block(bb.full[j]);
@@ -1371,7 +1374,7 @@ fn copy_from_basis(
 /// How many whole delta blocks starting at new offset `off` / old offset
 /// `boff` (at most `len` bytes) can be taken on the old copy's hashes.
 fn known_run(f: &DstFile, st: &SegState, off: u64, boff: u64, len: u64) -> u64 {
-    let Some(bb) = f.basis_blocks.get() else {
+    let Ok(bb) = f.basis_blocks.read() else {
         return 0;
     };
     let bs = f.block.load(Ordering::SeqCst);
@@ -1488,35 +1491,59 @@ fn sign_and_want(
     // then fails leaves the sender waiting for nothing it must finish.
     tx.send(Message::Want { file: id, mode })
         .map_err(|err| io::Error::other(err.to_string()))?;
-    let (sig, full) = basis_signature(sh, basis, meta, dest, size)?;
-    let _ = d.basis_blocks.set(BasisBlocks {
-        size: meta.len(),
-        weak: sig.weak.clone(),
-        full,
-    });
-    send_signature(tx, id, &sig, meta.len(), layout::delta_block(size))
-}
-
-/// The delta signature of the old copy, and its full block hashes:
-/// from the cache when it is known there, else by reading it.
-fn basis_signature(
-    sh: &Shared<'_>,
-    basis: &direct::Reader,
-    m: &fs::Metadata,
-    dest: &Path,
-    size: u64,
-) -> io::Result<(ferry_delta::Signature, Vec<[u8; 32]>)> {
     let bs = layout::delta_block(size);
-    let key = cache_key(dest, m, bs);
-    if let Some(x) = sh.cache.as_ref().and_then(|c| c.get(&key)) {
-        return Ok(x);
+    let basis_size = meta.len();
+    if let Ok(mut bb) = d.basis_blocks.write() {
+        bb.size = basis_size;
     }
-    let x = ferry_delta::signature_of_file(basis, m.len(), bs, sh.opts.threads)?;
-    if let Some(c) = &sh.cache {
+    let key = cache_key(dest, meta, bs);
+    if let Some((sig, full)) = sh.cache.as_ref().and_then(|c| c.get(&key)) {
+        if let Ok(mut bb) = d.basis_blocks.write() {
+            bb.weak = sig.weak.clone();
+            bb.full = full;
+        }
+        return send_signature(tx, id, &sig, basis_size, bs);
+    }
+    // Signed in file order and sent as it goes: the sender copies the
+    // blocks that did not move while the rest is still being read here,
+    // and this side applies those copies from the page cache just filled.
+    let sent = std::cell::Cell::new(0u64);
+    let n = ferry_delta::Signature::block_count(basis_size, bs);
+    ferry_delta::sign_file_in_order(
+        basis,
+        basis_size,
+        bs,
+        sh.opts.threads,
+        |first, weak, full| {
+            if let Ok(mut bb) = d.basis_blocks.write() {
+                bb.weak.extend_from_slice(weak);
+                bb.full.extend_from_slice(full);
+            }
+            let end = first + weak.len() as u64;
+            sent.set(end);
+            tx.send(Message::Signature {
+                file: id,
+                block_size: bs as u32,
+                basis_size,
+                first_block: first,
+                weak: weak.to_vec(),
+                strong: full.iter().map(ferry_delta::sig::short).collect(),
+                last: end == n,
+            })
+            .map_err(|err| io::Error::other(err.to_string()))
+        },
+    )?;
+    if sent.get() == 0 {
+        // An empty old copy: one empty, last part.
+        let sig = ferry_delta::Signature::receiving(bs, basis_size);
+        send_signature(tx, id, &sig, basis_size, bs)?;
+    }
+    if let (Some(c), Ok(bb)) = (&sh.cache, d.basis_blocks.read()) {
         // A cache that cannot be written only costs a re-read.
-        let _ = c.put(&key, &x.0, &x.1);
+        let sig = ferry_delta::Signature::from_parts(bs, basis_size, bb.weak.clone(), &bb.full);
+        let _ = c.put(&key, &sig, &bb.full);
     }
-    Ok(x)
+    Ok(())
 }
 
 /// Send a signature in parts.

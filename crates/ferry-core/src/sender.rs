@@ -13,7 +13,7 @@ use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{unbounded, Receiver};
@@ -21,6 +21,7 @@ use ferry_proto::{
     layout, Endpoint, Entry, EntryKind, LinkError, Message, MsgTx, ReceiverReport, WantMode,
 };
 
+use crate::early::{EarlySeg, PreHash};
 use crate::error::{describe, Error, Result};
 use crate::fsutil;
 use crate::plan::SourceSpec;
@@ -38,52 +39,10 @@ struct SrcFile {
     /// Opened at walk time and kept (NBD exports), not reopened per use.
     kept_open: bool,
     remaining: AtomicU64,
-    failed: std::sync::atomic::AtomicBool,
-    /// Block hashes of the whole file on the delta grid, computed while
-    /// the receiver signs its old copy (see [`prehash`]).
+    failed: AtomicBool,
+    /// Block hashes on the delta grid, computed while the receiver signs
+    /// its old copy, and the segments sent early (see [`crate::early`]).
     prehash: PreHash,
-}
-
-/// A delta source's block hashes, read and hashed while the receiver reads
-/// and signs its old copy, so the two reads overlap and matching reads
-/// only the blocks that changed.
-#[derive(Default)]
-struct PreHash {
-    state: Mutex<PreState>,
-    ready: std::sync::Condvar,
-}
-
-#[derive(Default)]
-enum PreState {
-    /// Not asked for (whole files, small files).
-    #[default]
-    Idle,
-    Pending,
-    Done(Arc<Vec<[u8; 32]>>),
-    /// Could not read it: segments read the file themselves.
-    Failed,
-}
-
-impl PreHash {
-    fn set(&self, st: PreState) {
-        if let Ok(mut g) = self.state.lock() {
-            *g = st;
-        }
-        self.ready.notify_all();
-    }
-
-    /// The hashes once computed; `None` if they were not asked for or
-    /// could not be computed.
-    fn wait(&self) -> Option<Arc<Vec<[u8; 32]>>> {
-        let mut g = self.state.lock().ok()?;
-        loop {
-            match &*g {
-                PreState::Pending => g = self.ready.wait(g).ok()?,
-                PreState::Done(h) => return Some(h.clone()),
-                PreState::Idle | PreState::Failed => return None,
-            }
-        }
-    }
 }
 
 /// Delta sources smaller than this are not pre-hashed.
@@ -91,29 +50,44 @@ const PREHASH_MIN: u64 = 4 << 20;
 
 /// Hash the delta sources sent by the request thread on the delta grid,
 /// reading around the page cache (they are read again only where they
-/// changed).
-fn prehash(files: Receiver<Arc<SrcFile>>, direct_io: bool) {
+/// changed), as far as [`PreHash::go_on`] lets them; `over` ends waits
+/// when the session ends.
+fn prehash(files: Receiver<Arc<SrcFile>>, direct_io: bool, over: &AtomicBool) {
     let mut mem = Vec::new();
     for f in files {
-        let hashes = prehash_file(&f, direct_io, &mut mem);
-        f.prehash.set(match hashes {
-            Ok(h) => PreState::Done(Arc::new(h)),
-            Err(_) => PreState::Failed,
-        });
+        let r = prehash_file(&f, direct_io, &mut mem, over);
+        f.prehash.finish(r.is_ok());
     }
 }
 
-fn prehash_file(f: &SrcFile, direct_io: bool, mem: &mut Vec<u8>) -> std::io::Result<Vec<[u8; 32]>> {
+fn prehash_file(
+    f: &SrcFile,
+    direct_io: bool,
+    mem: &mut Vec<u8>,
+    over: &AtomicBool,
+) -> std::io::Result<()> {
     let r = crate::direct::Reader::new(File::open(&f.path)?, &f.path, direct_io);
     let bs = layout::delta_block(f.size);
-    let mut out = Vec::with_capacity(f.size.div_ceil(bs) as usize);
     for seg in 0..layout::segment_count(f.size) {
+        if !f.prehash.go_on(over) {
+            break;
+        }
         let (start, end) = layout::segment_range(f.size, seg);
         let buf = crate::direct::aligned(mem, (end - start) as usize);
         r.read_exact_at(buf, start)?;
-        out.extend(buf.chunks(bs as usize).map(layout::block_hash));
+        f.prehash
+            .push(buf.chunks(bs as usize).map(layout::block_hash));
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Sets its flag when dropped: however the request thread ends.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 type Table = Arc<Mutex<HashMap<u32, Arc<SrcFile>>>>;
@@ -123,6 +97,15 @@ struct Job {
     file: Arc<SrcFile>,
     seg: u64,
     delta: Option<Arc<DeltaJob>>,
+    /// A delta segment sent before the signature is complete.
+    early: Option<Box<EarlySeg>>,
+}
+
+/// A file the receiver asked for as a delta, until its signature is whole.
+struct Pending {
+    file: Arc<SrcFile>,
+    sig: Option<ferry_delta::Signature>,
+    inplace: bool,
 }
 
 /// A file to send as a delta against the receiver's signature.
@@ -151,6 +134,7 @@ pub fn run_sender(
 
     let table: Table = Arc::default();
     let (job_tx, job_rx) = unbounded::<Job>();
+    let over = AtomicBool::new(false);
     // Reading is often I/O-bound (cold cache, small files): more readers
     // than cores keep the device busy.
     let threads = opts.threads.max(1) * 2;
@@ -172,13 +156,15 @@ pub fn run_sender(
         // Requests from the receiver.
         let (prehash_tx, prehash_rx) = unbounded::<Arc<SrcFile>>();
         let direct_io = opts.direct_io;
-        s.spawn(move || prehash(prehash_rx, direct_io));
+        let over = &over;
+        s.spawn(move || prehash(prehash_rx, direct_io, over));
         let req_table = table.clone();
         let req_tx = tx.clone();
         let requests = s.spawn(move || -> Result<ReceiverReport> {
+            let _over = SetOnDrop(over);
             let mut job_tx = Some(job_tx);
             let mut workers = Some(workers);
-            let mut pending: HashMap<u32, (Option<ferry_delta::Signature>, bool)> = HashMap::new();
+            let mut pending: HashMap<u32, Pending> = HashMap::new();
             loop {
                 match rx.recv()? {
                     Message::Want { file, mode } => {
@@ -189,15 +175,31 @@ pub fn run_sender(
                         if let Some(st) = progress {
                             Stats::add(&st.bytes_transferred, f.size);
                         }
+                        f.remaining.store(layout::segment_count(f.size), Ordering::SeqCst);
                         if mode == WantMode::Whole {
-                            enqueue(job_tx.as_ref(), file, &f, None)?;
+                            enqueue(job_tx.as_ref(), file, &f, None, &[])?;
                         } else {
-                            pending.insert(file, (None, mode == WantMode::DeltaInPlace));
+                            // The receiver signs one file at a time: a
+                            // signature still open now never completes
+                            // (it could not read that old copy).
+                            for p in pending.values() {
+                                p.file.prehash.close();
+                            }
+                            pending.insert(
+                                file,
+                                Pending {
+                                    file: f.clone(),
+                                    sig: None,
+                                    inplace: mode == WantMode::DeltaInPlace,
+                                },
+                            );
                             let bs = layout::delta_block(f.size);
-                            if !f.kept_open && f.size >= PREHASH_MIN && layout::SEGMENT.is_multiple_of(bs) {
-                                f.prehash.set(PreState::Pending);
+                            if let Some(jobs) = job_tx.as_ref().filter(|_| {
+                                !f.kept_open && f.size >= PREHASH_MIN && layout::SEGMENT.is_multiple_of(bs)
+                            }) {
+                                f.prehash.start(f.size, bs, early_sink(jobs.clone(), file, &f));
                                 if prehash_tx.send(f.clone()).is_err() {
-                                    f.prehash.set(PreState::Failed);
+                                    f.prehash.finish(false);
                                 }
                             }
                         }
@@ -211,8 +213,7 @@ pub fn run_sender(
                         strong,
                         last,
                     } => {
-                        let f = req_table.lock().ok().and_then(|t| t.get(&file).cloned());
-                        let (Some(f), Some((sig, inplace))) = (f, pending.get_mut(&file)) else {
+                        let Some(Pending { file: f, sig, inplace }) = pending.get_mut(&file) else {
                             return Err(Error::Protocol(format!("signature for file {file}, which is not awaiting one")));
                         };
                         let bs = block_size as u64;
@@ -230,21 +231,30 @@ pub fn run_sender(
                         if let Some(sg) = sig.as_mut() {
                             sg.extend_part(first_block, &weak, &strong)
                                 .map_err(|e| Error::Protocol(format!("signature for file {file}: {e}")))?;
+                            f.prehash.offer(sg.basis_size, &strong);
                         }
                         if last {
-                            let sg = pending.remove(&file).and_then(|(s, _)| s);
-                            let Some(sg) = sg.filter(|s| s.is_consistent()) else {
+                            let Some(Pending { file: f, sig, .. }) = pending.remove(&file) else {
+                                continue;
+                            };
+                            let early = f.prehash.close();
+                            let Some(sg) = sig.filter(|s| s.is_consistent()) else {
                                 return Err(Error::Protocol(format!("incomplete signature for file {file}")));
                             };
                             let job = DeltaJob {
                                 matcher: ferry_delta::Matcher::new(&sg),
                                 inplace,
                             };
-                            enqueue(job_tx.as_ref(), file, &f, Some(Arc::new(job)))?;
+                            enqueue(job_tx.as_ref(), file, &f, Some(Arc::new(job)), &early)?;
                         }
                     }
                     Message::EndOfList => {
                         // No more requests: let the workers drain, then say so.
+                        // Signatures that never completed (the receiver could
+                        // not read its old copy) send nothing more early.
+                        for p in pending.values() {
+                            p.file.prehash.close();
+                        }
                         job_tx = None;
                         if let Some(ws) = workers.take() {
                             for w in ws {
@@ -282,26 +292,52 @@ pub fn run_sender(
     })
 }
 
+/// Queue the segments of file `id`, but those in `skip` (sent early).
+/// `remaining` is set when the file is asked for.
 fn enqueue(
     jobs: Option<&crossbeam_channel::Sender<Job>>,
     id: u32,
     f: &Arc<SrcFile>,
     delta: Option<Arc<DeltaJob>>,
+    skip: &[bool],
 ) -> Result<()> {
     let Some(jobs) = jobs else {
         return Err(Error::Protocol("request after the end of requests".into()));
     };
-    let nseg = layout::segment_count(f.size);
-    f.remaining.store(nseg, Ordering::SeqCst);
-    for seg in 0..nseg {
+    for seg in 0..layout::segment_count(f.size) {
+        if skip.get(seg as usize).copied().unwrap_or(false) {
+            continue;
+        }
         let _ = jobs.send(Job {
             id,
             file: f.clone(),
             seg,
             delta: delta.clone(),
+            early: None,
         });
     }
     Ok(())
+}
+
+/// Where the pre-hash sends segments that go early: to the workers.
+fn early_sink(
+    jobs: crossbeam_channel::Sender<Job>,
+    id: u32,
+    f: &Arc<SrcFile>,
+) -> Box<dyn Fn(EarlySeg) + Send> {
+    // Weak: the file owns its pre-hash, which owns this until closed.
+    let f = Arc::downgrade(f);
+    Box::new(move |e| {
+        if let Some(file) = f.upgrade() {
+            let _ = jobs.send(Job {
+                id,
+                file,
+                seg: e.seg,
+                delta: None,
+                early: Some(Box::new(e)),
+            });
+        }
+    })
 }
 
 /// How a worker reads and digests segments.
@@ -358,8 +394,13 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
         }
     };
     let mut digest = [0u8; 32];
-    if let (Some(file), Some(d)) = (&file, &job.delta) {
-        match send_delta_segment(job, &**file, d, tx, buf) {
+    let delta = match (&file, &job.early, &job.delta) {
+        (Some(file), Some(e), _) => Some(send_early_segment(job, &**file, e, tx, buf)),
+        (Some(file), None, Some(d)) => Some(send_delta_segment(job, &**file, d, tx, buf)),
+        _ => None,
+    };
+    if let Some(sent) = delta {
+        match sent {
             Ok(Ok(dg)) => digest = dg,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 fail(format!(
@@ -450,12 +491,10 @@ fn send_delta_segment(
 ) -> Result<std::io::Result<[u8; 32]>> {
     let size = job.file.size;
     let bs = d.matcher.block_size();
-    if let Some(all) = job.file.prehash.wait() {
-        if all.len() as u64 == size.div_ceil(bs) {
-            return send_prehashed_segment(job, file, d, tx, buf, &all);
-        }
-    }
     let (start, end) = layout::segment_range(size, job.seg);
+    if let Some(known) = job.file.prehash.hashes_for(start / bs, end.div_ceil(bs)) {
+        return send_prehashed_segment(job, file, d, tx, buf, known);
+    }
     let lo = start.saturating_sub(bs);
     let hi = (end + bs).min(size);
     buf.clear();
@@ -477,8 +516,23 @@ fn send_delta_segment(
     let mut ops = Vec::new();
     d.matcher
         .diff_range(buf, lo, range, Some(&hashes), &mut |op| ops.push(op));
-    send_ops(job.id, d, tx, ops, buf, lo)?;
+    send_ops(job.id, d.inplace, tx, ops, buf, lo)?;
     Ok(Ok(h.finish().0))
+}
+
+/// A segment sent before the signature is complete (see [`crate::early`]):
+/// blocks in place as copies, the others read and sent as literals.
+fn send_early_segment(
+    job: &Job,
+    file: &dyn ExtentReader,
+    e: &EarlySeg,
+    tx: &MsgTx,
+    buf: &mut Vec<u8>,
+) -> Result<std::io::Result<[u8; 32]>> {
+    let bs = layout::delta_block(job.file.size);
+    let k0 = layout::segment_range(job.file.size, job.seg).0 / bs;
+    let same = |k: u64| e.same[(k - k0) as usize];
+    send_in_place_runs(job, file, bs, &same, (k0, &e.hashes), None, tx, buf)
 }
 
 /// [`send_delta_segment`] with the file's block hashes known: blocks that
@@ -491,18 +545,46 @@ fn send_prehashed_segment(
     d: &DeltaJob,
     tx: &MsgTx,
     buf: &mut Vec<u8>,
-    all: &[[u8; 32]],
+    (first, known): (u64, Vec<[u8; 32]>),
 ) -> Result<std::io::Result<[u8; 32]>> {
     let size = job.file.size;
     let bs = d.matcher.block_size();
+    let block_len = |k: u64| (size - k * bs).min(bs);
+    let same = |k: u64| {
+        d.matcher
+            .aligned_match(k, block_len(k), &known[(k - first) as usize])
+    };
+    send_in_place_runs(job, file, bs, &same, (first, &known), Some(d), tx, buf)
+}
+
+/// Send a segment whose blocks' hashes are known (`hashes.1[i]` is block
+/// `hashes.0 + i`, covering at least the segment): runs of blocks for which
+/// `same` holds as in-place copies, unread; the other runs read and, with
+/// `d`, diffed with a block of context on each side, else sent as literals.
+/// Returns the segment digest, or the read error.
+#[allow(clippy::too_many_arguments)]
+fn send_in_place_runs(
+    job: &Job,
+    file: &dyn ExtentReader,
+    bs: u64,
+    same: &dyn Fn(u64) -> bool,
+    (first, hashes): (u64, &[[u8; 32]]),
+    d: Option<&DeltaJob>,
+    tx: &MsgTx,
+    buf: &mut Vec<u8>,
+) -> Result<std::io::Result<[u8; 32]>> {
+    let size = job.file.size;
     let (start, end) = layout::segment_range(size, job.seg);
     let (k0, k1) = (start / bs, end.div_ceil(bs));
-    let block_len = |k: u64| (size - k * bs).min(bs);
-    let same = |k: u64| d.matcher.aligned_match(k, block_len(k), &all[k as usize]);
+    let hash_of = |k: u64| hashes.get(k.wrapping_sub(first) as usize);
     let mut h = layout::SegmentHasher::new(bs);
-    for b in &all[k0 as usize..k1 as usize] {
-        h.known_block(*b);
+    for k in k0..k1 {
+        match hash_of(k) {
+            Some(b) => h.known_block(*b),
+            None => return Err(Error::Protocol("segment hashes missing".into())),
+        }
     }
+    let inplace = d.is_none_or(|d| d.inplace);
     let mut k = k0;
     while k < k1 {
         let run_start = k;
@@ -522,9 +604,12 @@ fn send_prehashed_segment(
         while k < k1 && !same(k) {
             k += 1;
         }
-        // Blocks [run_start, k) changed: diff them with their neighbours.
-        let lo_k = run_start.saturating_sub(1);
-        let hi_k = (k + 1).min(size.div_ceil(bs));
+        // Blocks [run_start, k) changed: with a matcher, diff them with
+        // their neighbours; else send them as they are.
+        let (lo_k, hi_k) = match d {
+            Some(_) => (run_start.saturating_sub(1), (k + 1).min(size.div_ceil(bs))),
+            None => (run_start, k),
+        };
         let (lo, hi) = (lo_k * bs, (hi_k * bs).min(size));
         let data = crate::direct::aligned(buf, (hi - lo) as usize);
         if let Err(e) = file.read_exact_at(data, lo) {
@@ -532,14 +617,24 @@ fn send_prehashed_segment(
         }
         let range = ((run_start - lo_k) * bs) as usize..((k * bs).min(end) - lo) as usize;
         let mut ops = Vec::new();
-        d.matcher.diff_range(
-            data,
-            lo,
-            range,
-            Some(&all[lo_k as usize..hi_k as usize]),
-            &mut |op| ops.push(op),
-        );
-        send_ops(job.id, d, tx, ops, data, lo)?;
+        match d {
+            Some(d) => {
+                let known = hashes
+                    .get(lo_k.saturating_sub(first) as usize..hi_k.saturating_sub(first) as usize);
+                d.matcher.diff_range(
+                    data,
+                    lo,
+                    range,
+                    known.filter(|_| lo_k >= first),
+                    &mut |op| ops.push(op),
+                );
+            }
+            None => ops.push(ferry_delta::Op::Literal {
+                offset: lo + range.start as u64,
+                len: range.len() as u64,
+            }),
+        }
+        send_ops(job.id, inplace, tx, ops, data, lo)?;
     }
     Ok(Ok(h.finish().0))
 }
@@ -548,7 +643,7 @@ fn send_prehashed_segment(
 /// source from offset `lo`.
 fn send_ops(
     id: u32,
-    d: &DeltaJob,
+    inplace: bool,
     tx: &MsgTx,
     ops: Vec<ferry_delta::Op>,
     buf: &[u8],
@@ -560,7 +655,7 @@ fn send_ops(
                 offset,
                 basis_offset,
                 len,
-            } if !d.inplace || basis_offset == offset => {
+            } if !inplace || basis_offset == offset => {
                 tx.send(Message::Copy {
                     file: id,
                     offset,
