@@ -21,7 +21,8 @@ fn suite(name: &str) -> Suite {
 #[divan::bench(args = ["aes", "chacha"])]
 fn seal(b: Bencher, name: &str) {
     let data = vec![7u8; N];
-    let mut w = ChannelWriter::with_key(std::io::sink(), suite(name), [1; 32]);
+    let mut w =
+        ChannelWriter::with_key(std::io::sink(), suite(name), [1; 32]).expect("32-byte key");
     b.counter(BytesCount::new(N))
         .bench_local(|| w.send_frame(&data).expect("seal"));
 }
@@ -29,13 +30,13 @@ fn seal(b: Bencher, name: &str) {
 #[divan::bench(args = ["aes", "chacha"])]
 fn open(b: Bencher, name: &str) {
     let data = vec![7u8; N];
-    let mut w = ChannelWriter::with_key(Vec::new(), suite(name), [1; 32]);
+    let mut w = ChannelWriter::with_key(Vec::new(), suite(name), [1; 32]).expect("32-byte key");
     for _ in 0..64 {
         w.send_frame(&data).expect("seal");
     }
     let bytes = w.into_inner();
     b.counter(BytesCount::new(N * 64)).bench_local(|| {
-        let mut r = ChannelReader::with_key(&bytes[..], suite(name), [1; 32]);
+        let mut r = ChannelReader::with_key(&bytes[..], suite(name), [1; 32]).expect("32-byte key");
         for _ in 0..64 {
             match r.next_frame().expect("open") {
                 Frame::Data(d) => assert_eq!(d.len(), N),

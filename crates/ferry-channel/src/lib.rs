@@ -111,6 +111,8 @@ pub enum ChannelError {
     TooLarge(usize),
     #[error("no randomness available: {0}")]
     Random(String),
+    #[error("cipher refused its key")]
+    Cipher,
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -192,17 +194,15 @@ pub fn has_hw_aes() -> bool {
 struct Cipher(LessSafeKey);
 
 impl Cipher {
-    fn new(suite: Suite, key: &[u8; 32]) -> Cipher {
+    /// Both suites take 32-byte keys, so this does not fail in practice;
+    /// if ring ever says otherwise, the handshake reports it.
+    fn new(suite: Suite, key: &[u8; 32]) -> Result<Cipher, ChannelError> {
         let alg = match suite {
             Suite::Aes256Gcm => &AES_256_GCM,
             Suite::ChaCha20Poly1305 => &CHACHA20_POLY1305,
         };
-        // Both algorithms take 32-byte keys, so this cannot fail; a ring
-        // that said otherwise would be a build defect, not bad input.
-        match UnboundKey::new(alg, key) {
-            Ok(k) => Cipher(LessSafeKey::new(k)),
-            Err(_) => unreachable!("32-byte keys suit AES-256-GCM and ChaCha20-Poly1305"),
-        }
+        let k = UnboundKey::new(alg, key).map_err(|_| ChannelError::Cipher)?;
+        Ok(Cipher(LessSafeKey::new(k)))
     }
 
     fn nonce(counter: u64) -> Nonce {
@@ -245,8 +245,22 @@ impl Cipher {
 /// Session keys and suite agreed by a handshake.
 pub struct Session {
     pub suite: Suite,
-    send_key: [u8; 32],
-    recv_key: [u8; 32],
+    send: Arc<Cipher>,
+    recv: Arc<Cipher>,
+}
+
+impl Session {
+    fn with_keys(
+        suite: Suite,
+        send_key: &[u8; 32],
+        recv_key: &[u8; 32],
+    ) -> Result<Session, ChannelError> {
+        Ok(Session {
+            suite,
+            send: Arc::new(Cipher::new(suite, send_key)?),
+            recv: Arc::new(Cipher::new(suite, recv_key)?),
+        })
+    }
 }
 
 fn hello(role: Role, nonce: &[u8; 32], aes: bool) -> [u8; HELLO_LEN] {
@@ -366,11 +380,7 @@ pub fn handshake<R: Read, W: Write>(
     if expect != blake3::Hash::from_bytes(peer) {
         return Err(ChannelError::WrongKey);
     }
-    Ok(Session {
-        suite,
-        send_key,
-        recv_key,
-    })
+    Session::with_keys(suite, &send_key, &recv_key)
 }
 
 /// Seal one frame (`kind`, payload = `head` + `body`) with frame number
@@ -436,14 +446,18 @@ pub struct ChannelWriter<W: Write> {
 
 impl<W: Write> ChannelWriter<W> {
     pub fn new(w: W, session: &Session) -> Self {
-        Self::with_key(w, session.suite, session.send_key)
+        Self::with_cipher(w, session.send.clone())
     }
 
     /// A writer with a known key (tests and fuzzing).
-    pub fn with_key(w: W, suite: Suite, key: [u8; 32]) -> Self {
+    pub fn with_key(w: W, suite: Suite, key: [u8; 32]) -> Result<Self, ChannelError> {
+        Ok(Self::with_cipher(w, Arc::new(Cipher::new(suite, &key)?)))
+    }
+
+    fn with_cipher(w: W, cipher: Arc<Cipher>) -> Self {
         ChannelWriter {
             w,
-            cipher: Arc::new(Cipher::new(suite, &key)),
+            cipher,
             counter: 0,
             buf: Vec::with_capacity(MAX_PAYLOAD + FRAME_OVERHEAD),
             ended: false,
@@ -561,7 +575,7 @@ pub enum Frame<'a> {
 /// an error ([`ChannelError::Truncated`], as `ErrorKind::UnexpectedEof`).
 pub struct ChannelReader<R: Read> {
     r: R,
-    cipher: Cipher,
+    cipher: Arc<Cipher>,
     counter: u64,
     buf: Vec<u8>,
     /// Unread payload in `buf` for the `Read` impl.
@@ -574,14 +588,18 @@ pub struct ChannelReader<R: Read> {
 
 impl<R: Read> ChannelReader<R> {
     pub fn new(r: R, session: &Session) -> Self {
-        Self::with_key(r, session.suite, session.recv_key)
+        Self::with_cipher(r, session.recv.clone())
     }
 
     /// A reader with a known key (tests and fuzzing).
-    pub fn with_key(r: R, suite: Suite, key: [u8; 32]) -> Self {
+    pub fn with_key(r: R, suite: Suite, key: [u8; 32]) -> Result<Self, ChannelError> {
+        Ok(Self::with_cipher(r, Arc::new(Cipher::new(suite, &key)?)))
+    }
+
+    fn with_cipher(r: R, cipher: Arc<Cipher>) -> Self {
         ChannelReader {
             r,
-            cipher: Cipher::new(suite, &key),
+            cipher,
             counter: 0,
             buf: Vec::new(),
             pos: 0,
@@ -767,11 +785,7 @@ mod tests {
 
     /// Capture the sealed bytes of a few frames with a known key.
     fn sealed(frames: &[&[u8]], end: bool) -> Vec<u8> {
-        let s = Session {
-            suite: Suite::ChaCha20Poly1305,
-            send_key: [7; 32],
-            recv_key: [7; 32],
-        };
+        let s = Session::with_keys(Suite::ChaCha20Poly1305, &[7; 32], &[7; 32]).unwrap();
         let mut w = ChannelWriter::new(Vec::new(), &s);
         for f in frames {
             w.send_frame(f).unwrap();
@@ -783,7 +797,7 @@ mod tests {
     }
 
     fn read_all(bytes: &[u8]) -> Result<Vec<Vec<u8>>, ChannelError> {
-        let mut r = ChannelReader::with_key(bytes, Suite::ChaCha20Poly1305, [7; 32]);
+        let mut r = ChannelReader::with_key(bytes, Suite::ChaCha20Poly1305, [7; 32]).unwrap();
         let mut v = Vec::new();
         loop {
             match r.next_frame()? {

@@ -20,7 +20,8 @@ fuzz_target!(|data: &[u8]| {
     };
     if sel & 2 == 0 {
         // Raw bytes as a frame stream: random bytes must never authenticate.
-        let mut r = ChannelReader::with_key(Cursor::new(rest), suite, [3; 32]);
+        let mut r =
+            ChannelReader::with_key(Cursor::new(rest), suite, [3; 32]).expect("32-byte key");
         for _ in 0..64 {
             match r.next_frame() {
                 Ok(Frame::Data(_)) => panic!("forged frame accepted"),
@@ -32,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         // Valid frames made from the input, then one byte flipped at a
         // position the input chooses: everything up to that frame decodes,
         // that frame fails.
-        let mut w = ChannelWriter::with_key(Vec::new(), suite, [3; 32]);
+        let mut w = ChannelWriter::with_key(Vec::new(), suite, [3; 32]).expect("32-byte key");
         let chunks: Vec<&[u8]> = rest.chunks(97).collect();
         for c in &chunks {
             w.send_frame(c).expect("seal");
@@ -47,7 +48,8 @@ fuzz_target!(|data: &[u8]| {
         if let Some(i) = flip {
             bytes[i] ^= 0x01;
         }
-        let mut r = ChannelReader::with_key(Cursor::new(&bytes[..]), suite, [3; 32]);
+        let mut r =
+            ChannelReader::with_key(Cursor::new(&bytes[..]), suite, [3; 32]).expect("32-byte key");
         let mut n = 0;
         loop {
             match r.next_frame() {
