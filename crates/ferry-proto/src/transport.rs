@@ -284,11 +284,26 @@ impl MsgRx {
     /// Next message from the peer; an error once the peer hung up or sent
     /// garbage.
     pub fn recv(&self) -> Result<Message, LinkError> {
+        self.recv_or_wake(&crossbeam_channel::never())
+            .and_then(|m| m.ok_or(LinkError::Closed))
+    }
+
+    /// [`MsgRx::recv`], or `None` as soon as `wake` has something: for a
+    /// thread that must also notice events on its own side.
+    pub fn recv_or_wake(&self, wake: &Receiver<()>) -> Result<Option<Message>, LinkError> {
         let mut streams = self
             .streams
             .lock()
             .map_err(|_| LinkError::Io("receiver state poisoned".into()))?;
-        match self.rx.recv() {
+        let m = crossbeam_channel::select! {
+            recv(self.rx) -> m => m,
+            recv(wake) -> w => match w {
+                Ok(()) => return Ok(None),
+                // Nobody can wake us any more: wait for the peer alone.
+                Err(_) => self.rx.recv(),
+            },
+        };
+        let m = match m {
             Ok(Message::Compressed {
                 file,
                 offset,
@@ -332,20 +347,23 @@ impl MsgRx {
                     )
                     .map_err(bad)?;
                 }
-                Ok(Message::Data {
+                Message::Data {
                     file,
                     offset,
                     data: out,
-                })
+                }
             }
-            Ok(m) => Ok(m),
-            Err(_) => Err(self
-                .failure
-                .lock()
-                .ok()
-                .and_then(|g| g.clone())
-                .unwrap_or(LinkError::Closed)),
-        }
+            Ok(m) => m,
+            Err(_) => {
+                return Err(self
+                    .failure
+                    .lock()
+                    .ok()
+                    .and_then(|g| g.clone())
+                    .unwrap_or(LinkError::Closed))
+            }
+        };
+        Ok(Some(m))
     }
 }
 
