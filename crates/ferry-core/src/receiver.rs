@@ -77,6 +77,32 @@ impl Target {
 }
 
 /// A file being received.
+/// Counts the files open for writing; a [`Slot`] holds one place.
+struct InFlight {
+    n: AtomicU64,
+    /// Wakes the dispatcher when a place frees up without a message from
+    /// the sender (a file applied, or an old copy that could not be signed).
+    wake: Sender<()>,
+}
+
+/// One file's place among the files in flight, given back when the file
+/// (its temp file and old copy) is dropped.
+struct Slot(Arc<InFlight>);
+
+impl Slot {
+    fn take(f: &Arc<InFlight>) -> Slot {
+        f.n.fetch_add(1, Ordering::SeqCst);
+        Slot(f.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.n.fetch_sub(1, Ordering::SeqCst);
+        let _ = self.0.wake.try_send(());
+    }
+}
+
 struct DstFile {
     entry: Entry,
     final_path: PathBuf,
@@ -111,6 +137,8 @@ struct DstFile {
     failed: Mutex<Option<String>>,
     is_device: bool,
     committed: AtomicBool,
+    /// Declared last: dropped last, once the file's descriptors are closed.
+    _slot: Slot,
 }
 
 impl DstFile {
@@ -204,6 +232,9 @@ struct Shared<'a> {
     /// Bytes of files committed from deltas: with `stats.bytes_matched`,
     /// how much deltas have saved so far in this run.
     delta_done: AtomicU64,
+    in_flight: Arc<InFlight>,
+    /// The dispatcher's side of `in_flight.wake`.
+    wake: crossbeam_channel::Receiver<()>,
 }
 
 impl Shared<'_> {
@@ -277,6 +308,7 @@ pub fn run_receiver(
         },
         _ => None,
     };
+    let (wake_tx, wake_rx) = bounded(1);
     let shared = Shared {
         opts,
         stats,
@@ -284,6 +316,11 @@ pub fn run_receiver(
         fatal: Mutex::new(None),
         fatal_flag: AtomicBool::new(false),
         delta_done: AtomicU64::new(0),
+        in_flight: Arc::new(InFlight {
+            n: AtomicU64::new(0),
+            wake: wake_tx,
+        }),
+        wake: wake_rx,
     };
     let nworkers = opts.threads.max(1);
     let result = std::thread::scope(|s| {
@@ -317,6 +354,9 @@ pub fn run_receiver(
             received,
             started: std::time::Instant::now(),
             signer: Some(sign_tx),
+            waiting: Default::default(),
+            end_of_list: false,
+            max_in_flight: max_in_flight(),
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -384,6 +424,22 @@ struct Dispatcher<'a, 'b> {
     started: std::time::Instant,
     /// The signer thread's queue (delta signatures, then `EndOfList`).
     signer: Option<Sender<SignJob>>,
+    /// Files listed while [`max_in_flight`] others are open, in list order.
+    waiting: std::collections::VecDeque<(Entry, PathBuf)>,
+    /// The sender's `EndOfList`, held until `waiting` is empty.
+    end_of_list: bool,
+    max_in_flight: usize,
+}
+
+/// How many files may be open for writing at once: each holds a temp file,
+/// its direct twin and an old copy, and the file list runs far ahead of the
+/// data. A quarter of the open-file limit, less a margin for everything
+/// else, and at most 4096.
+fn max_in_flight() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    (limit.saturating_sub(48) / 4).clamp(4, 4096) as usize
 }
 
 /// Cold sequential read rate assumed for the old copy when weighing a
@@ -426,7 +482,10 @@ impl Dispatcher<'_, '_> {
             if self.sh.fatal_flag.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            let m = rx.recv()?;
+            let Some(m) = rx.recv_or_wake(&self.sh.wake)? else {
+                self.admit()?;
+                continue;
+            };
             match m {
                 Message::Entry(e) => self.entry(*e)?,
                 Message::Data { file, offset, data } => self.route(
@@ -460,12 +519,16 @@ impl Dispatcher<'_, '_> {
                     let f = self.lookup(file)?;
                     let c = self.done_count.entry(file).or_insert(0);
                     *c += 1;
-                    if *c >= f.nseg {
+                    let last = *c >= f.nseg;
+                    if last {
                         self.files.remove(&file);
                         self.done_count.remove(&file);
                     }
                     let k = worker_for(&f, segment as u64, workers.len());
                     send_op(&workers[k], f, Op::Done(segment, digest))?;
+                    if last {
+                        self.admit()?;
+                    }
                 }
                 Message::FileFailed { file, error } => {
                     if let Some(f) = self.files.get(&file) {
@@ -474,9 +537,10 @@ impl Dispatcher<'_, '_> {
                         self.sh.stats.error(error);
                     }
                 }
-                Message::EndOfList => self
-                    .sign(SignJob::EndOfList)
-                    .map_err(|e| Error::Protocol(e.to_string()))?,
+                Message::EndOfList => {
+                    self.end_of_list = true;
+                    self.admit()?;
+                }
                 Message::SenderDone => return Ok(()),
                 Message::Fatal { error } => return Err(Error::Peer(error)),
                 m => {
@@ -543,6 +607,10 @@ impl Dispatcher<'_, '_> {
             EntryKind::Symlink => self.symlink(&e, &dest),
             EntryKind::File => {
                 self.paths.insert(e.id, dest.clone());
+                if !self.waiting.is_empty() || self.open_files() >= self.max_in_flight {
+                    self.waiting.push_back((e, dest));
+                    return Ok(());
+                }
                 self.file(e, &dest)
             }
             EntryKind::HardLink => {
@@ -550,11 +618,51 @@ impl Dispatcher<'_, '_> {
                 Ok(())
             }
         };
+        self.outcome(res, &dest)
+    }
+
+    /// Report what handling an entry came to: a fatal error ends the run.
+    fn outcome(&self, res: io::Result<()>, dest: &Path) -> Result<()> {
         if let Err(err) = res {
             if is_fatal_io(&err) {
-                return Err(Error::io(&dest, err));
+                return Err(Error::io(dest, err));
             }
-            stats.error(format!("{}: {}", dest.display(), describe(&err)));
+            self.sh
+                .stats
+                .error(format!("{}: {}", dest.display(), describe(&err)));
+        }
+        Ok(())
+    }
+
+    /// Files open for writing that may still get data (a file whose old
+    /// copy could not be signed gets none, and holds no place).
+    fn open_files(&self) -> usize {
+        let open = self.sh.in_flight.n.load(Ordering::SeqCst) as usize;
+        if open < self.max_in_flight {
+            return open;
+        }
+        let stuck = self
+            .files
+            .values()
+            .filter(|f| f.failure().is_some() && f.basis.is_some())
+            .count();
+        open.saturating_sub(stuck)
+    }
+
+    /// Open waiting files while there is room; once none wait, answer a
+    /// held `EndOfList` (after every `Want` it must follow).
+    fn admit(&mut self) -> Result<()> {
+        while self.open_files() < self.max_in_flight {
+            let Some((e, dest)) = self.waiting.pop_front() else {
+                break;
+            };
+            let res = self.file(e, &dest);
+            self.outcome(res, &dest)?;
+        }
+        if self.end_of_list && self.waiting.is_empty() {
+            self.end_of_list = false;
+            self.sign(SignJob::EndOfList)
+                .map_err(|e| Error::Protocol(e.to_string()))?;
         }
         Ok(())
     }
@@ -595,6 +703,7 @@ impl Dispatcher<'_, '_> {
         let nseg = layout::segment_count(e.size);
         let id = e.id;
         let d = Arc::new(DstFile {
+            _slot: Slot::take(&self.sh.in_flight),
             basis: None,
             basis_blocks: Default::default(),
             verify: !self.sh.opts.in_process,
@@ -821,6 +930,7 @@ impl Dispatcher<'_, '_> {
             parts: Mutex::new(vec![None; nseg as usize]),
         });
         let d = Arc::new(DstFile {
+            _slot: Slot::take(&self.sh.in_flight),
             basis,
             basis_blocks: Default::default(),
             verify: delta || !opts.in_process,
@@ -1444,6 +1554,7 @@ fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
             } => {
                 if let Err(err) = sign_and_want(sh, &tx, &d, &meta, &dest, inplace) {
                     d.fail(describe(&err));
+                    let _ = sh.in_flight.wake.try_send(());
                     if is_fatal_io(&err) {
                         sh.set_fatal(Error::io(&dest, err));
                     } else {
