@@ -53,31 +53,66 @@ const PREHASH_MIN: u64 = 4 << 20;
 /// changed), as far as [`PreHash::go_on`] lets them; `over` ends waits
 /// when the session ends.
 fn prehash(files: Receiver<Arc<SrcFile>>, direct_io: bool, over: &AtomicBool) {
-    let mut mem = Vec::new();
+    let mut mems = vec![Vec::new(), Vec::new()];
     for f in files {
-        let r = prehash_file(&f, direct_io, &mut mem, over);
+        let r = prehash_file(&f, direct_io, &mut mems, over);
         f.prehash.finish(r.is_ok());
     }
 }
 
+/// One file's pre-hash: a reader thread reads the next segment while this
+/// one hashes the last (measured with strace on the 1 GiB mangled file:
+/// reading and hashing one after the other made the pre-hash, not the
+/// signing or the link, what early segments waited for).
 fn prehash_file(
     f: &SrcFile,
     direct_io: bool,
-    mem: &mut Vec<u8>,
+    mems: &mut Vec<Vec<u8>>,
     over: &AtomicBool,
 ) -> std::io::Result<()> {
     let r = crate::direct::Reader::new(File::open(&f.path)?, &f.path, direct_io);
     let bs = layout::delta_block(f.size);
-    for seg in 0..layout::segment_count(f.size) {
-        if !f.prehash.go_on(over) {
-            break;
-        }
-        let (start, end) = layout::segment_range(f.size, seg);
-        let buf = crate::direct::aligned(mem, (end - start) as usize);
-        r.read_exact_at(buf, start)?;
-        f.prehash
-            .push(buf.chunks(bs as usize).map(layout::block_hash));
+    let (full_tx, full_rx) = crossbeam_channel::bounded::<std::io::Result<(Vec<u8>, usize)>>(1);
+    let (empty_tx, empty_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+    for m in mems.drain(..) {
+        let _ = empty_tx.send(m);
     }
+    let (r, empty_rx) = (&r, &empty_rx);
+    std::thread::scope(|s| {
+        // `move`: the reader owns `full_tx`, so the loop below ends when the
+        // reader does.
+        s.spawn(move || {
+            for seg in 0..layout::segment_count(f.size) {
+                if !f.prehash.go_on(over) {
+                    break;
+                }
+                let (start, end) = layout::segment_range(f.size, seg);
+                let len = (end - start) as usize;
+                let mut mem = empty_rx.recv().unwrap_or_default();
+                let read = r.read_exact_at(crate::direct::aligned(&mut mem, len), start);
+                let failed = read.is_err();
+                if full_tx.send(read.map(|()| (mem, len))).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        let mut res = Ok(());
+        for got in &full_rx {
+            match got {
+                Ok((mut mem, len)) => {
+                    f.prehash.push(
+                        crate::direct::aligned(&mut mem, len)
+                            .chunks(bs as usize)
+                            .map(layout::block_hash),
+                    );
+                    let _ = empty_tx.send(mem);
+                }
+                Err(e) => res = Err(e),
+            }
+        }
+        res
+    })?;
+    mems.extend(empty_rx.try_iter());
     Ok(())
 }
 
