@@ -146,6 +146,15 @@ impl PreHash {
         early
     }
 
+    /// The signature will not complete (the receiver could not read its
+    /// old copy): no more early segments, and the pre-hash stops.
+    pub fn abandon(&self) {
+        if let Some(mut g) = self.lock() {
+            g.misses = STOP_AFTER_MISSES;
+        }
+        self.close();
+    }
+
     /// The pre-hash stopped: `ok` if what it hashed can be used.
     pub fn finish(&self, ok: bool) {
         if let Some(mut g) = self.lock() {
@@ -374,6 +383,9 @@ mod tests {
         // A closed file (complete signature) is hashed to the end.
         p.close();
         assert!(p.go_on(&over));
+        // One whose signature will never complete is not.
+        p.abandon();
+        assert!(!p.go_on(&over));
     }
 
     #[test]

@@ -218,7 +218,7 @@ pub fn run_sender(
                             // signature still open now never completes
                             // (it could not read that old copy).
                             for p in pending.values() {
-                                p.file.prehash.close();
+                                p.file.prehash.abandon();
                             }
                             pending.insert(
                                 file,
@@ -288,7 +288,7 @@ pub fn run_sender(
                         // Signatures that never completed (the receiver could
                         // not read its old copy) send nothing more early.
                         for p in pending.values() {
-                            p.file.prehash.close();
+                            p.file.prehash.abandon();
                         }
                         job_tx = None;
                         if let Some(ws) = workers.take() {
