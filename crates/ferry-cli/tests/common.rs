@@ -31,6 +31,37 @@ pub fn ferry_ok(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
 }
 
+/// A test that cannot run here says so loudly, and under CI (`CI` set, as
+/// `.ci/run` does) fails instead: CI installs everything the tests need, so
+/// a missing tool there is a broken CI, not a reason to pass.
+pub fn skip(why: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("cannot run under CI: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+/// proptest settings for the integration tests: `cases` generated cases and
+/// no failure file written into the source tree (a failing case prints its
+/// inputs; a test must never dirty a clean clone).
+pub fn prop_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}
+
+/// Set a file's modification time to `secs` after the epoch.
+pub fn set_mtime(path: &Path, secs: i64) {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64);
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(t))
+        .expect("set mtime");
+}
+
 pub fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 temp path")
 }
@@ -145,7 +176,7 @@ impl SshServer {
             .into_iter()
             .find(|p| Path::new(p).exists());
         let (Some(sshd), true) = (sshd, which("ssh")) else {
-            eprintln!("SKIPPED: {test}: openssh-server/openssh-client not installed (.ci/run installs them)");
+            skip(&format!("{test}: openssh-server/openssh-client not installed (.ci/run installs them)"));
             return None;
         };
         let dir = tempfile::tempdir().expect("temp dir");

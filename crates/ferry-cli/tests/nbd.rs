@@ -21,7 +21,7 @@ impl Drop for Server {
 /// read-only on a unix socket; also its raw conversion by qemu-img.
 fn serve(dir: &Path, test: &str) -> Option<(Server, String)> {
     if !which("qemu-nbd") || !which("qemu-io") || !which("qemu-img") {
-        eprintln!("SKIPPED: {test}: qemu-utils (qemu-nbd, qemu-io, qemu-img) not installed");
+        skip(&format!("{test}: qemu-utils (qemu-nbd, qemu-io, qemu-img) not installed"));
         return None;
     }
     let img = dir.join("img.qcow2");
@@ -132,7 +132,7 @@ fn missing_nbd_server_is_a_clear_error() {
 #[test]
 fn local_image_into_an_nbd_export_and_back() {
     if !which("nbdkit") {
-        eprintln!("SKIPPED: local_image_into_an_nbd_export_and_back: nbdkit not installed");
+        skip("local_image_into_an_nbd_export_and_back: nbdkit not installed");
         return;
     }
     let d = tempfile::tempdir().unwrap();

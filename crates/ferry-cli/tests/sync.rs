@@ -214,7 +214,7 @@ fn xattrs_are_copied_with_dash_x() {
         .args(["-n", "user.ferry", "-v", "yes", p(&f)])
         .status();
     if !matches!(ok, Ok(s) if s.success()) {
-        eprintln!("SKIPPED: setfattr (package attr) missing or user xattrs unsupported on this filesystem");
+        skip("setfattr (package attr) missing or user xattrs unsupported on this filesystem");
         return;
     }
     ferry_ok(&["sync", "-X", &slash(&src), p(&dst)]);
@@ -284,7 +284,7 @@ fn help_documents_exit_codes_and_the_slash_rule() {
 #[test]
 fn full_disk_keeps_the_old_file() {
     if !is_root() {
-        eprintln!("SKIPPED: full_disk_keeps_the_old_file needs root to mount a tmpfs");
+        skip("full_disk_keeps_the_old_file needs root to mount a tmpfs");
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -294,7 +294,7 @@ fn full_disk_keeps_the_old_file() {
         .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs", p(&mnt)])
         .status();
     if !matches!(st, Ok(s) if s.success()) {
-        eprintln!("SKIPPED: full_disk_keeps_the_old_file: cannot mount tmpfs here");
+        skip("full_disk_keeps_the_old_file: cannot mount tmpfs here");
         return;
     }
     struct Unmount<'a>(&'a Path);
@@ -320,7 +320,7 @@ fn full_disk_keeps_the_old_file() {
 #[test]
 fn block_device_destination() {
     if !is_root() {
-        eprintln!("SKIPPED: block_device_destination needs root for losetup");
+        skip("block_device_destination needs root for losetup");
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -335,7 +335,7 @@ fn block_device_destination() {
     let dev = match out {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
         _ => {
-            eprintln!("SKIPPED: block_device_destination: no loop devices here");
+            skip("block_device_destination: no loop devices here");
             return;
         }
     };

@@ -388,7 +388,7 @@ fn apply_edit(v: &mut Vec<u8>, e: &Edit, max: usize) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Random basis with zero runs, random edits, diffed over segments:
     /// applying the ops reproduces the source exactly.

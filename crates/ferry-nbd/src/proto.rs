@@ -1110,6 +1110,7 @@ mod tests {
         use proptest::prelude::*;
 
         proptest! {
+            #![proptest_config(proptest::test_runner::Config { failure_persistence: None, ..proptest::test_runner::Config::default() })]
             #[test]
             fn decode_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..256),
                                    structured in any::<bool>(),

@@ -47,6 +47,9 @@ macro_rules! require {
     ($($tool:expr),+) => {
         $(
             if !have($tool) {
+                if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+                    panic!("cannot run under CI: {} not installed", $tool);
+                }
                 eprintln!("SKIPPED: {} not installed", $tool);
                 return;
             }

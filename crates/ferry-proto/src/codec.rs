@@ -648,6 +648,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(proptest::test_runner::Config { failure_persistence: None, ..proptest::test_runner::Config::default() })]
         #[test]
         fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode(&b);

@@ -307,6 +307,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(proptest::test_runner::Config { failure_persistence: None, ..proptest::test_runner::Config::default() })]
         /// However a segment's bytes are split into data and zero ops, the
         /// digest equals the reference digest of the bytes.
         #[test]
