@@ -168,7 +168,7 @@ pub fn run(a: DemoArgs) -> i32 {
         Ok(true) => exit::OK,
         Ok(false) => exit::IO,
         Err(e) => {
-            eprintln!("ferry demo: {e}");
+            errln!("ferry demo: {e}");
             exit::IO
         }
     }
@@ -190,7 +190,7 @@ fn demo(a: &DemoArgs) -> Result<bool, Box<dyn std::error::Error>> {
     let src = base.join("src");
     let dst = base.join("dst");
     let mut rng = Rng(0x5eed_f3e7);
-    println!("ferry demo: building a sample in {}", base.display());
+    outln!("ferry demo: building a sample in {}", base.display());
     build(&src, &mut rng)?;
     let mut src_arg = src.clone().into_os_string();
     src_arg.push("/");
@@ -215,13 +215,13 @@ fn demo(a: &DemoArgs) -> Result<bool, Box<dyn std::error::Error>> {
         ferry_core::sync_paths(&[&src_arg], &dst, &opts)?,
     ));
 
-    println!();
-    println!(
+    outln!("");
+    outln!(
         "{:<26} {:>6} {:>6} {:>7} {:>11} {:>11} {:>11} {:>9}",
         "run", "files", "sent", "deleted", "changed", "on wire", "written", "time"
     );
     for (name, r) in &rows {
-        println!(
+        outln!(
             "{:<26} {:>6} {:>6} {:>7} {:>11} {:>11} {:>11} {:>9}",
             name,
             r.files_total,
@@ -235,8 +235,8 @@ fn demo(a: &DemoArgs) -> Result<bool, Box<dyn std::error::Error>> {
     }
     let si = fs::metadata(src.join("disk.img"))?;
     let di = fs::metadata(dst.join("disk.img"))?;
-    println!();
-    println!(
+    outln!("");
+    outln!(
         "disk.img: {} logical; allocated {} at the source, {} at the destination",
         human::bytes(si.len()),
         human::bytes(si.blocks() * 512),
@@ -244,18 +244,18 @@ fn demo(a: &DemoArgs) -> Result<bool, Box<dyn std::error::Error>> {
     );
     let ok = match same_tree(&src, &dst)? {
         None => {
-            println!(
+            outln!(
                 "verified: destination is identical to the source (contents, modes, mtimes, links)"
             );
             true
         }
         Some(d) => {
-            println!("MISMATCH: {d}");
+            outln!("MISMATCH: {d}");
             false
         }
     };
     if let (true, Some(t)) = (a.keep, tmp) {
-        println!("kept {}", t.keep().display());
+        outln!("kept {}", t.keep().display());
     }
     Ok(ok)
 }

@@ -16,6 +16,11 @@ pub struct EngineArgs {
     /// Delete destination entries that the source does not have.
     #[arg(long)]
     pub delete: bool,
+    /// Replace what is in the way: a non-empty directory where the source
+    /// has a file, or a file given as the destination of a directory
+    /// (devices are never replaced).
+    #[arg(long)]
+    pub force: bool,
     /// Show what would change; change nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -64,6 +69,7 @@ impl EngineArgs {
         Ok(SyncOptions {
             checksum: self.checksum,
             delete: self.delete,
+            force: self.force,
             dry_run: self.dry_run,
             inplace: self.inplace,
             xattrs: self.xattrs,

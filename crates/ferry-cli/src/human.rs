@@ -16,19 +16,18 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// Bytes per second over `secs`, as `123.4 MB/s` (decimal, like link rates).
+/// Bytes per second over `secs`, in the same binary units as [`bytes`]:
+/// `117.7 MiB/s`.
 pub fn rate(n: u64, secs: f64) -> String {
     if secs <= 0.0 {
         return "-".into();
     }
-    let r = n as f64 / secs;
-    if r >= 1e9 {
-        format!("{:.2} GB/s", r / 1e9)
-    } else if r >= 1e6 {
-        format!("{:.1} MB/s", r / 1e6)
-    } else {
-        format!("{:.1} kB/s", r / 1e3)
-    }
+    format!("{}/s", bytes((n as f64 / secs) as u64))
+}
+
+/// `1 file`, `2 files`: a count with its noun, singular or plural.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Seconds as `0.123 s` or `2m03s`.
@@ -46,7 +45,9 @@ mod tests {
     fn formats() {
         assert_eq!(super::bytes(5), "5 B");
         assert_eq!(super::bytes(1536), "1.5 KiB");
-        assert_eq!(super::rate(2_000_000, 1.0), "2.0 MB/s");
+        assert_eq!(super::rate(2 << 20, 1.0), "2.0 MiB/s");
+        assert_eq!(super::count(1, "file", "files"), "1 file");
+        assert_eq!(super::count(0, "file", "files"), "0 files");
         assert_eq!(super::secs(125.0), "2m05s");
     }
 }

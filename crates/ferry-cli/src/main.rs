@@ -2,10 +2,13 @@
 //! terminal (progress, summaries, JSON, exit codes) and calls the engine in
 //! `ferry-core`; it holds no transfer logic of its own.
 
+#[macro_use]
+mod out;
 mod demo;
 mod engine_args;
 mod human;
 mod progress;
+mod rsync_flags;
 mod serve_cmd;
 mod stream_cmd;
 mod sync_cmd;
@@ -20,6 +23,10 @@ pub mod exit {
     pub const IO: i32 = 3;
     pub const PROTOCOL: i32 = 4;
     pub const CONNECTION: i32 = 5;
+    /// `pipe`: ssh failed or the remote ferry did not start.
+    pub const REMOTE: i32 = 6;
+    /// `send`/`recv`/`pipe`: the peer did not prove the same key.
+    pub const AUTH: i32 = 7;
     pub const INTERRUPTED: i32 = 130;
 }
 
@@ -29,10 +36,12 @@ Exit codes:
   1    usage error (bad arguments); nothing was changed
   2    partial transfer: some entries failed (listed on stderr), the rest were synced
   3    I/O error: missing source, unwritable destination, disk full
-  4    protocol error: the peer sent garbage or speaks another version
+  4    protocol error: the peer sent garbage or speaks another version, or
+       data failed verification
   5    connection error: could not reach the peer, or the link dropped
   6    (pipe) ssh failed or the remote ferry did not start; pipe otherwise
        returns the remote command's own exit status
+  7    (send, recv, pipe) authentication failed: the peer holds another key
   130  interrupted (temporary files were removed)";
 
 #[derive(Parser)]
@@ -50,7 +59,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Copy and re-sync files, directory trees and sparse images.
-    #[command(after_help = sync_cmd::SYNC_HELP)]
+    #[command(after_help = sync_cmd::SYNC_HELP, override_usage = "ferry sync [OPTIONS] SRC... DST")]
     Sync(sync_cmd::SyncArgs),
     /// Build a small sample in a temp dir, sync it, change it, re-sync it,
     /// and show what each run did.
@@ -92,6 +101,15 @@ fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            use clap::error::{ContextKind, ContextValue, ErrorKind};
+            if e.kind() == ErrorKind::UnknownArgument {
+                if let Some(ContextValue::String(flag)) = e.get(ContextKind::InvalidArg) {
+                    // `--info=progress2`: the flag's name is what counts.
+                    let name = flag.split('=').next().unwrap_or(flag);
+                    errln!("{}", rsync_flags::unknown_option(name));
+                    std::process::exit(exit::USAGE);
+                }
+            }
             let code = if e.use_stderr() {
                 exit::USAGE
             } else {
@@ -105,7 +123,7 @@ fn main() {
     // An interrupted run must not leave temporary files behind.
     let _ = ctrlc::set_handler(|| {
         ferry_core::fsutil::remove_temp_files();
-        eprintln!("ferry: interrupted");
+        errln!("ferry: interrupted");
         std::process::exit(exit::INTERRUPTED);
     });
     let code = match cli.cmd {

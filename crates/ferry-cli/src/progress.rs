@@ -77,7 +77,7 @@ fn lines(stats: &Stats, stop: &AtomicBool) {
         if last.elapsed() >= Duration::from_secs(1) {
             last = Instant::now();
             let done = stats.bytes_done.load(Relaxed);
-            eprintln!(
+            errln!(
                 "ferry: {} / {}, {}, files {}/{}",
                 human::bytes(done),
                 human::bytes(stats.bytes_transferred.load(Relaxed)),

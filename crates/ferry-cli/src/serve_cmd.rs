@@ -34,13 +34,13 @@ pub struct ServeArgs {
 
 pub fn run(a: ServeArgs) -> i32 {
     if !a.send && !a.receive {
-        eprintln!("ferry serve: --send or --receive is required");
+        errln!("ferry serve: --send or --receive is required");
         return exit::USAGE;
     }
     let opts = match a.engine.options() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("ferry serve: {e}");
+            errln!("ferry serve: {e}");
             return exit::USAGE;
         }
     };
@@ -49,7 +49,7 @@ pub fn run(a: ServeArgs) -> i32 {
         Err(e) => {
             // The peer has been told over the protocol when it could be;
             // this line reaches the user through ssh's stderr otherwise.
-            eprintln!("ferry serve: {e}");
+            errln!("ferry serve: {e}");
             class_code(e.class())
         }
     }

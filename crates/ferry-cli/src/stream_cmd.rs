@@ -31,14 +31,7 @@ use std::time::{Duration, Instant};
 use ferry_channel::Psk;
 use ferry_stream::{ErrorKind, FileOut, Mode, Options, RecvHooks, Stats, StreamError, Summary};
 
-mod code {
-    pub const OK: i32 = 0;
-    pub const USAGE: i32 = 1;
-    pub const IO: i32 = 3;
-    pub const PROTOCOL: i32 = 4;
-    pub const CONNECTION: i32 = 5;
-    pub const REMOTE: i32 = 6;
-}
+use crate::exit as code;
 
 /// Options shared by the three commands.
 #[derive(clap::Args, Debug, Clone)]
@@ -171,7 +164,7 @@ fn options(o: &StreamOpts, key: Psk) -> Result<Options, String> {
 }
 
 fn usage(msg: &str) -> i32 {
-    eprintln!("ferry: {msg}");
+    errln!("ferry: {msg}");
     code::USAGE
 }
 
@@ -184,8 +177,8 @@ fn exit_code(e: &StreamError, receiving: bool) -> i32 {
         | ErrorKind::ProducerFailed => code::IO,
         ErrorKind::Integrity => code::PROTOCOL,
         ErrorKind::PeerKilled if receiving => code::PROTOCOL,
+        ErrorKind::WrongKey => code::AUTH,
         ErrorKind::PeerKilled
-        | ErrorKind::WrongKey
         | ErrorKind::AddrInUse
         | ErrorKind::Unreachable => code::CONNECTION,
     }
@@ -259,7 +252,7 @@ impl Progress {
                         stats.ratio()
                     );
                     last = (now, i, o);
-                    eprint!("{line:<90}{end}");
+                    let _ = write!(std::io::stderr(), "{line:<90}{end}");
                 }
             })
             .ok();
@@ -271,7 +264,7 @@ impl Progress {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
             if io::stderr().is_terminal() {
-                eprint!("{:<90}\r", "");
+                let _ = write!(std::io::stderr(), "{:<90}\r", "");
             }
         }
     }
@@ -305,7 +298,7 @@ fn report(
     };
     let wire = Stats::get(&stats.wire);
     match res {
-        Ok(s) => eprintln!(
+        Ok(s) => errln!(
             "summary: {} {what} in {:.1} s - average of {}, {} on the wire (ratio {:.2}), cpu {:.1} s, {}",
             human(bytes as f64),
             secs,
@@ -315,7 +308,7 @@ fn report(
             cpu,
             s.suite
         ),
-        Err(e) => eprintln!("ferry {what}: error: {e}"),
+        Err(e) => errln!("ferry {what}: error: {e}"),
     }
     if let Some(to) = json {
         let (ok, err, kind) = match res {
@@ -344,9 +337,9 @@ fn report(
             "error_kind": kind,
         });
         if to == JsonTo::Stderr {
-            eprintln!("{v}");
+            errln!("{v}");
         } else {
-            println!("{v}");
+            outln!("{v}");
         }
     }
 }
@@ -396,7 +389,7 @@ pub fn run_send(a: SendArgs) -> i32 {
     let peer = match resolve(&a.dest) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("ferry send: {e}");
+            errln!("ferry send: {e}");
             return code::CONNECTION;
         }
     };
@@ -407,7 +400,7 @@ pub fn run_send(a: SendArgs) -> i32 {
     let input = match input {
         Ok(i) => i,
         Err(e) => {
-            eprintln!("ferry send: {e}");
+            errln!("ferry send: {e}");
             return code::IO;
         }
     };
@@ -647,7 +640,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
     let key = match Psk::generate_hex() {
         Ok(k) => k,
         Err(e) => {
-            eprintln!("ferry pipe: {e}");
+            errln!("ferry pipe: {e}");
             return code::IO;
         }
     };
@@ -666,7 +659,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
     let input = match input {
         Ok(i) => i,
         Err(e) => {
-            eprintln!("ferry pipe: {e}");
+            errln!("ferry pipe: {e}");
             return code::IO;
         }
     };
@@ -706,7 +699,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
     let mut guard = match spawned {
         Ok(c) => KillOnDrop(Some(c)),
         Err(e) => {
-            eprintln!("ferry pipe: cannot run {}: {e}", rsh[0]);
+            errln!("ferry pipe: cannot run {}: {e}", rsh[0]);
             return code::REMOTE;
         }
     };
@@ -714,7 +707,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         match guard.0.as_mut().map(|c| (c.stdin.take(), c.stdout.take())) {
             Some((Some(i), Some(o))) => (i, o),
             _ => {
-                eprintln!("ferry pipe: ssh has no pipes");
+                errln!("ferry pipe: ssh has no pipes");
                 return code::REMOTE;
             }
         };
@@ -723,7 +716,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         .and_then(|_| ssh_in.flush())
         .is_err()
     {
-        eprintln!(
+        errln!(
             "ferry pipe: {} exited before the remote ferry started",
             rsh[0]
         );
@@ -734,7 +727,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         .strip_prefix("FERRY-PORT ")
         .and_then(|p| p.trim().parse().ok());
     let Some(port) = port else {
-        eprintln!(
+        errln!(
             "ferry pipe: the remote side did not start (is {} installed there? it said {line:?})",
             a.remote_ferry
         );
@@ -758,7 +751,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
                 .and_then(|_| ssh_in.flush())
                 .is_err()
             {
-                eprintln!("ferry pipe: lost the remote side");
+                errln!("ferry pipe: lost the remote side");
                 return ssh_failed(&mut guard);
             }
             drop(ssh_in);
@@ -788,7 +781,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         }
         None => {
             if !a.via_ssh {
-                eprintln!(
+                errln!(
                     "ferry pipe: direct connection to {host}:{port} failed; sending through ssh"
                 );
             }
@@ -796,7 +789,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
                 .and_then(|_| ssh_in.flush())
                 .is_err()
             {
-                eprintln!("ferry pipe: lost the remote side");
+                errln!("ferry pipe: lost the remote side");
                 return ssh_failed(&mut guard);
             }
             ferry_stream::send_over(&opts, input, ssh_out, ssh_in, None)
@@ -832,15 +825,12 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
     c
 }
 
+/// The remote side never started: reap ssh and exit with the documented
+/// code. ssh's own status (1 from `false`, 255 from ssh) would read as one
+/// of ferry's other codes, or as the remote command's.
 fn ssh_failed(guard: &mut KillOnDrop) -> i32 {
     if let Some(mut c) = guard.0.take() {
-        if let Ok(st) = c.wait() {
-            if let Some(code) = st.code() {
-                if code != 0 {
-                    return code;
-                }
-            }
-        }
+        let _ = c.wait();
     }
     code::REMOTE
 }

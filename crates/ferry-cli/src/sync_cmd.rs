@@ -1,5 +1,6 @@
 //! `ferry sync`.
 
+use std::io::IsTerminal;
 use std::sync::Arc;
 
 use clap::Args;
@@ -32,8 +33,8 @@ that fell back to ssh).";
 
 #[derive(Args, Debug)]
 pub struct SyncArgs {
-    /// Sources, then the destination.
-    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    /// Sources, then the destination (at least two paths).
+    #[arg(required = true, num_args = 2.., value_name = "PATH")]
     paths: Vec<String>,
     #[command(flatten)]
     engine: EngineArgs,
@@ -90,7 +91,7 @@ pub fn class_code(c: Class) -> i32 {
 pub fn run(a: SyncArgs) -> i32 {
     let mut paths = a.paths.clone();
     let Some(dest) = paths.pop() else {
-        eprintln!("ferry: need at least one source and a destination");
+        errln!("ferry: need at least one source and a destination");
         return exit::USAGE;
     };
     let remote_dest = ferry_core::remote::parse_remote(&dest);
@@ -99,13 +100,13 @@ pub fn run(a: SyncArgs) -> i32 {
         .filter_map(|p| ferry_core::remote::parse_remote(p))
         .collect();
     if !remote_srcs.is_empty() && (remote_dest.is_some() || remote_srcs.len() != paths.len()) {
-        eprintln!("ferry: either the sources or the destination may be remote (host:path), not both, and not a mix");
+        errln!("ferry: either the sources or the destination may be remote (host:path), not both, and not a mix");
         return exit::USAGE;
     }
     let opts = match a.engine.options() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("ferry: {e}");
+            errln!("ferry: {e}");
             return exit::USAGE;
         }
     };
@@ -115,10 +116,10 @@ pub fn run(a: SyncArgs) -> i32 {
         direct: a.direct,
     };
     let plan = if remote_dest.is_none() && remote_srcs.is_empty() {
-        match ferry_core::plan_local(&paths, &dest) {
+        match ferry_core::plan_local(&paths, &dest, opts.force) {
             Ok(p) => Some(p),
             Err(e) => {
-                eprintln!("ferry: {e}");
+                errln!("ferry: {e}");
                 return class_code(e.class());
             }
         }
@@ -127,7 +128,15 @@ pub fn run(a: SyncArgs) -> i32 {
     };
     let stats = Arc::new(Stats::default());
     let start = std::time::Instant::now();
-    let progress = Progress::start(stats.clone(), a.progress, a.quiet || a.json);
+    // -v and -n list each change as it happens, not at the end.
+    let listing = (a.engine.dry_run || a.verbose) && !a.json;
+    if listing {
+        let prefix = if a.engine.dry_run { "would " } else { "" };
+        stats.on_change(move |line| outln!("{prefix}{line}"));
+    }
+    // A bar redrawn on the terminal the list is printed to would tear it.
+    let bar_in_the_way = listing && std::io::stdout().is_terminal();
+    let progress = Progress::start(stats.clone(), a.progress, a.quiet || a.json || bar_in_the_way);
     let res = match (&plan, &remote_dest) {
         (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
         (None, Some(d)) => ferry_core::remote::sync_push(&paths, d, &opts, &ropts, &stats),
@@ -140,23 +149,24 @@ pub fn run(a: SyncArgs) -> i32 {
         Err(e) => class_code(e.class()),
     };
     for line in &report.notices {
-        eprintln!("ferry: note: {line}");
+        errln!("ferry: note: {line}");
     }
     for line in &report.errors {
-        eprintln!("ferry: {line}");
+        errln!("ferry: {line}");
     }
-    if let Err(e) = &res {
-        if !matches!(e, Error::Partial { .. }) || report.errors.is_empty() {
-            eprintln!("ferry: {e}");
+    // A fatal error is the run's last word: no summary of a run that did
+    // not finish (--json still gets its object, with the exit code).
+    let fatal = match &res {
+        Err(e) if !matches!(e, Error::Partial { .. }) => {
+            errln!("ferry: {e}");
+            true
         }
-    }
-    if (a.engine.dry_run || a.verbose) && !a.json {
-        if let Ok(c) = stats.changes.lock() {
-            for line in c.iter() {
-                println!("{}{line}", if a.engine.dry_run { "would " } else { "" });
-            }
+        Err(e) if report.errors.is_empty() => {
+            errln!("ferry: {e}");
+            false
         }
-    }
+        _ => false,
+    };
     if a.json {
         let out = JsonOut {
             report: &report,
@@ -164,32 +174,54 @@ pub fn run(a: SyncArgs) -> i32 {
             exit_code: code,
         };
         match serde_json::to_string(&out) {
-            Ok(s) => println!("{s}"),
-            Err(e) => eprintln!("ferry: cannot encode statistics: {e}"),
+            Ok(s) => outln!("{s}"),
+            Err(e) => errln!("ferry: cannot encode statistics: {e}"),
         }
-    } else if !a.quiet {
-        println!("{}", summary(&report, a.engine.dry_run));
+    } else if !a.quiet && !fatal {
+        outln!("{}", summary(&report, a.engine.dry_run));
     }
     code
 }
 
-/// One line: what the run did.
+/// One line: what the run did. Sizes and rates in binary units; the rate
+/// is over the data actually written (holes and zero runs are not), and a
+/// dry run, which moves nothing, has none.
 pub fn summary(r: &ferry_core::Report, dry_run: bool) -> String {
+    let failed = if r.files_failed > 0 {
+        format!(", {} FAILED", r.files_failed)
+    } else {
+        String::new()
+    };
+    let head = if r.dirs_total == 0 {
+        human::count(r.files_total, "file", "files")
+    } else {
+        format!(
+            "{}, {}",
+            human::count(r.files_total, "file", "files"),
+            human::count(r.dirs_total, "directory", "directories"),
+        )
+    };
+    if dry_run {
+        return format!(
+            "dry run: {head}: {} would be transferred ({}), {} deleted{failed}",
+            r.files_transferred,
+            human::bytes(r.bytes_transferred),
+            r.files_deleted,
+        );
+    }
+    let delta = if r.files_delta > 0 {
+        format!(" ({} as delta)", r.files_delta)
+    } else {
+        String::new()
+    };
     format!(
-        "{}{} files: {} transferred, {} deleted{}; {} of {} in {} ({}), {} on the wire",
-        if dry_run { "dry run: " } else { "" },
-        r.files_total,
+        "{head}: {} transferred{delta}, {} deleted{failed}; {} of {} written in {} ({}), {} on the wire",
         r.files_transferred,
         r.files_deleted,
-        if r.files_failed > 0 {
-            format!(", {} FAILED", r.files_failed)
-        } else {
-            String::new()
-        },
+        human::bytes(r.bytes_written),
         human::bytes(r.bytes_transferred),
-        human::bytes(r.bytes_total),
         human::secs(r.seconds),
-        human::rate(r.bytes_transferred, r.seconds),
+        human::rate(r.bytes_written, r.seconds),
         human::bytes(r.bytes_wire),
     )
 }

@@ -27,7 +27,7 @@ pub enum Class {
 /// An engine error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: {}", .path.display(), describe(.source))]
+    #[error("{}", line(.path, .source))]
     Io { path: PathBuf, source: io::Error },
     #[error("{0}")]
     Usage(String),
@@ -44,6 +44,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// An I/O error at `path` while doing `op`.
+    pub fn io_op(op: &'static str, path: impl AsRef<Path>, source: io::Error) -> Self {
+        Self::io(path, with_op(op, source))
+    }
+
     pub fn io(path: impl AsRef<Path>, source: io::Error) -> Self {
         Error::Io {
             path: path.as_ref().to_path_buf(),
@@ -68,8 +73,58 @@ impl Error {
     }
 }
 
-/// `io::Error`'s text without the "(os error N)" noise for common cases.
+/// An I/O error with the operation that failed (`create`, `rename`, ...),
+/// so that an error line can say what ferry was doing, not only why it
+/// failed. Keeps the inner error's kind.
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {}", describe(.source))]
+pub struct OpError {
+    pub op: &'static str,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Name the operation of an I/O result's error (the innermost name wins).
+pub trait IoOp<T> {
+    fn op(self, op: &'static str) -> io::Result<T>;
+}
+
+impl<T> IoOp<T> for io::Result<T> {
+    fn op(self, op: &'static str) -> io::Result<T> {
+        self.map_err(|e| with_op(op, e))
+    }
+}
+
+/// `e` with `op` named, unless it names one already.
+pub fn with_op(op: &'static str, e: io::Error) -> io::Error {
+    if op_of(&e).is_some() {
+        return e;
+    }
+    io::Error::new(e.kind(), OpError { op, source: e })
+}
+
+/// The operation an I/O error names, if any.
+pub fn op_of(e: &io::Error) -> Option<&'static str> {
+    e.get_ref()
+        .and_then(|i| i.downcast_ref::<OpError>())
+        .map(|o| o.op)
+}
+
+/// One error line: `rename /dst/f: permission denied`, or `/dst/f: ...`
+/// when the operation is not known.
+pub fn line(path: &Path, e: &io::Error) -> String {
+    match op_of(e) {
+        Some(op) => format!("{op} {}: {}", path.display(), describe(e)),
+        None => format!("{}: {}", path.display(), describe(e)),
+    }
+}
+
+/// `io::Error`'s text without the "(os error N)" noise for common cases;
+/// the reason only (an [`OpError`]'s operation is left to [`line`]).
 pub fn describe(e: &io::Error) -> String {
+    if let Some(o) = e.get_ref().and_then(|i| i.downcast_ref::<OpError>()) {
+        return describe(&o.source);
+    }
     match e.kind() {
         io::ErrorKind::NotFound => "no such file or directory".into(),
         io::ErrorKind::PermissionDenied => "permission denied".into(),

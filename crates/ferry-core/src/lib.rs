@@ -52,6 +52,9 @@ pub struct SyncOptions {
     pub checksum: bool,
     /// Remove destination entries that the source does not have.
     pub delete: bool,
+    /// Replace a non-empty directory by a non-directory, and a top-level
+    /// non-directory destination (never a device) by a directory.
+    pub force: bool,
     /// Decide and report, change nothing.
     pub dry_run: bool,
     /// Overwrite changed files in place instead of temp file + rename.
@@ -87,6 +90,7 @@ impl Default for SyncOptions {
         Self {
             checksum: false,
             delete: false,
+            force: false,
             dry_run: false,
             inplace: false,
             xattrs: false,
@@ -112,8 +116,10 @@ pub fn default_threads() -> usize {
         .clamp(2, 16)
 }
 
-/// Plan a local sync from command-line paths.
-pub fn plan_local(sources: &[String], dest: &str) -> Result<Plan> {
+/// Plan a local sync from command-line paths. With `force`, a destination
+/// that is a regular file or a symlink is planned as absent, to be replaced
+/// (see [`SyncOptions::force`]).
+pub fn plan_local(sources: &[String], dest: &str, force: bool) -> Result<Plan> {
     for s in sources.iter().filter(|s| !source::is_nbd_uri(s)) {
         if std::fs::symlink_metadata(s.trim_end_matches('/')).is_err()
             && std::fs::symlink_metadata(s).is_err()
@@ -137,7 +143,12 @@ pub fn plan_local(sources: &[String], dest: &str) -> Result<Plan> {
             dest_nbd: Some(dest.to_string()),
         });
     }
-    let dest_kind = std::fs::metadata(dest).ok().map(|m| m.is_dir());
+    let dest_kind = match std::fs::metadata(dest) {
+        // A symlink to a directory is that directory, as in rsync.
+        Ok(m) if force && m.is_file() => None,
+        Ok(m) => Some(m.is_dir()),
+        Err(_) => None,
+    };
     plan::plan(sources, dest, source_is_dir, dest_kind)
 }
 
@@ -259,7 +270,7 @@ pub fn sync_paths(sources: &[&Path], dest: &Path, opts: &SyncOptions) -> Result<
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
-    let plan = plan_local(&srcs, &dest.to_string_lossy())?;
+    let plan = plan_local(&srcs, &dest.to_string_lossy(), opts.force)?;
     let stats = Stats::default();
     sync_local(&plan, opts, &stats)
 }

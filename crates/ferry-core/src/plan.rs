@@ -127,11 +127,16 @@ pub fn plan(
     }
     if dest_kind == Some(false) {
         return Err(Error::Usage(format!(
-            "{dest}: destination is not a directory (copying {} to it)",
+            "{dest}: destination is not a directory (copying {} to it){}",
             if specs.len() > 1 {
                 "several sources"
             } else {
                 "a directory"
+            },
+            if specs.len() > 1 {
+                ""
+            } else {
+                "; --force replaces a file or symlink with the directory"
             }
         )));
     }

@@ -23,7 +23,7 @@ use ferry_proto::layout::{self, SegmentHasher};
 use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
 
 use crate::direct;
-use crate::error::{describe, is_fatal_io, Error, Result};
+use crate::error::{describe, is_fatal_io, line, Error, IoOp, Result};
 use crate::fsutil;
 use crate::plan::Dest;
 use crate::stats::Stats;
@@ -134,20 +134,42 @@ struct DstFile {
     block: AtomicU64,
     nseg: u64,
     remaining: AtomicU64,
-    failed: Mutex<Option<String>>,
+    failed: Mutex<Option<Failure>>,
+    /// A block device written in place.
     is_device: bool,
+    /// A character device or FIFO (`/dev/null`, a tape, a pipe): the data
+    /// is assembled in an unnamed temporary file and, once verified,
+    /// written to it in order at commit, as `cp` would. Never replaced.
+    stream_to: bool,
     committed: AtomicBool,
     /// Declared last: dropped last, once the file's descriptors are closed.
     _slot: Slot,
 }
 
+/// Why a file was not committed. The first failure of a file counts.
+#[derive(Clone, Debug)]
+enum Failure {
+    /// What was written differs from what the sender read: a delta is
+    /// sent again whole.
+    Mismatch(String),
+    /// An operation on the file failed: its name and the OS's reason.
+    Io(&'static str, String),
+    /// The sender could not read it: its line, which names its path.
+    Sender(String),
+    /// Anything else, as a reason to print after the file's path.
+    Other(String),
+}
+
 impl DstFile {
     fn fail(&self, why: String) {
+        self.fail_with(Failure::Other(why));
+    }
+    fn fail_with(&self, why: Failure) {
         if let Ok(mut g) = self.failed.lock() {
             g.get_or_insert(why);
         }
     }
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<Failure> {
         self.failed.lock().ok().and_then(|g| g.clone())
     }
 }
@@ -271,12 +293,26 @@ pub fn run_receiver(
     };
     let root = root.as_path();
     if !opts.dry_run && late.is_none() && nbd.is_none() {
+        let replaceable = |m: &fs::Metadata| m.is_file() || m.file_type().is_symlink();
         match fs::symlink_metadata(root) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => {
+            Ok(m) if opts.force && replaceable(&m) => {
+                if let Err(err) = fs::remove_file(root).and_then(|_| fs::create_dir(root)) {
+                    let e = Error::io_op("replace with a directory", root, err);
+                    let _ = tx.send(Message::Fatal {
+                        error: e.to_string(),
+                    });
+                    return Err(e);
+                }
+            }
+            Ok(m) => {
                 let e = Error::io(
                     root,
-                    io::Error::other("destination exists and is not a directory"),
+                    io::Error::other(if replaceable(&m) {
+                        "destination exists and is not a directory (--force replaces it)"
+                    } else {
+                        "destination exists and is not a directory"
+                    }),
                 );
                 let _ = tx.send(Message::Fatal {
                     error: e.to_string(),
@@ -285,7 +321,7 @@ pub fn run_receiver(
             }
             Err(_) => {
                 if let Err(err) = fs::create_dir_all(root) {
-                    let e = Error::io(root, err);
+                    let e = Error::io_op("create directory", root, err);
                     let _ = tx.send(Message::Fatal {
                         error: e.to_string(),
                     });
@@ -394,6 +430,7 @@ pub fn run_receiver(
         bytes_transferred: rep.bytes_transferred,
         bytes_written: rep.bytes_written,
         bytes_matched: rep.bytes_matched,
+        dirs_total: rep.dirs_total,
         errors: rep.errors,
     };
     tx.send(Message::ReceiverDone(Box::new(report.clone())))?;
@@ -532,7 +569,7 @@ impl Dispatcher<'_, '_> {
                 }
                 Message::FileFailed { file, error } => {
                     if let Some(f) = self.files.get(&file) {
-                        f.fail(error);
+                        f.fail_with(Failure::Sender(error));
                     } else {
                         self.sh.stats.error(error);
                     }
@@ -585,7 +622,11 @@ impl Dispatcher<'_, '_> {
             return self.nbd_entry(e, &uri);
         }
         let stats = self.sh.stats;
-        Stats::add(&stats.files_total, 1);
+        if e.kind() == EntryKind::Dir {
+            Stats::add(&stats.dirs_total, 1);
+        } else {
+            Stats::add(&stats.files_total, 1);
+        }
         if e.kind() == EntryKind::File {
             Stats::add(&stats.bytes_total, e.size);
         }
@@ -629,7 +670,7 @@ impl Dispatcher<'_, '_> {
             }
             self.sh
                 .stats
-                .error(format!("{}: {}", dest.display(), describe(&err)));
+                .error(line(&dest, &err));
         }
         Ok(())
     }
@@ -720,6 +761,7 @@ impl Dispatcher<'_, '_> {
             direct: None,
             direct_ok: AtomicBool::new(false),
             is_device: true,
+            stream_to: false,
             committed: AtomicBool::new(false),
             entry: e,
         });
@@ -753,7 +795,8 @@ impl Dispatcher<'_, '_> {
             e.path = name;
         }
         if !self.sh.opts.dry_run {
-            fs::create_dir_all(&self.root).map_err(|err| Error::io(&self.root, err))?;
+            fs::create_dir_all(&self.root)
+                .map_err(|err| Error::io_op("create directory", &self.root, err))?;
         }
         Ok(())
     }
@@ -764,15 +807,15 @@ impl Dispatcher<'_, '_> {
             return Ok(());
         }
         if meta.is_dir() {
-            if self.sh.opts.delete {
-                fs::remove_dir_all(dest)
+            if self.sh.opts.delete || self.sh.opts.force {
+                fs::remove_dir_all(dest).op("remove directory")
             } else {
                 fs::remove_dir(dest).map_err(|_| {
-                    io::Error::other("a directory is in the way (use --delete to replace it)")
+                    io::Error::other("a directory is in the way (--force or --delete replaces it)")
                 })
             }
         } else {
-            fs::remove_file(dest)
+            fs::remove_file(dest).op("remove")
         }
     }
 
@@ -787,7 +830,8 @@ impl Dispatcher<'_, '_> {
                 if !self.sh.opts.dry_run {
                     fs::DirBuilder::new()
                         .mode(0o700 | (e.mode & 0o777))
-                        .create(dest)?;
+                        .create(dest)
+                        .op("create directory")?;
                 }
             }
         }
@@ -817,8 +861,12 @@ impl Dispatcher<'_, '_> {
             return Ok(());
         }
         let tmp = fsutil::temp_path_for(dest);
-        std::os::unix::fs::symlink(target, &tmp)?;
-        if let Err(err) = self.link_meta(e, &tmp).and_then(|_| fs::rename(&tmp, dest)) {
+        std::os::unix::fs::symlink(target, &tmp).op("create symlink")?;
+        if let Err(err) = self
+            .link_meta(e, &tmp)
+            .op("set metadata of")
+            .and_then(|_| fs::rename(&tmp, dest).op("rename into place"))
+        {
             let _ = fs::remove_file(&tmp);
             return Err(err);
         }
@@ -837,6 +885,7 @@ impl Dispatcher<'_, '_> {
         let opts = self.sh.opts;
         let stats = self.sh.stats;
         let mut is_device = false;
+        let mut stream_to = false;
         let mut exists_regular = false;
         let mut old_meta = None;
         match fs::symlink_metadata(dest) {
@@ -844,6 +893,7 @@ impl Dispatcher<'_, '_> {
                 self.clear(dest, &m)?;
             }
             Ok(m) if m.file_type().is_block_device() => is_device = true,
+            Ok(m) if m.file_type().is_char_device() || m.file_type().is_fifo() => stream_to = true,
             Ok(m) if m.is_file() => {
                 exists_regular = true;
                 if m.len() == e.size && self.unchanged(&e, dest, &m)? {
@@ -858,7 +908,7 @@ impl Dispatcher<'_, '_> {
         }
         stats.change(format!(
             "{} {}",
-            if exists_regular || is_device {
+            if exists_regular || is_device || stream_to {
                 "update"
             } else {
                 "new"
@@ -881,7 +931,7 @@ impl Dispatcher<'_, '_> {
         };
         let delta = delta_cost.is_some_and(|c| c < delta_saving(self.sh));
         let (file, tmp) = if is_device {
-            let f = OpenOptions::new().write(true).open(dest)?;
+            let f = OpenOptions::new().write(true).open(dest).op("open device")?;
             let dev_size = fsutil::size_of(&f, &f.metadata()?)?;
             if dev_size < e.size {
                 return Err(io::Error::other(format!(
@@ -890,17 +940,27 @@ impl Dispatcher<'_, '_> {
                 )));
             }
             (f, None)
+        } else if stream_to {
+            (tempfile::tempfile().op("create temporary file for")?, None)
         } else if inplace {
-            (OpenOptions::new().read(true).write(true).open(dest)?, None)
+            (
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(dest)
+                    .op("open for writing")?,
+                None,
+            )
         } else {
             let tmp = fsutil::temp_path_for(dest);
             let f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(&tmp)?;
+                .open(&tmp)
+                .op("create temporary file for")?;
             fsutil::register_temp(&tmp);
-            if let Err(err) = f.set_len(e.size) {
+            if let Err(err) = f.set_len(e.size).op("allocate") {
                 let _ = fs::remove_file(&tmp);
                 fsutil::unregister_temp(&tmp);
                 return Err(err);
@@ -921,7 +981,11 @@ impl Dispatcher<'_, '_> {
             // file: 3.9-4.5 s buffered, 5.1-8.2 s direct). In place it is
             // also the file being written.
             (true, true) => Some(direct::Reader::new(file.try_clone()?, dest, false)),
-            (true, false) => Some(direct::Reader::new(File::open(dest)?, dest, false)),
+            (true, false) => Some(direct::Reader::new(
+                File::open(dest).op("open old copy of")?,
+                dest,
+                false,
+            )),
         };
         let file = Target::File(file);
         let sig_out = self.sh.cache.as_ref().filter(|_| nseg > 0).map(|c| SigOut {
@@ -953,6 +1017,7 @@ impl Dispatcher<'_, '_> {
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
             is_device,
+            stream_to,
             committed: AtomicBool::new(false),
             entry: e,
         });
@@ -1091,7 +1156,7 @@ impl Dispatcher<'_, '_> {
                 Ok(()) => Stats::add(&stats.files_transferred, 1),
                 Err(err) => {
                     let _ = fs::remove_file(&tmp);
-                    stats.error(format!("{}: {}", dest.display(), describe(&err)));
+                    stats.error(line(&dest, &err));
                 }
             }
         }
@@ -1115,7 +1180,7 @@ impl Dispatcher<'_, '_> {
                 fsutil::set_mtime_path(dir, e.mtime, e.mtime_nsec)
             })();
             if let Err(err) = r {
-                stats.error(format!("{}: {}", dir.display(), describe(&err)));
+                stats.error(line(&dir, &err));
             }
         }
     }
@@ -1142,44 +1207,50 @@ impl Dispatcher<'_, '_> {
             {
                 continue;
             }
-            stats.change(format!(
-                "delete {}{}",
-                shown(&crel),
-                if is_dir { "/" } else { "" }
-            ));
-            let p = c.path();
-            if self.sh.opts.dry_run {
-                Stats::add(&stats.files_deleted, count_tree(&p));
-                continue;
-            }
-            let n = count_tree(&p);
-            let r = if is_dir {
-                fs::remove_dir_all(&p)
-            } else {
-                fs::remove_file(&p)
-            };
-            match r {
-                Ok(()) => Stats::add(&stats.files_deleted, n),
-                Err(err) => stats.error(format!(
-                    "{}: cannot delete: {}",
-                    p.display(),
-                    describe(&err)
-                )),
+            // Every entry removed is listed and counted, contents before
+            // their directory, as rsync lists them.
+            let mut doomed = Vec::new();
+            list_tree(&c.path(), crel, is_dir, &mut doomed);
+            for (p, rel, dir) in doomed {
+                stats.change(format!("delete {}{}", shown(&rel), if dir { "/" } else { "" }));
+                if self.sh.opts.dry_run {
+                    Stats::add(&stats.files_deleted, 1);
+                    continue;
+                }
+                let r = if dir {
+                    fs::remove_dir(&p)
+                } else {
+                    fs::remove_file(&p)
+                };
+                match r {
+                    Ok(()) => Stats::add(&stats.files_deleted, 1),
+                    Err(err) => stats.error(format!(
+                        "{}: delete: {}",
+                        p.display(),
+                        describe(&err)
+                    )),
+                }
             }
         }
     }
 }
 
-/// Entries in a tree (1 for a non-directory).
-fn count_tree(p: &Path) -> u64 {
-    match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => {
-            1 + fs::read_dir(p)
-                .map(|rd| rd.flatten().map(|c| count_tree(&c.path())).sum())
-                .unwrap_or(0)
+/// The entries of a tree to delete, contents before their directory: each
+/// with its path, its path relative to the destination root, and whether it
+/// is a directory. Symlinks are entries, never followed.
+fn list_tree(p: &Path, rel: Vec<u8>, is_dir: bool, out: &mut Vec<(PathBuf, Vec<u8>, bool)>) {
+    if is_dir {
+        if let Ok(rd) = fs::read_dir(p) {
+            for c in rd.flatten() {
+                let mut crel = rel.clone();
+                crel.push(b'/');
+                crel.extend_from_slice(c.file_name().as_bytes());
+                let d = c.file_type().is_ok_and(|t| t.is_dir());
+                list_tree(&c.path(), crel, d, out);
+            }
         }
-        _ => 1,
     }
+    out.push((p.to_path_buf(), rel, is_dir));
 }
 
 /// Cache key of the file at `dest` with metadata `m`.
@@ -1393,9 +1464,9 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                                 }
                             }
                             if st.hasher.finish().0 != digest {
-                                f.fail(format!(
+                                f.fail_with(Failure::Mismatch(format!(
                                     "verification failed: bytes {start}..{end} differ from the source"
-                                ));
+                                )));
                             }
                         }
                         _ => f.fail(format!("incomplete data for bytes {start}..{end}")),
@@ -1407,7 +1478,7 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                             sh.set_fatal(Error::io(&f.final_path, e));
                         } else {
                             sh.stats
-                                .error(format!("{}: {}", f.final_path.display(), describe(&e)));
+                                .error(line(&f.final_path, &e));
                         }
                     }
                 }
@@ -1462,7 +1533,7 @@ fn copy_from_basis(
         let n = (len - done).min(1 << 20) as usize;
         scratch.resize(n, 0);
         if let Err(e) = basis.read_exact_at(scratch, boff + done) {
-            f.fail(format!("reading the old copy: {}", describe(&e)));
+            f.fail_with(Failure::Io("read old copy of", describe(&e)));
             return;
         }
         if !same_place && f.failure().is_none() {
@@ -1559,7 +1630,7 @@ fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
                         sh.set_fatal(Error::io(&dest, err));
                     } else {
                         sh.stats
-                            .error(format!("{}: {}", dest.display(), describe(&err)));
+                            .error(line(&dest, &err));
                     }
                 }
             }
@@ -1729,7 +1800,11 @@ fn in_order(f: &DstFile, st: &mut SegState, off: u64, len: u64) -> bool {
 }
 
 fn write_failed(f: &DstFile, sh: &Shared<'_>, e: io::Error) {
-    f.fail(describe(&e));
+    let e = crate::error::with_op("write", e);
+    f.fail_with(Failure::Io(
+        crate::error::op_of(&e).unwrap_or("write"),
+        describe(&e),
+    ));
     if is_fatal_io(&e) {
         sh.set_fatal(Error::io(&f.final_path, e));
     }
@@ -1739,36 +1814,46 @@ fn write_failed(f: &DstFile, sh: &Shared<'_>, e: io::Error) {
 /// drop it (the temp file goes with it) when anything failed.
 fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
     if let Some(why) = f.failure() {
-        if f.delta.load(Ordering::SeqCst) && why.starts_with("verification failed") {
-            // The delta did not reproduce the source: send it whole.
-            Stats::add(&sh.stats.delta_mismatch, 1);
-            sh.stats.change(format!(
-                "{}: delta result failed verification; sending it whole",
-                f.final_path.display()
-            ));
-            return Ok(());
-        }
-        sh.stats.error(format!("{}: {why}", f.final_path.display()));
+        let why = match why {
+            Failure::Mismatch(why) if !f.delta.load(Ordering::SeqCst) => {
+                format!("{}: {why}", f.final_path.display())
+            }
+            Failure::Other(why) => format!("{}: {why}", f.final_path.display()),
+            Failure::Sender(why) => why,
+            Failure::Io(op, why) => format!("{op} {}: {why}", f.final_path.display()),
+            Failure::Mismatch(_) => {
+                // The delta did not reproduce the source: send it whole.
+                Stats::add(&sh.stats.delta_mismatch, 1);
+                sh.stats.change(format!(
+                    "{}: delta result failed verification; sending it whole",
+                    f.final_path.display()
+                ));
+                return Ok(());
+            }
+        };
+        sh.stats.error(why);
         return Ok(());
     }
     let e = &f.entry;
-    if let (false, Some(file)) = (f.is_device, f.file.as_file()) {
+    if let (true, Some(file)) = (f.stream_to, f.file.as_file()) {
+        write_in_order(file, e.size, &f.final_path)?;
+    } else if let (false, Some(file)) = (f.is_device, f.file.as_file()) {
         if f.tmp.is_none() {
             file.set_len(e.size)?;
         }
         if sh.opts.owner {
-            fsutil::fchown(file, e.uid, e.gid)?;
+            fsutil::fchown(file, e.uid, e.gid).op("set owner of")?;
         }
-        fsutil::fchmod(file, e.mode)?;
+        fsutil::fchmod(file, e.mode).op("set permissions of")?;
         if sh.opts.xattrs && !e.xattrs.is_empty() {
-            fsutil::fwrite_xattrs(file, &e.xattrs)?;
+            fsutil::fwrite_xattrs(file, &e.xattrs).op("set xattrs of")?;
         }
-        fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec)?;
+        fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;
     } else {
         f.file.sync_data()?;
     }
     if let Some(t) = &f.tmp {
-        fs::rename(t, &f.final_path)?;
+        fs::rename(t, &f.final_path).op("rename into place")?;
         fsutil::unregister_temp(t);
     }
     f.committed.store(true, Ordering::SeqCst);
@@ -1781,6 +1866,30 @@ fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         store_signature(f, out);
     }
     Ok(())
+}
+
+/// Write the `size` bytes assembled in `tmp` to the character device or
+/// FIFO at `dest`, in order. It is opened only now, after the data has
+/// arrived and been verified (a FIFO's open waits for a reader), without
+/// `O_CREAT`: if it has gone, nothing is created in its place.
+fn write_in_order(tmp: &File, size: u64, dest: &Path) -> io::Result<()> {
+    use std::io::{Read, Seek, Write};
+    let mut out = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(dest)
+        .op("open for writing")?;
+    let mut src = tmp;
+    src.seek(io::SeekFrom::Start(0)).op("read back")?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = (left as usize).min(buf.len());
+        src.read_exact(&mut buf[..n]).op("read back")?;
+        out.write_all(&buf[..n]).op("write")?;
+        left -= n as u64;
+    }
+    out.flush().op("write")
 }
 
 /// Put the signature of what was just written into the cache, keyed by the

@@ -281,6 +281,7 @@ fn serve_args_with(
     let flags = [
         (file_or_dir, "--file-or-dir"),
         (opts.delete, "--delete"),
+        (opts.force, "--force"),
         (opts.checksum, "--checksum"),
         (opts.dry_run, "--dry-run"),
         (opts.inplace, "--inplace"),
@@ -491,6 +492,7 @@ fn fill(stats: &Stats, r: &ReceiverReport) {
     use std::sync::atomic::Ordering::Relaxed;
     for (c, v) in [
         (&stats.files_total, r.files_total),
+        (&stats.dirs_total, r.dirs_total),
         (&stats.files_transferred, r.files_transferred),
         (&stats.files_delta, r.files_delta),
         (&stats.files_deleted, r.files_deleted),

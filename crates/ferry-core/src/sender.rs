@@ -422,7 +422,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
                 }
                 Err(e) => {
                     drop(g);
-                    fail(format!("{}: {}", f.path.display(), describe(&e)))?;
+                    fail(format!("read {}: {}", f.path.display(), describe(&e)))?;
                     None
                 }
             },
@@ -443,7 +443,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
                     f.path.display()
                 ))?;
             }
-            Ok(Err(e)) => fail(format!("{}: {}", f.path.display(), describe(&e)))?,
+            Ok(Err(e)) => fail(format!("read {}: {}", f.path.display(), describe(&e)))?,
             Err(e) => return Err(e),
         }
     } else if let Some(file) = &file {
@@ -481,7 +481,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
                     f.path.display()
                 ))?;
             }
-            Err(ScanError::Io(e)) => fail(format!("{}: {}", f.path.display(), describe(&e)))?,
+            Err(ScanError::Io(e)) => fail(format!("read {}: {}", f.path.display(), describe(&e)))?,
         }
     }
     if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -495,7 +495,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
                         "{}: file changed while being read",
                         f.path.display()
                     ))?,
-                    Err(e) => fail(format!("{}: {}", f.path.display(), describe(&e)))?,
+                    Err(e) => fail(format!("read {}: {}", f.path.display(), describe(&e)))?,
                 }
             }
         }
@@ -765,7 +765,7 @@ fn walk_all(
         } else {
             std::fs::symlink_metadata(&src.path)
         }
-        .map_err(|e| Error::io(&src.path, e))?;
+        .map_err(|e| Error::io_op("stat", &src.path, e))?;
         w.visit(&src.path, src.name.clone(), &meta, true)?;
     }
     tx.send(Message::EndOfList)?;
@@ -835,7 +835,7 @@ impl Walker<'_> {
             let mut children: Vec<_> = match std::fs::read_dir(path) {
                 Ok(rd) => rd.filter_map(|d| d.ok()).collect(),
                 Err(err) => {
-                    self.warn(format!("{}: {}", path.display(), describe(&err)))?;
+                    self.warn(format!("list directory {}: {}", path.display(), describe(&err)))?;
                     return Ok(());
                 }
             };
@@ -845,7 +845,7 @@ impl Walker<'_> {
                 let m = match std::fs::symlink_metadata(&cp) {
                     Ok(m) => m,
                     Err(err) => {
-                        self.warn(format!("{}: {}", cp.display(), describe(&err)))?;
+                        self.warn(format!("stat {}: {}", cp.display(), describe(&err)))?;
                         continue;
                     }
                 };
@@ -895,7 +895,7 @@ impl Walker<'_> {
             match File::open(path).and_then(|f| scan::file_digest(&f, size, self.opts.threads)) {
                 Ok(d) => e.digest = Some(d),
                 Err(err) => {
-                    self.warn(format!("{}: {}", path.display(), describe(&err)))?;
+                    self.warn(format!("read {}: {}", path.display(), describe(&err)))?;
                     return Ok(());
                 }
             }

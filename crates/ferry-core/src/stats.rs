@@ -2,15 +2,17 @@
 //! progress bar), and the final report.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use serde::Serialize;
 
 /// Counters updated while a run goes on. All fields are monotonic.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Entries in the source list (files, dirs, links).
+    /// Non-directory entries in the source list (files, links).
     pub files_total: AtomicU64,
+    /// Directory entries in the source list.
+    pub dirs_total: AtomicU64,
     pub files_transferred: AtomicU64,
     pub files_delta: AtomicU64,
     pub files_deleted: AtomicU64,
@@ -33,10 +35,28 @@ pub struct Stats {
     pub delta_mismatch: AtomicU64,
     /// Human-readable lines for entries that failed (capped).
     pub errors: Mutex<Vec<String>>,
-    /// What a dry run would do, or what a real run did when itemising.
+    /// What a dry run would do, or what a real run did when itemising,
+    /// unless a watcher takes each line as it happens ([`Stats::on_change`]).
     pub changes: Mutex<Vec<String>>,
+    sink: ChangeSink,
     /// Things the user should know that are not failures (a fallback).
     pub notices: Mutex<Vec<String>>,
+}
+
+type SinkFn = Box<dyn Fn(&str) + Send + Sync>;
+
+/// Who is told of each change as it happens.
+#[derive(Default)]
+struct ChangeSink(OnceLock<SinkFn>);
+
+impl std::fmt::Debug for ChangeSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "ChangeSink(set)"
+        } else {
+            "ChangeSink(none)"
+        })
+    }
 }
 
 /// Most error lines kept.
@@ -62,8 +82,16 @@ impl Stats {
         }
     }
 
+    /// Hand every later change line to `f` as it happens, instead of
+    /// keeping it in [`Stats::changes`]. Set once; later calls are ignored.
+    pub fn on_change(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.sink.0.set(Box::new(f));
+    }
+
     pub fn change(&self, line: String) {
-        if let Ok(mut c) = self.changes.lock() {
+        if let Some(f) = self.sink.0.get() {
+            f(&line);
+        } else if let Ok(mut c) = self.changes.lock() {
             c.push(line);
         }
     }
@@ -71,6 +99,7 @@ impl Stats {
     pub fn report(&self, seconds: f64) -> Report {
         Report {
             files_total: self.files_total.load(Relaxed),
+            dirs_total: self.dirs_total.load(Relaxed),
             files_transferred: self.files_transferred.load(Relaxed),
             files_delta: self.files_delta.load(Relaxed),
             files_deleted: self.files_deleted.load(Relaxed),
@@ -91,6 +120,7 @@ impl Stats {
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Report {
     pub files_total: u64,
+    pub dirs_total: u64,
     pub files_transferred: u64,
     pub files_delta: u64,
     pub files_deleted: u64,

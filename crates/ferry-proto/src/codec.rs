@@ -213,6 +213,7 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
                 r.bytes_transferred,
                 r.bytes_written,
                 r.bytes_matched,
+                r.dirs_total,
             ] {
                 o.var(v);
             }
@@ -482,7 +483,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
         },
         tag::SENDER_DONE => Message::SenderDone,
         tag::RECEIVER_DONE => {
-            let mut v = [0u64; 9];
+            let mut v = [0u64; 10];
             for x in v.iter_mut() {
                 *x = i.var()?;
             }
@@ -501,6 +502,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
                 bytes_transferred: v[6],
                 bytes_written: v[7],
                 bytes_matched: v[8],
+                dirs_total: v[9],
                 errors,
             }))
         }
@@ -619,6 +621,7 @@ mod tests {
             bytes_transferred: 7,
             bytes_written: 8,
             bytes_matched: 9,
+            dirs_total: 10,
             errors: vec!["x".into()],
         })));
         roundtrip(Message::Fatal { error: "no".into() });

@@ -36,7 +36,7 @@ pub const NO_FILE: u32 = u32::MAX;
 
 /// Protocol version spoken by this build. Peers must agree exactly on the
 /// major version; see `docs/PROTOCOL.md`.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// The version this process announces in `Hello`: [`PROTOCOL_VERSION`],
 /// unless the environment variable `FERRY_TEST_PROTOCOL_VERSION` says
 /// otherwise (a test aid to exercise version mismatches with real peers).

@@ -86,6 +86,7 @@ pub enum WantMode {
 /// command can report it whichever side received.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReceiverReport {
+    /// Non-directory entries of the source list.
     pub files_total: u64,
     pub files_transferred: u64,
     pub files_delta: u64,
@@ -95,6 +96,8 @@ pub struct ReceiverReport {
     pub bytes_transferred: u64,
     pub bytes_written: u64,
     pub bytes_matched: u64,
+    /// Directory entries of the source list.
+    pub dirs_total: u64,
     /// One line per failed entry, capped, for the side that prints.
     pub errors: Vec<String>,
 }
