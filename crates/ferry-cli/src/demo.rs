@@ -218,7 +218,14 @@ fn demo(a: &DemoArgs) -> Result<bool, Box<dyn std::error::Error>> {
     outln!("");
     outln!(
         "{:<26} {:>6} {:>6} {:>7} {:>11} {:>11} {:>11} {:>9}",
-        "run", "files", "sent", "deleted", "changed", "on wire", "written", "time"
+        "run",
+        "files",
+        "sent",
+        "deleted",
+        "changed",
+        "on wire",
+        "written",
+        "time"
     );
     for (name, r) in &rows {
         outln!(

@@ -178,9 +178,7 @@ fn exit_code(e: &StreamError, receiving: bool) -> i32 {
         ErrorKind::Integrity => code::PROTOCOL,
         ErrorKind::PeerKilled if receiving => code::PROTOCOL,
         ErrorKind::WrongKey => code::AUTH,
-        ErrorKind::PeerKilled
-        | ErrorKind::AddrInUse
-        | ErrorKind::Unreachable => code::CONNECTION,
+        ErrorKind::PeerKilled | ErrorKind::AddrInUse | ErrorKind::Unreachable => code::CONNECTION,
     }
 }
 

@@ -136,7 +136,11 @@ pub fn run(a: SyncArgs) -> i32 {
     }
     // A bar redrawn on the terminal the list is printed to would tear it.
     let bar_in_the_way = listing && std::io::stdout().is_terminal();
-    let progress = Progress::start(stats.clone(), a.progress, a.quiet || a.json || bar_in_the_way);
+    let progress = Progress::start(
+        stats.clone(),
+        a.progress,
+        a.quiet || a.json || bar_in_the_way,
+    );
     let res = match (&plan, &remote_dest) {
         (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
         (None, Some(d)) => ferry_core::remote::sync_push(&paths, d, &opts, &ropts, &stats),

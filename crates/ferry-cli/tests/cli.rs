@@ -26,8 +26,14 @@ fn full_device_fails_with_enospc_and_stays_a_device() {
     let out = ferry(&["sync", p(&src), "/dev/full"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains("write /dev/full: no space left on device"), "{err}");
-    assert!(!err.contains("transferred"), "no summary after a fatal error: {err}");
+    assert!(
+        err.contains("write /dev/full: no space left on device"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("transferred"),
+        "no summary after a fatal error: {err}"
+    );
     let m = fs::symlink_metadata("/dev/full").unwrap();
     assert!(m.file_type().is_char_device());
 }
@@ -53,7 +59,11 @@ fn fifo_destination_receives_the_bytes() {
     let data = bytes(5, 3 << 20);
     fs::write(&src, &data).unwrap();
     let fifo = d.path().join("fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || {
@@ -114,7 +124,12 @@ fn closed_stdout_ends_quietly_with_the_runs_code() {
     // The reading end is closed here, as `head -1` does.
     assert!(first.starts_with("new "), "{first}");
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let st = child.wait().unwrap();
     assert_eq!(st.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -141,7 +156,11 @@ fn interrupted_run_exits_130_and_leaves_no_temp_files() {
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!temp_files(&dstdir).is_empty(), "the transfer is under way");
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(stderr(&out).contains("interrupted"));
@@ -161,7 +180,10 @@ fn unwritable_destination_exits_3_and_names_the_operation() {
         let out = ferry(&["sync", &s, "/proc/ferry-nonexistent/x"]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(3), "{s}: {err}");
-        assert!(err.contains("create directory /proc/ferry-nonexistent"), "{err}");
+        assert!(
+            err.contains("create directory /proc/ferry-nonexistent"),
+            "{err}"
+        );
         assert_eq!(err.lines().count(), 1, "one line: {err}");
     }
 }
@@ -210,14 +232,20 @@ fn summary_counts_match_the_listed_lines() {
     let dst = d.path().join("dst");
     let out = ferry(&["sync", &slash(&src), p(&dst)]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("1 file, 1 directory: 1 transferred"), "{text}");
+    assert!(
+        text.starts_with("1 file, 1 directory: 1 transferred"),
+        "{text}"
+    );
     assert!(!text.contains("MB/s") && !text.contains("GB/s"), "{text}");
     fs::create_dir_all(dst.join("gone/sub")).unwrap();
     fs::write(dst.join("gone/sub/x"), b"x").unwrap();
     fs::write(dst.join("zz"), b"z").unwrap();
     let out = ferry(&["sync", "-n", "--delete", &slash(&src), p(&dst)]);
     let text = String::from_utf8_lossy(&out.stdout);
-    let listed = text.lines().filter(|l| l.starts_with("would delete")).count();
+    let listed = text
+        .lines()
+        .filter(|l| l.starts_with("would delete"))
+        .count();
     assert_eq!(listed, 4, "{text}");
     assert!(text.contains(", 4 deleted"), "{text}");
     assert!(!text.contains("B/s"), "a dry run has no rate: {text}");

@@ -176,7 +176,9 @@ impl SshServer {
             .into_iter()
             .find(|p| Path::new(p).exists());
         let (Some(sshd), true) = (sshd, which("ssh")) else {
-            skip(&format!("{test}: openssh-server/openssh-client not installed (.ci/run installs them)"));
+            skip(&format!(
+                "{test}: openssh-server/openssh-client not installed (.ci/run installs them)"
+            ));
             return None;
         };
         let dir = tempfile::tempdir().expect("temp dir");

@@ -21,7 +21,9 @@ impl Drop for Server {
 /// read-only on a unix socket; also its raw conversion by qemu-img.
 fn serve(dir: &Path, test: &str) -> Option<(Server, String)> {
     if !which("qemu-nbd") || !which("qemu-io") || !which("qemu-img") {
-        skip(&format!("{test}: qemu-utils (qemu-nbd, qemu-io, qemu-img) not installed"));
+        skip(&format!(
+            "{test}: qemu-utils (qemu-nbd, qemu-io, qemu-img) not installed"
+        ));
         return None;
     }
     let img = dir.join("img.qcow2");

@@ -668,9 +668,7 @@ impl Dispatcher<'_, '_> {
             if is_fatal_io(&err) {
                 return Err(Error::io(dest, err));
             }
-            self.sh
-                .stats
-                .error(line(&dest, &err));
+            self.sh.stats.error(line(dest, &err));
         }
         Ok(())
     }
@@ -931,7 +929,10 @@ impl Dispatcher<'_, '_> {
         };
         let delta = delta_cost.is_some_and(|c| c < delta_saving(self.sh));
         let (file, tmp) = if is_device {
-            let f = OpenOptions::new().write(true).open(dest).op("open device")?;
+            let f = OpenOptions::new()
+                .write(true)
+                .open(dest)
+                .op("open device")?;
             let dev_size = fsutil::size_of(&f, &f.metadata()?)?;
             if dev_size < e.size {
                 return Err(io::Error::other(format!(
@@ -1180,7 +1181,7 @@ impl Dispatcher<'_, '_> {
                 fsutil::set_mtime_path(dir, e.mtime, e.mtime_nsec)
             })();
             if let Err(err) = r {
-                stats.error(line(&dir, &err));
+                stats.error(line(dir, &err));
             }
         }
     }
@@ -1212,7 +1213,11 @@ impl Dispatcher<'_, '_> {
             let mut doomed = Vec::new();
             list_tree(&c.path(), crel, is_dir, &mut doomed);
             for (p, rel, dir) in doomed {
-                stats.change(format!("delete {}{}", shown(&rel), if dir { "/" } else { "" }));
+                stats.change(format!(
+                    "delete {}{}",
+                    shown(&rel),
+                    if dir { "/" } else { "" }
+                ));
                 if self.sh.opts.dry_run {
                     Stats::add(&stats.files_deleted, 1);
                     continue;
@@ -1224,11 +1229,7 @@ impl Dispatcher<'_, '_> {
                 };
                 match r {
                     Ok(()) => Stats::add(&stats.files_deleted, 1),
-                    Err(err) => stats.error(format!(
-                        "{}: delete: {}",
-                        p.display(),
-                        describe(&err)
-                    )),
+                    Err(err) => stats.error(format!("{}: delete: {}", p.display(), describe(&err))),
                 }
             }
         }
@@ -1477,8 +1478,7 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                         if is_fatal_io(&e) {
                             sh.set_fatal(Error::io(&f.final_path, e));
                         } else {
-                            sh.stats
-                                .error(line(&f.final_path, &e));
+                            sh.stats.error(line(&f.final_path, &e));
                         }
                     }
                 }
@@ -1629,8 +1629,7 @@ fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
                     if is_fatal_io(&err) {
                         sh.set_fatal(Error::io(&dest, err));
                     } else {
-                        sh.stats
-                            .error(line(&dest, &err));
+                        sh.stats.error(line(&dest, &err));
                     }
                 }
             }

@@ -835,7 +835,11 @@ impl Walker<'_> {
             let mut children: Vec<_> = match std::fs::read_dir(path) {
                 Ok(rd) => rd.filter_map(|d| d.ok()).collect(),
                 Err(err) => {
-                    self.warn(format!("list directory {}: {}", path.display(), describe(&err)))?;
+                    self.warn(format!(
+                        "list directory {}: {}",
+                        path.display(),
+                        describe(&err)
+                    ))?;
                     return Ok(());
                 }
             };
