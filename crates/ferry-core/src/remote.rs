@@ -149,13 +149,16 @@ fn direct_connect(
             ))
         };
     };
-    let mut port: u16 = port
+    let port: u16 = port
         .parse()
         .map_err(|_| (Error::Protocol(format!("bad direct port {port:?}")), None))?;
-    if std::env::var_os("FERRY_TEST_DIRECT_UNREACHABLE").is_some() {
-        // Test aid: a port where nothing listens, as behind a firewall.
-        port = 1;
-    }
+    // Test aid: a port where nothing listens, as behind a firewall.
+    #[cfg(feature = "test-hooks")]
+    let port = if std::env::var_os("FERRY_TEST_DIRECT_UNREACHABLE").is_some() {
+        1
+    } else {
+        port
+    };
     let psk = ferry_channel::Psk::new(key.as_bytes()).map_err(|e| (chan_err(e), None))?;
     let name = host.rsplit('@').next().unwrap_or(host);
     let name = name.trim_start_matches('[').trim_end_matches(']');
@@ -282,6 +285,7 @@ fn serve_args_with(
         (file_or_dir, "--file-or-dir"),
         (opts.delete, "--delete"),
         (opts.force, "--force"),
+        (opts.ignore_errors, "--ignore-errors"),
         (opts.checksum, "--checksum"),
         (opts.dry_run, "--dry-run"),
         (opts.inplace, "--inplace"),
@@ -493,6 +497,8 @@ fn fill(stats: &Stats, r: &ReceiverReport) {
     for (c, v) in [
         (&stats.files_total, r.files_total),
         (&stats.dirs_total, r.dirs_total),
+        (&stats.delete_skipped, r.delete_skipped),
+        (&stats.delta_mismatch, r.delta_mismatch),
         (&stats.files_transferred, r.files_transferred),
         (&stats.files_delta, r.files_delta),
         (&stats.files_deleted, r.files_deleted),
@@ -536,6 +542,19 @@ pub fn sync_push(
     stats: &Stats,
 ) -> Result<Report> {
     let start = Instant::now();
+    crate::with_whole_retry(opts, stats, start, |o, s| {
+        push_pass(sources, dest, o, ropts, s, start)
+    })
+}
+
+fn push_pass(
+    sources: &[String],
+    dest: &RemotePath,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+    start: Instant,
+) -> Result<Report> {
     for s in sources.iter().filter(|s| !crate::source::is_nbd_uri(s)) {
         std::fs::symlink_metadata(s.trim_end_matches('/'))
             .or_else(|_| std::fs::symlink_metadata(s))
@@ -569,6 +588,19 @@ pub fn sync_pull(
     stats: &Stats,
 ) -> Result<Report> {
     let start = Instant::now();
+    crate::with_whole_retry(opts, stats, start, |o, s| {
+        pull_pass(sources, dest, o, ropts, s, start)
+    })
+}
+
+fn pull_pass(
+    sources: &[RemotePath],
+    dest: &str,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+    start: Instant,
+) -> Result<Report> {
     let host = &sources[0].host;
     if sources.iter().any(|s| &s.host != host) {
         return Err(Error::Usage(

@@ -37,14 +37,19 @@ pub const NO_FILE: u32 = u32::MAX;
 /// Protocol version spoken by this build. Peers must agree exactly on the
 /// major version; see `docs/PROTOCOL.md`.
 pub const PROTOCOL_VERSION: u32 = 3;
-/// The version this process announces in `Hello`: [`PROTOCOL_VERSION`],
-/// unless the environment variable `FERRY_TEST_PROTOCOL_VERSION` says
-/// otherwise (a test aid to exercise version mismatches with real peers).
+/// The version this process announces in `Hello`: [`PROTOCOL_VERSION`].
+/// With the `test-hooks` feature (test builds only), the environment
+/// variable `FERRY_TEST_PROTOCOL_VERSION` may say otherwise, to exercise
+/// version mismatches with real peers.
 pub fn announced_version() -> u32 {
-    std::env::var("FERRY_TEST_PROTOCOL_VERSION")
+    #[cfg(feature = "test-hooks")]
+    if let Some(v) = std::env::var("FERRY_TEST_PROTOCOL_VERSION")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(PROTOCOL_VERSION)
+    {
+        return v;
+    }
+    PROTOCOL_VERSION
 }
 
 /// Magic bytes at the start of a stream link, before the first frame.
