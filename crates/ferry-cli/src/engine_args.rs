@@ -21,6 +21,10 @@ pub struct EngineArgs {
     /// (devices are never replaced).
     #[arg(long)]
     pub force: bool,
+    /// With --delete: delete even when the sender could not read part of
+    /// the source (by default any such error turns deletion off).
+    #[arg(long)]
+    pub ignore_errors: bool,
     /// Show what would change; change nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -70,6 +74,7 @@ impl EngineArgs {
             checksum: self.checksum,
             delete: self.delete,
             force: self.force,
+            ignore_errors: self.ignore_errors,
             dry_run: self.dry_run,
             inplace: self.inplace,
             xattrs: self.xattrs,

@@ -16,6 +16,7 @@ mod early;
 pub mod error;
 pub mod exclude;
 pub mod fsutil;
+pub mod listcheck;
 pub mod plan;
 pub mod receiver;
 pub mod remote;
@@ -55,6 +56,9 @@ pub struct SyncOptions {
     /// Replace a non-empty directory by a non-directory, and a top-level
     /// non-directory destination (never a device) by a directory.
     pub force: bool,
+    /// Delete even after the sender could not read part of the source
+    /// (without it, any such error turns `--delete` off for the run).
+    pub ignore_errors: bool,
     /// Decide and report, change nothing.
     pub dry_run: bool,
     /// Overwrite changed files in place instead of temp file + rename.
@@ -91,6 +95,7 @@ impl Default for SyncOptions {
             checksum: false,
             delete: false,
             force: false,
+            ignore_errors: false,
             dry_run: false,
             inplace: false,
             xattrs: false,
@@ -168,26 +173,49 @@ pub fn source_is_dir(s: &str) -> Option<bool> {
 /// verification is sent again whole, in a second pass.
 pub fn sync_local(plan: &Plan, opts: &SyncOptions, stats: &Stats) -> Result<Report> {
     let start = Instant::now();
-    let mut report = sync_local_pass(plan, opts, stats, start)?;
-    let retries = stats.delta_mismatch.load(Ordering::Relaxed);
-    if retries > 0 && opts.delta != DeltaMode::Whole {
-        let whole = SyncOptions {
-            delta: DeltaMode::Whole,
-            ..opts.clone()
-        };
-        let again = Stats::default();
-        let r2 = sync_local_pass(plan, &whole, &again, start);
-        for (a, b) in [
-            (&stats.files_transferred, &again.files_transferred),
-            (&stats.bytes_written, &again.bytes_written),
-            (&stats.bytes_wire, &again.bytes_wire),
-        ] {
-            a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-        r2?;
-        report = stats.report(start.elapsed().as_secs_f64());
+    with_whole_retry(opts, stats, start, |o, s| {
+        sync_local_pass(plan, o, s, start)
+    })
+}
+
+/// Run `pass`; if a delta's result failed verification (the old file was
+/// kept), run it once more with whole files, which re-sends exactly those
+/// files (everything else is up to date by then), and add up both passes.
+/// Local and remote runs alike.
+pub(crate) fn with_whole_retry(
+    opts: &SyncOptions,
+    stats: &Stats,
+    start: Instant,
+    pass: impl Fn(&SyncOptions, &Stats) -> Result<Report>,
+) -> Result<Report> {
+    let first = pass(opts, stats);
+    let mismatched = stats.delta_mismatch.load(Ordering::Relaxed);
+    match &first {
+        _ if mismatched == 0 || opts.delta == DeltaMode::Whole || opts.dry_run => return first,
+        Err(e) if !matches!(e, Error::Partial { .. }) => return first,
+        _ => {}
     }
-    Ok(report)
+    let whole = SyncOptions {
+        delta: DeltaMode::Whole,
+        ..opts.clone()
+    };
+    let again = Stats::default();
+    let second = pass(&whole, &again);
+    for (a, b) in [
+        (&stats.files_transferred, &again.files_transferred),
+        (&stats.files_failed, &again.files_failed),
+        (&stats.bytes_written, &again.bytes_written),
+        (&stats.bytes_wire, &again.bytes_wire),
+    ] {
+        a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    if let (Ok(mut a), Ok(b)) = (stats.errors.lock(), again.errors.lock()) {
+        a.extend(b.iter().cloned());
+    }
+    match second {
+        Err(e) if !matches!(e, Error::Partial { .. }) => Err(e),
+        _ => finished(stats, start),
+    }
 }
 
 fn sync_local_pass(

@@ -25,6 +25,7 @@ use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, Wa
 use crate::direct;
 use crate::error::{describe, is_fatal_io, line, Error, IoOp, Result};
 use crate::fsutil;
+use crate::listcheck::{parent_of, shown, ListCheck, Shape};
 use crate::plan::Dest;
 use crate::stats::Stats;
 use crate::SyncOptions;
@@ -379,7 +380,7 @@ pub fn run_receiver(
             sh: &shared,
             tx: &tx,
             files: HashMap::new(),
-            done_count: HashMap::new(),
+            done: HashMap::new(),
             paths: HashMap::new(),
             seen: HashSet::new(),
             dirs_ok: HashSet::from([Vec::new()]),
@@ -393,6 +394,8 @@ pub fn run_receiver(
             waiting: Default::default(),
             end_of_list: false,
             max_in_flight: max_in_flight(),
+            check: ListCheck::new(Shape::Tree),
+            source_unread: false,
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -431,6 +434,8 @@ pub fn run_receiver(
         bytes_written: rep.bytes_written,
         bytes_matched: rep.bytes_matched,
         dirs_total: rep.dirs_total,
+        delete_skipped: rep.delete_skipped as u64,
+        delta_mismatch: stats.delta_mismatch.load(Ordering::Relaxed),
         errors: rep.errors,
     };
     tx.send(Message::ReceiverDone(Box::new(report.clone())))?;
@@ -442,7 +447,8 @@ struct Dispatcher<'a, 'b> {
     sh: &'a Shared<'b>,
     tx: &'a MsgTx,
     files: HashMap<u32, Arc<DstFile>>,
-    done_count: HashMap<u32, u64>,
+    /// Segments of each file in flight that the sender has finished.
+    done: HashMap<u32, HashSet<u32>>,
     /// Destination path of every file entry, for hard links.
     paths: HashMap<u32, PathBuf>,
     /// Every path in the source list, for `--delete`.
@@ -466,6 +472,11 @@ struct Dispatcher<'a, 'b> {
     /// The sender's `EndOfList`, held until `waiting` is empty.
     end_of_list: bool,
     max_in_flight: usize,
+    /// The rules a sender's list must keep (see [`crate::listcheck`]).
+    check: ListCheck,
+    /// The sender reported a source entry it could not list or read:
+    /// `--delete` is off for the run (unless `--ignore-errors`).
+    source_unread: bool,
 }
 
 /// How many files may be open for writing at once: each holds a temp file,
@@ -487,28 +498,6 @@ const ASSUMED_LINK_RATE: f64 = 117e6;
 /// Below this size a file goes whole: a signature round trip costs more.
 const MIN_DELTA_SIZE: u64 = 64 << 10;
 
-fn valid_rel(p: &[u8]) -> bool {
-    p.is_empty()
-        || (!p.contains(&0)
-            && p.split(|&b| b == b'/')
-                .all(|c| !c.is_empty() && c != b"." && c != b".."))
-}
-
-fn parent_of(p: &[u8]) -> &[u8] {
-    match p.iter().rposition(|&b| b == b'/') {
-        Some(i) => &p[..i],
-        None => &[],
-    }
-}
-
-fn shown(p: &[u8]) -> String {
-    if p.is_empty() {
-        ".".into()
-    } else {
-        String::from_utf8_lossy(p).into_owned()
-    }
-}
-
 impl Dispatcher<'_, '_> {
     fn run(
         &mut self,
@@ -525,18 +514,13 @@ impl Dispatcher<'_, '_> {
             };
             match m {
                 Message::Entry(e) => self.entry(*e)?,
-                Message::Data { file, offset, data } => self.route(
-                    workers,
-                    file,
-                    offset / layout::SEGMENT,
-                    Op::Data(offset, data),
-                )?,
-                Message::Zero { file, offset, len } => self.route(
-                    workers,
-                    file,
-                    offset / layout::SEGMENT,
-                    Op::Zero(offset, len),
-                )?,
+                Message::Data { file, offset, data } => {
+                    let len = data.len() as u64;
+                    self.route(workers, file, offset, len, Op::Data(offset, data))?
+                }
+                Message::Zero { file, offset, len } => {
+                    self.route(workers, file, offset, len, Op::Zero(offset, len))?
+                }
                 Message::Copy {
                     file,
                     offset,
@@ -545,7 +529,8 @@ impl Dispatcher<'_, '_> {
                 } => self.route(
                     workers,
                     file,
-                    offset / layout::SEGMENT,
+                    offset,
+                    len,
                     Op::Copy(offset, basis_offset, len),
                 )?,
                 Message::SegmentDone {
@@ -554,12 +539,22 @@ impl Dispatcher<'_, '_> {
                     digest,
                 } => {
                     let f = self.lookup(file)?;
-                    let c = self.done_count.entry(file).or_insert(0);
-                    *c += 1;
-                    let last = *c >= f.nseg;
+                    if segment as u64 >= f.nseg {
+                        return Err(Error::Protocol(format!(
+                            "segment {segment} of file {file}, which has {}",
+                            f.nseg
+                        )));
+                    }
+                    let done = self.done.entry(file).or_default();
+                    if !done.insert(segment) {
+                        return Err(Error::Protocol(format!(
+                            "segment {segment} of file {file} finished twice"
+                        )));
+                    }
+                    let last = done.len() as u64 >= f.nseg;
                     if last {
                         self.files.remove(&file);
-                        self.done_count.remove(&file);
+                        self.done.remove(&file);
                     }
                     let k = worker_for(&f, segment as u64, workers.len());
                     send_op(&workers[k], f, Op::Done(segment, digest))?;
@@ -571,6 +566,9 @@ impl Dispatcher<'_, '_> {
                     if let Some(f) = self.files.get(&file) {
                         f.fail_with(Failure::Sender(error));
                     } else {
+                        // Part of the source could not be listed or read:
+                        // its absence from the list means nothing.
+                        self.source_unread = true;
                         self.sh.stats.error(error);
                     }
                 }
@@ -596,28 +594,56 @@ impl Dispatcher<'_, '_> {
         })
     }
 
+    /// Hand a data op to the writer of its segment. An op must lie within
+    /// one segment of the file as announced, of a segment not yet finished.
     fn route(
         &mut self,
         workers: &[Sender<(Arc<DstFile>, Op)>],
         file: u32,
-        seg: u64,
+        offset: u64,
+        len: u64,
         op: Op,
     ) -> Result<()> {
         let f = self.lookup(file)?;
+        let seg = offset / layout::SEGMENT;
+        if len == 0 && offset <= f.entry.size {
+            // Says nothing; harmless.
+            return Ok(());
+        }
+        let inside = offset
+            .checked_add(len)
+            .is_some_and(|end| end <= f.entry.size && (end - 1) / layout::SEGMENT == seg);
+        if !inside {
+            return Err(Error::Protocol(format!(
+                "{} bytes at offset {offset} of file {file} ({} bytes): not within one segment",
+                len, f.entry.size
+            )));
+        }
+        if self
+            .done
+            .get(&file)
+            .is_some_and(|d| d.contains(&(seg as u32)))
+        {
+            return Err(Error::Protocol(format!(
+                "data for segment {seg} of file {file} after it was finished"
+            )));
+        }
         let k = worker_for(&f, seg, workers.len());
         send_op(&workers[k], f, op)
     }
 
     fn entry(&mut self, mut e: Entry) -> Result<()> {
-        if !valid_rel(&e.path) {
-            return Err(Error::Protocol(format!(
-                "unsafe path in file list: {:?}",
-                shown(&e.path)
-            )));
-        }
+        // The path is checked (with the rest of the list's rules) once the
+        // first entry of a file-or-directory destination has chosen which.
         if let Some(p) = self.late.take() {
             self.resolve_root(&p, &mut e)?;
+            if e.kind() != EntryKind::Dir {
+                self.check.set_shape(Shape::SingleFile);
+            }
         }
+        self.check
+            .admit(&e)
+            .map_err(|r| Error::Protocol(r.to_string()))?;
         if let Some(uri) = self.nbd.clone() {
             return self.nbd_entry(e, &uri);
         }
@@ -632,7 +658,7 @@ impl Dispatcher<'_, '_> {
         }
         if !self.dirs_ok.contains(parent_of(&e.path)) {
             stats.error(format!(
-                "{}: parent is not a directory at the destination",
+                "{}: skipped: its directory could not be made at the destination",
                 shown(&e.path)
             ));
             return Ok(());
@@ -1161,7 +1187,13 @@ impl Dispatcher<'_, '_> {
                 }
             }
         }
-        if opts.delete {
+        if opts.delete && self.source_unread && !opts.ignore_errors {
+            Stats::add(&stats.delete_skipped, 1);
+            stats.error_line(
+                "I/O error on the sending side: skipping deletion (--ignore-errors deletes anyway)"
+                    .into(),
+            );
+        } else if opts.delete {
             for (dir, e) in &self.dirs {
                 self.delete_extras(dir, &e.path);
             }
@@ -1367,15 +1399,44 @@ fn flush_segment(
     res
 }
 
+/// Segments one writer may have open at once. A sender has one segment
+/// per worker in flight (and a few sent early), so more is a peer driving
+/// this side's memory: a protocol error.
+const MAX_OPEN_SEGMENTS: usize = 1024;
+
+/// Segment assembly buffers (8 MiB each) all writers together may hold; a
+/// segment opened beyond that is written through the page cache instead.
+const MAX_SEGMENT_BUFFERS: usize = 16;
+
+/// The state of the segment `off` falls in, opened on its first op; `None`
+/// (and the run stopped) when the peer opens too many.
 fn seg_state<'m>(
     segs: &'m mut HashMap<(u32, u64), SegState>,
     pool: &mut direct::Pool,
     f: &DstFile,
     off: u64,
-) -> &'m mut SegState {
+    sh: &Shared<'_>,
+) -> Option<&'m mut SegState> {
     let seg = off / layout::SEGMENT;
-    segs.entry((f.entry.id, seg)).or_insert_with(|| SegState {
-        buf: f.direct_ok.load(Ordering::Relaxed).then(|| {
+    let key = (f.entry.id, seg);
+    if !segs.contains_key(&key) {
+        if segs.len() >= MAX_OPEN_SEGMENTS {
+            sh.set_fatal(Error::Protocol(format!(
+                "the sender opened more than {MAX_OPEN_SEGMENTS} segments at once"
+            )));
+            return None;
+        }
+        let bufs = segs.values().filter(|s| s.buf.is_some()).count();
+        let share = (MAX_SEGMENT_BUFFERS / sh.opts.threads.max(1)).max(1);
+        let buffered = f.direct_ok.load(Ordering::Relaxed) && bufs < share;
+        segs.insert(key, new_seg_state(pool, f, seg, buffered));
+    }
+    segs.get_mut(&key)
+}
+
+fn new_seg_state(pool: &mut direct::Pool, f: &DstFile, seg: u64, buffered: bool) -> SegState {
+    SegState {
+        buf: buffered.then(|| {
             let (start, end) = layout::segment_range(f.entry.size, seg);
             pool.take((end - start) as usize)
         }),
@@ -1391,7 +1452,7 @@ fn seg_state<'m>(
             weak: Vec::new(),
             full: Vec::new(),
         }),
-    })
+    }
 }
 
 fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
@@ -1405,7 +1466,9 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
         let id = f.entry.id;
         match op {
             Op::Data(off, data) => {
-                let st = seg_state(&mut segs, &mut pool, &f, off);
+                let Some(st) = seg_state(&mut segs, &mut pool, &f, off, sh) else {
+                    continue;
+                };
                 if !in_order(&f, st, off, data.len() as u64) {
                     continue;
                 }
@@ -1423,14 +1486,18 @@ fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 ferry_proto::bufpool::give(data);
             }
             Op::Copy(off, boff, len) => {
-                let st = seg_state(&mut segs, &mut pool, &f, off);
+                let Some(st) = seg_state(&mut segs, &mut pool, &f, off, sh) else {
+                    continue;
+                };
                 if !in_order(&f, st, off, len) {
                     continue;
                 }
                 copy_from_basis(&f, st, sh, off, boff, len, &mut scratch);
             }
             Op::Zero(off, len) => {
-                let st = seg_state(&mut segs, &mut pool, &f, off);
+                let Some(st) = seg_state(&mut segs, &mut pool, &f, off, sh) else {
+                    continue;
+                };
                 if !in_order(&f, st, off, len) {
                     continue;
                 }

@@ -200,6 +200,9 @@ pub fn run_sender(
             let mut job_tx = Some(job_tx);
             let mut workers = Some(workers);
             let mut pending: HashMap<u32, Pending> = HashMap::new();
+            // What each file was asked for: a peer may not make this side
+            // queue the same file again and again.
+            let mut wanted: HashMap<u32, WantMode> = HashMap::new();
             loop {
                 match rx.recv()? {
                     Message::Want { file, mode } => {
@@ -207,6 +210,18 @@ pub fn run_sender(
                         let Some(f) = f else {
                             return Err(Error::Protocol(format!("receiver asked for unknown file {file}")));
                         };
+                        // A delta may be turned into a whole file once (the
+                        // receiver found the delta no longer pays); nothing else
+                        // is asked twice.
+                        match wanted.insert(file, mode) {
+                            None => {}
+                            Some(prev) if prev != WantMode::Whole && mode == WantMode::Whole => {}
+                            Some(_) => {
+                                return Err(Error::Protocol(format!(
+                                    "receiver asked for file {file} again"
+                                )))
+                            }
+                        }
                         if let Some(st) = progress {
                             Stats::add(&st.bytes_transferred, f.size);
                         }
@@ -753,6 +768,9 @@ fn walk_all(
         table,
         next_id: 0,
         inodes: HashMap::new(),
+        // Several sources can bring the same name (`a/ b/ dst`): the first
+        // one is sent, as rsync keeps the first; directories merge.
+        names: (sources.len() > 1).then(HashMap::new),
     };
     for src in sources {
         let text = src.path.to_string_lossy();
@@ -779,6 +797,8 @@ struct Walker<'a> {
     table: &'a Table,
     next_id: u32,
     inodes: HashMap<(u64, u64), u32>,
+    /// With several sources: every name sent and whether it is a directory.
+    names: Option<HashMap<Vec<u8>, bool>>,
 }
 
 impl Walker<'_> {
@@ -808,6 +828,21 @@ impl Walker<'_> {
                 .excluded(Path::new(std::ffi::OsStr::from_bytes(&rel)), ft.is_dir())
         {
             return Ok(());
+        }
+        if let Some(names) = &mut self.names {
+            match names.get(&rel) {
+                Some(true) if ft.is_dir() => {}
+                Some(_) => {
+                    self.stats.notice(format!(
+                        "{}: another source has the same name; the first one is kept",
+                        path.display()
+                    ));
+                    return Ok(());
+                }
+                None => {
+                    names.insert(rel.clone(), ft.is_dir());
+                }
+            }
         }
         let id = self.next_id;
         self.next_id = self

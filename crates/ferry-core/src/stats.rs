@@ -13,6 +13,8 @@ pub struct Stats {
     pub files_total: AtomicU64,
     /// Directory entries in the source list.
     pub dirs_total: AtomicU64,
+    /// 1 when `--delete` was skipped after a read error on the sending side.
+    pub delete_skipped: AtomicU64,
     pub files_transferred: AtomicU64,
     pub files_delta: AtomicU64,
     pub files_deleted: AtomicU64,
@@ -76,6 +78,15 @@ impl Stats {
         }
     }
 
+    /// An error line that is not an entry's failure (not counted).
+    pub fn error_line(&self, line: String) {
+        if let Ok(mut e) = self.errors.lock() {
+            if e.len() < MAX_ERRORS {
+                e.push(line);
+            }
+        }
+    }
+
     pub fn notice(&self, line: String) {
         if let Ok(mut n) = self.notices.lock() {
             n.push(line);
@@ -100,6 +111,7 @@ impl Stats {
         Report {
             files_total: self.files_total.load(Relaxed),
             dirs_total: self.dirs_total.load(Relaxed),
+            delete_skipped: self.delete_skipped.load(Relaxed) > 0,
             files_transferred: self.files_transferred.load(Relaxed),
             files_delta: self.files_delta.load(Relaxed),
             files_deleted: self.files_deleted.load(Relaxed),
@@ -121,6 +133,8 @@ impl Stats {
 pub struct Report {
     pub files_total: u64,
     pub dirs_total: u64,
+    /// `--delete` was skipped: the sender could not read part of the source.
+    pub delete_skipped: bool,
     pub files_transferred: u64,
     pub files_delta: u64,
     pub files_deleted: u64,

@@ -214,6 +214,8 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
                 r.bytes_written,
                 r.bytes_matched,
                 r.dirs_total,
+                r.delete_skipped,
+                r.delta_mismatch,
             ] {
                 o.var(v);
             }
@@ -483,7 +485,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
         },
         tag::SENDER_DONE => Message::SenderDone,
         tag::RECEIVER_DONE => {
-            let mut v = [0u64; 10];
+            let mut v = [0u64; 12];
             for x in v.iter_mut() {
                 *x = i.var()?;
             }
@@ -503,6 +505,8 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
                 bytes_written: v[7],
                 bytes_matched: v[8],
                 dirs_total: v[9],
+                delete_skipped: v[10],
+                delta_mismatch: v[11],
                 errors,
             }))
         }
@@ -622,6 +626,8 @@ mod tests {
             bytes_written: 8,
             bytes_matched: 9,
             dirs_total: 10,
+            delete_skipped: 1,
+            delta_mismatch: 2,
             errors: vec!["x".into()],
         })));
         roundtrip(Message::Fatal { error: "no".into() });

@@ -98,6 +98,12 @@ pub struct ReceiverReport {
     pub bytes_matched: u64,
     /// Directory entries of the source list.
     pub dirs_total: u64,
+    /// 1 when `--delete` was skipped because the sender could not read
+    /// part of the source.
+    pub delete_skipped: u64,
+    /// Files sent as a delta whose result failed verification: the old
+    /// file was kept, and the client sends them again whole.
+    pub delta_mismatch: u64,
     /// One line per failed entry, capped, for the side that prints.
     pub errors: Vec<String>,
 }

@@ -1,0 +1,238 @@
+//! The receiver's rules for the sender's file list, as a plain state
+//! machine with no I/O: what a hostile sender may not do, whatever the
+//! destination holds.
+//!
+//! Paths are relative, `/`-separated, without empty, `.` or `..`
+//! components and without NUL. Ids strictly increase. A path comes once,
+//! except a directory again as a directory (`ferry sync a/ b/ dst` merges
+//! two trees). An entry's parent is a directory entry of this list (or the
+//! destination root), so nothing is ever placed below a symlink, a file or
+//! a hard link. The root entry (`""`) is a directory. A hard link names an
+//! earlier regular-file entry. A single-file destination takes exactly one
+//! regular file and nothing else.
+
+use std::collections::HashMap;
+
+use ferry_proto::{Entry, EntryKind};
+
+/// Where the list is going to land.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Under a destination directory.
+    Tree,
+    /// As one regular file (a file-or-directory destination that the first
+    /// entry turned into a file).
+    SingleFile,
+}
+
+/// Checks each entry of a list against the entries before it.
+#[derive(Debug)]
+pub struct ListCheck {
+    shape: Shape,
+    last_id: Option<u32>,
+    /// Kind of every path seen.
+    kinds: HashMap<Vec<u8>, EntryKind>,
+    /// Ids of regular-file entries (hard-link targets).
+    files: HashMap<u32, ()>,
+    entries: u64,
+}
+
+/// Why an entry was refused: the sender broke the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// A path as printed in messages.
+pub fn shown(p: &[u8]) -> String {
+    if p.is_empty() {
+        ".".into()
+    } else {
+        String::from_utf8_lossy(p).into_owned()
+    }
+}
+
+/// Whether `p` is a relative path ferry accepts from a peer.
+pub fn valid_rel(p: &[u8]) -> bool {
+    p.is_empty()
+        || (!p.contains(&0)
+            && p.split(|&b| b == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b".."))
+}
+
+/// The parent of a relative path (`""` for a top-level name).
+pub fn parent_of(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(i) => &p[..i],
+        None => &[],
+    }
+}
+
+impl ListCheck {
+    pub fn new(shape: Shape) -> Self {
+        Self {
+            shape,
+            last_id: None,
+            kinds: HashMap::new(),
+            files: HashMap::new(),
+            entries: 0,
+        }
+    }
+
+    /// The list turned out to be a single file (see [`Shape::SingleFile`]).
+    pub fn set_shape(&mut self, shape: Shape) {
+        self.shape = shape;
+    }
+
+    /// Accept `e` or say why not. An accepted entry is remembered.
+    pub fn admit(&mut self, e: &Entry) -> Result<(), Refused> {
+        let kind = e.kind();
+        let path = &e.path;
+        let refuse = |why: &str| Err(Refused(format!("{why}: {:?}", shown(path))));
+        if !valid_rel(path) {
+            return refuse("unsafe path in file list");
+        }
+        if self.last_id.is_some_and(|last| e.id <= last) {
+            return refuse("entry ids do not increase");
+        }
+        if self.shape == Shape::SingleFile {
+            if self.entries > 0 {
+                return refuse("a single-file destination takes one file, and the list goes on");
+            }
+            if kind != EntryKind::File {
+                return refuse("a single-file destination takes a regular file only");
+            }
+        }
+        if path.is_empty() && kind != EntryKind::Dir {
+            return refuse("the root of the list is not a directory");
+        }
+        match self.kinds.get(path.as_slice()) {
+            Some(EntryKind::Dir) if kind == EntryKind::Dir => {}
+            Some(_) => return refuse("entry sent twice"),
+            None => {}
+        }
+        let parent = parent_of(path);
+        if !path.is_empty() && !parent.is_empty() && self.kinds.get(parent) != Some(&EntryKind::Dir)
+        {
+            return refuse("entry is not below a directory of the list");
+        }
+        if kind == EntryKind::HardLink && !self.files.contains_key(&e.link_to) {
+            return refuse("hard link to an entry that is not an earlier regular file");
+        }
+        self.last_id = Some(e.id);
+        self.entries += 1;
+        self.kinds.insert(path.clone(), kind);
+        if kind == EntryKind::File {
+            self.files.insert(e.id, ());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ent(id: u32, path: &str, kind: EntryKind) -> Entry {
+        Entry {
+            id,
+            path: path.as_bytes().to_vec(),
+            kind: Some(kind),
+            ..Default::default()
+        }
+    }
+
+    fn run(shape: Shape, list: &[Entry]) -> Result<(), Refused> {
+        let mut c = ListCheck::new(shape);
+        list.iter().try_for_each(|e| c.admit(e))
+    }
+
+    use EntryKind::{Dir, File, HardLink, Symlink};
+
+    #[test]
+    fn an_ordinary_tree_passes() {
+        let mut link = ent(5, "a/h", HardLink);
+        link.link_to = 3;
+        let list = [
+            ent(0, "", Dir),
+            ent(1, "a", Dir),
+            ent(2, "a/b", Dir),
+            ent(3, "a/b/f", File),
+            ent(4, "a/l", Symlink),
+            link,
+            ent(6, "a-b", File),
+        ];
+        assert_eq!(run(Shape::Tree, &list), Ok(()));
+    }
+
+    #[test]
+    fn two_trees_merge_their_directories() {
+        let list = [
+            ent(0, "", Dir),
+            ent(1, "d", Dir),
+            ent(2, "d/x", File),
+            ent(3, "", Dir),
+            ent(4, "d", Dir),
+            ent(5, "d/y", File),
+        ];
+        assert_eq!(run(Shape::Tree, &list), Ok(()));
+    }
+
+    #[test]
+    fn a_directory_replaced_by_a_symlink_is_refused() {
+        let list = [ent(0, "a", Dir), ent(1, "a", Symlink), ent(2, "a/x", File)];
+        assert!(run(Shape::Tree, &list).is_err());
+    }
+
+    #[test]
+    fn nothing_below_a_non_directory() {
+        for k in [Symlink, File] {
+            let list = [ent(0, "l", k), ent(1, "l/x", File)];
+            assert!(run(Shape::Tree, &list).is_err(), "{k:?}");
+        }
+        // A parent that was never sent.
+        assert!(run(Shape::Tree, &[ent(0, "nope/x", File)]).is_err());
+    }
+
+    #[test]
+    fn the_root_is_a_directory() {
+        for k in [Symlink, File, HardLink] {
+            assert!(run(Shape::Tree, &[ent(0, "", k)]).is_err(), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn duplicates_and_ids_that_do_not_increase_are_refused() {
+        assert!(run(Shape::Tree, &[ent(0, "a", File), ent(1, "a", File)]).is_err());
+        assert!(run(Shape::Tree, &[ent(0, "a", Dir), ent(1, "a", File)]).is_err());
+        assert!(run(Shape::Tree, &[ent(1, "a", File), ent(1, "b", File)]).is_err());
+        assert!(run(Shape::Tree, &[ent(2, "a", File), ent(1, "b", File)]).is_err());
+    }
+
+    #[test]
+    fn unsafe_paths_are_refused() {
+        for p in ["..", "a/../b", "/etc/x", "a//b", ".", "a/.", "x\0y", "a/"] {
+            assert!(run(Shape::Tree, &[ent(0, p, File)]).is_err(), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn hard_links_name_an_earlier_regular_file() {
+        let mut to_dir = ent(2, "h", HardLink);
+        to_dir.link_to = 0;
+        assert!(run(Shape::Tree, &[ent(0, "d", Dir), ent(1, "f", File), to_dir]).is_err());
+        let mut forward = ent(1, "h", HardLink);
+        forward.link_to = 2;
+        assert!(run(Shape::Tree, &[ent(0, "d", Dir), forward, ent(2, "f", File)]).is_err());
+        let mut to_link = ent(1, "h", HardLink);
+        to_link.link_to = 0;
+        assert!(run(Shape::Tree, &[ent(0, "l", Symlink), to_link]).is_err());
+    }
+
+    #[test]
+    fn a_single_file_destination_takes_one_regular_file() {
+        assert_eq!(run(Shape::SingleFile, &[ent(0, "f", File)]), Ok(()));
+        assert!(run(Shape::SingleFile, &[ent(0, "f", File), ent(1, "g", File)]).is_err());
+        assert!(run(Shape::SingleFile, &[ent(0, "l", Symlink)]).is_err());
+        assert!(run(Shape::SingleFile, &[ent(0, "d", Dir)]).is_err());
+    }
+}
