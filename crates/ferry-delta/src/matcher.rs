@@ -245,7 +245,7 @@ impl Matcher {
 
     fn hashes_fit(&self, data: &[u8], data_offset: u64, hashes: &[[u8; 32]]) -> bool {
         self.bs > 0
-            && data_offset % self.bs == 0
+            && data_offset.is_multiple_of(self.bs)
             && hashes.len() as u64 == (data.len() as u64).div_ceil(self.bs)
     }
 
@@ -276,7 +276,7 @@ impl Matcher {
     ) -> [u8; 16] {
         let bs = self.bs as usize;
         if let Some(h) = hashes {
-            if p % bs == 0 && len == bs.min(data.len() - p) {
+            if p.is_multiple_of(bs) && len == bs.min(data.len() - p) {
                 return short(&h[p / bs]);
             }
         }
@@ -292,7 +292,7 @@ impl Matcher {
         basis_off: u64,
         hashes: Option<&[[u8; 32]]>,
     ) -> Option<usize> {
-        if basis_off % self.bs != 0 {
+        if !basis_off.is_multiple_of(self.bs) {
             return None;
         }
         let j = basis_off / self.bs;

@@ -48,7 +48,7 @@ impl Signature {
     pub fn block_count(basis_size: u64, block_size: u64) -> u64 {
         basis_size
             .checked_div(block_size)
-            .map_or(0, |q| q + u64::from(basis_size % block_size != 0))
+            .map_or(0, |q| q + u64::from(!basis_size.is_multiple_of(block_size)))
     }
 
     /// True when the vectors have exactly one entry per block of the basis
