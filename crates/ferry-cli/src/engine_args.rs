@@ -25,6 +25,10 @@ pub struct EngineArgs {
     /// the source (by default any such error turns deletion off).
     #[arg(long)]
     pub ignore_errors: bool,
+    /// Do not fsync: faster on many small files, but after a power cut a
+    /// file the run reported may be empty or old.
+    #[arg(long)]
+    pub no_fsync: bool,
     /// Show what would change; change nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -75,6 +79,7 @@ impl EngineArgs {
             delete: self.delete,
             force: self.force,
             ignore_errors: self.ignore_errors,
+            fsync: !self.no_fsync,
             dry_run: self.dry_run,
             inplace: self.inplace,
             xattrs: self.xattrs,

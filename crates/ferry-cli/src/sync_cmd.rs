@@ -24,7 +24,9 @@ Unchanged files (same size and modification time, or same BLAKE3 content with
 written: the destination gets holes. Changed files are written to a temporary
 file beside the destination and renamed into place, so an interrupted run leaves
 the old file or the new one, never a mix (--inplace trades that for less space).
-Every byte is verified end to end against a BLAKE3 digest of what was read.
+Across hosts and for every delta, each segment written is verified against a
+BLAKE3 digest of what the sender read. Files are fdatasync'd before the rename
+and changed directories fsync'd at the end (--no-fsync turns this off).
 
 --json prints one object on stdout: files_total, files_transferred, files_delta,
 files_deleted, files_failed, bytes_total, bytes_transferred, bytes_wire,

@@ -254,10 +254,80 @@ pub fn temp_path_for(final_path: &Path) -> PathBuf {
     final_path.with_file_name(std::ffi::OsStr::from_bytes(&t))
 }
 
+/// The process id in a temporary file name made by [`temp_path_for`]
+/// (`.NAME.ferry-PID-SEQ`), or `None` for any other name.
+pub fn temp_owner(name: &[u8]) -> Option<u32> {
+    if !name.starts_with(b".") {
+        return None;
+    }
+    let at = name.windows(7).rposition(|w| w == b".ferry-")?;
+    let tail = std::str::from_utf8(&name[at + 7..]).ok()?;
+    let (pid, seq) = tail.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(seq) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Remove the temporary files that killed ferry runs left in `dir`: names
+/// of [`temp_path_for`]'s form whose process no longer exists (a live
+/// process's, another ferry's under way, are left alone). Only plain files
+/// and symlinks are removed. Returns how many.
+pub fn remove_stale_temps(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = temp_owner(name.as_bytes()) else {
+            continue;
+        };
+        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+        let plain = e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink());
+        if !alive && plain && std::fs::remove_file(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn stale_temps_are_recognised_and_removed() {
+        let t = temp_path_for(Path::new("/x/a b.img"));
+        let name = t.file_name().unwrap().as_bytes();
+        assert_eq!(temp_owner(name), Some(std::process::id()));
+        for other in [
+            &b"a.ferry-1-2"[..],
+            b".a.ferry-x-2",
+            b".a.ferry-1-",
+            b".a",
+            b".a.ferry-12",
+        ] {
+            assert_eq!(
+                temp_owner(other),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        let d = tempfile::tempdir().unwrap();
+        // pid 0 never names a live ferry; u32::MAX - 1 is beyond pid_max.
+        let dead = d.path().join(format!(".f.ferry-{}-3", u32::MAX - 1));
+        let mine = temp_path_for(&d.path().join("g"));
+        let user = d.path().join(".f.ferry-notes");
+        for p in [&dead, &mine, &user] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(remove_stale_temps(d.path()), 1);
+        assert!(!dead.exists() && mine.exists() && user.exists());
+    }
 
     #[test]
     fn extents_and_zeroing() {

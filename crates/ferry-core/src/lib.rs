@@ -59,6 +59,9 @@ pub struct SyncOptions {
     /// Delete even after the sender could not read part of the source
     /// (without it, any such error turns `--delete` off for the run).
     pub ignore_errors: bool,
+    /// fdatasync each file before its rename and fsync changed directories
+    /// at the end (`--no-fsync` turns it off).
+    pub fsync: bool,
     /// Decide and report, change nothing.
     pub dry_run: bool,
     /// Overwrite changed files in place instead of temp file + rename.
@@ -96,6 +99,7 @@ impl Default for SyncOptions {
             delete: false,
             force: false,
             ignore_errors: false,
+            fsync: true,
             dry_run: false,
             inplace: false,
             xattrs: false,

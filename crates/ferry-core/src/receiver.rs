@@ -258,9 +258,26 @@ struct Shared<'a> {
     in_flight: Arc<InFlight>,
     /// The dispatcher's side of `in_flight.wake`.
     wake: crossbeam_channel::Receiver<()>,
+    /// Directories whose entries changed: fsynced once at the end.
+    dirty: Mutex<HashSet<PathBuf>>,
 }
 
 impl Shared<'_> {
+    /// `p` was created, renamed over or removed: its directory must reach
+    /// the disk before the run says done.
+    fn changed(&self, p: &Path) {
+        if !self.opts.fsync {
+            return;
+        }
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if let Ok(mut d) = self.dirty.lock() {
+            d.insert(dir);
+        }
+    }
+
     fn set_fatal(&self, e: Error) {
         if let Ok(mut g) = self.fatal.lock() {
             g.get_or_insert(e);
@@ -358,6 +375,7 @@ pub fn run_receiver(
             wake: wake_tx,
         }),
         wake: wake_rx,
+        dirty: Mutex::new(HashSet::new()),
     };
     let nworkers = opts.threads.max(1);
     let result = std::thread::scope(|s| {
@@ -396,6 +414,7 @@ pub fn run_receiver(
             max_in_flight: max_in_flight(),
             check: ListCheck::new(Shape::Tree),
             source_unread: false,
+            scanned: HashSet::new(),
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -474,6 +493,8 @@ struct Dispatcher<'a, 'b> {
     max_in_flight: usize,
     /// The rules a sender's list must keep (see [`crate::listcheck`]).
     check: ListCheck,
+    /// Directories already cleared of stale temporary files.
+    scanned: HashSet<PathBuf>,
     /// The sender reported a source entry it could not list or read:
     /// `--delete` is off for the run (unless `--ignore-errors`).
     source_unread: bool,
@@ -856,6 +877,7 @@ impl Dispatcher<'_, '_> {
                         .mode(0o700 | (e.mode & 0o777))
                         .create(dest)
                         .op("create directory")?;
+                    self.sh.changed(dest);
                 }
             }
         }
@@ -895,6 +917,7 @@ impl Dispatcher<'_, '_> {
             return Err(err);
         }
         Stats::add(&self.sh.stats.files_transferred, 1);
+        self.sh.changed(dest);
         Ok(())
     }
 
@@ -979,6 +1002,7 @@ impl Dispatcher<'_, '_> {
                 None,
             )
         } else {
+            self.clean_stale_temps(dest);
             let tmp = fsutil::temp_path_for(dest);
             let f = OpenOptions::new()
                 .write(true)
@@ -1077,6 +1101,26 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
+    /// Before the first temporary file of this run in a directory, remove
+    /// what killed runs left there (the files they were writing are
+    /// written again now, so this is where their temporary files are).
+    fn clean_stale_temps(&mut self, dest: &Path) {
+        let dir = match dest.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if self.scanned.insert(dir.clone()) {
+            let n = fsutil::remove_stale_temps(&dir);
+            if n > 0 {
+                self.sh.changed(dest);
+                self.sh.stats.notice(format!(
+                    "{}: removed {n} temporary file(s) of an interrupted run",
+                    dir.display()
+                ));
+            }
+        }
+    }
+
     /// Whether to send this changed file as a delta. `--delta`/`--whole-file`
     /// decide; otherwise a local run sends whole files (reading the old copy
     /// costs more than the memory copy it saves, as rsync finds), and across
@@ -1137,16 +1181,17 @@ impl Dispatcher<'_, '_> {
     /// Bring an unchanged file's metadata in line with the source.
     fn fix_meta(&self, e: &Entry, dest: &Path, m: &fs::Metadata) -> io::Result<()> {
         if m.mode() & 0o7777 != e.mode & 0o7777 {
-            fs::set_permissions(dest, fs::Permissions::from_mode(e.mode & 0o7777))?;
+            fs::set_permissions(dest, fs::Permissions::from_mode(e.mode & 0o7777))
+                .op("set permissions of")?;
         }
         if self.sh.opts.owner && (m.uid() != e.uid || m.gid() != e.gid) {
-            fsutil::lchown(dest, e.uid, e.gid)?;
+            fsutil::lchown(dest, e.uid, e.gid).op("set owner of")?;
         }
         if fsutil::mtime_of(m) != (e.mtime, e.mtime_nsec) {
-            fsutil::set_mtime_path(dest, e.mtime, e.mtime_nsec)?;
+            fsutil::set_mtime_path(dest, e.mtime, e.mtime_nsec).op("set mtime of")?;
         }
         if self.sh.opts.xattrs && !e.xattrs.is_empty() {
-            fsutil::write_xattrs(dest, &e.xattrs)?;
+            fsutil::write_xattrs(dest, &e.xattrs).op("set xattrs of")?;
         }
         Ok(())
     }
@@ -1180,7 +1225,10 @@ impl Dispatcher<'_, '_> {
             let tmp = fsutil::temp_path_for(&dest);
             let r = fs::hard_link(target, &tmp).and_then(|_| fs::rename(&tmp, &dest));
             match r {
-                Ok(()) => Stats::add(&stats.files_transferred, 1),
+                Ok(()) => {
+                    Stats::add(&stats.files_transferred, 1);
+                    self.sh.changed(&dest);
+                }
                 Err(err) => {
                     let _ = fs::remove_file(&tmp);
                     stats.error(line(&dest, &err));
@@ -1204,16 +1252,38 @@ impl Dispatcher<'_, '_> {
         for (dir, e) in self.dirs.iter().rev() {
             let r = (|| -> io::Result<()> {
                 if opts.owner {
-                    fsutil::lchown(dir, e.uid, e.gid)?;
+                    fsutil::lchown(dir, e.uid, e.gid).op("set owner of")?;
                 }
                 if opts.xattrs && !e.xattrs.is_empty() {
-                    fsutil::write_xattrs(dir, &e.xattrs)?;
+                    fsutil::write_xattrs(dir, &e.xattrs).op("set xattrs of")?;
                 }
-                fs::set_permissions(dir, fs::Permissions::from_mode(e.mode & 0o7777))?;
-                fsutil::set_mtime_path(dir, e.mtime, e.mtime_nsec)
+                fs::set_permissions(dir, fs::Permissions::from_mode(e.mode & 0o7777))
+                    .op("set permissions of")?;
+                fsutil::set_mtime_path(dir, e.mtime, e.mtime_nsec).op("set mtime of")
             })();
             if let Err(err) = r {
                 stats.error(line(dir, &err));
+            }
+        }
+        self.sync_dirs();
+    }
+
+    /// fsync every directory whose entries changed (once each, at the end:
+    /// a tree of many small files pays one fsync per directory, not per
+    /// file), so that what the run reports is on the disk.
+    fn sync_dirs(&self) {
+        let dirs = self
+            .sh
+            .dirty
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default();
+        for dir in dirs {
+            let r = File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .op("fsync directory");
+            if let Err(err) = r {
+                self.sh.stats.error(line(&dir, &err));
             }
         }
     }
@@ -1260,7 +1330,10 @@ impl Dispatcher<'_, '_> {
                     fs::remove_file(&p)
                 };
                 match r {
-                    Ok(()) => Stats::add(&stats.files_deleted, 1),
+                    Ok(()) => {
+                        Stats::add(&stats.files_deleted, 1);
+                        self.sh.changed(&p);
+                    }
                     Err(err) => stats.error(format!("{}: delete: {}", p.display(), describe(&err))),
                 }
             }
@@ -1915,11 +1988,17 @@ fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
             fsutil::fwrite_xattrs(file, &e.xattrs).op("set xattrs of")?;
         }
         fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;
+        if sh.opts.fsync {
+            // The data reaches the disk before the name does: after a crash
+            // the file is the old one or the new one, never a torn one.
+            file.sync_data().op("fsync")?;
+        }
     } else {
-        f.file.sync_data()?;
+        f.file.sync_data().op("fsync")?;
     }
     if let Some(t) = &f.tmp {
         fs::rename(t, &f.final_path).op("rename into place")?;
+        sh.changed(&f.final_path);
         fsutil::unregister_temp(t);
     }
     f.committed.store(true, Ordering::SeqCst);

@@ -286,6 +286,7 @@ fn serve_args_with(
         (opts.delete, "--delete"),
         (opts.force, "--force"),
         (opts.ignore_errors, "--ignore-errors"),
+        (!opts.fsync, "--no-fsync"),
         (opts.checksum, "--checksum"),
         (opts.dry_run, "--dry-run"),
         (opts.inplace, "--inplace"),

@@ -43,6 +43,40 @@ struct SrcFile {
     /// Block hashes on the delta grid, computed while the receiver signs
     /// its old copy, and the segments sent early (see [`crate::early`]).
     prehash: PreHash,
+    /// Device and inode seen by the walk: the file opened later must be
+    /// this one.
+    ident: (u64, u64),
+    /// A top-level source named through a symlink the user chose (a
+    /// trailing slash): followed. Everything else is opened `O_NOFOLLOW`.
+    follow: bool,
+}
+
+/// Open a listed file for reading: without following a symlink (unless
+/// the user named it), and only if it is still the file the walk saw, so a
+/// file swapped for a symlink or another file after the walk is never sent
+/// in its place.
+fn open_listed(path: &Path, ident: (u64, u64), follow: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    if !follow {
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    let changed = || {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "vanished or replaced since it was listed",
+        )
+    };
+    let h = o.open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => changed(),
+        _ => e,
+    })?;
+    let m = h.metadata()?;
+    if (m.dev(), m.ino()) != ident {
+        return Err(changed());
+    }
+    Ok(h)
 }
 
 /// Delta sources smaller than this are not pre-hashed.
@@ -70,7 +104,8 @@ fn prehash_file(
     mems: &mut Vec<Vec<u8>>,
     over: &AtomicBool,
 ) -> std::io::Result<()> {
-    let r = crate::direct::Reader::new(File::open(&f.path)?, &f.path, direct_io);
+    let r =
+        crate::direct::Reader::new(open_listed(&f.path, f.ident, f.follow)?, &f.path, direct_io);
     let bs = layout::delta_block(f.size);
     let (full_tx, full_rx) = crossbeam_channel::bounded::<std::io::Result<(Vec<u8>, usize)>>(1);
     let (empty_tx, empty_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
@@ -428,7 +463,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
         match &*g {
             Some(h) => Some(h.clone()),
             None if f.failed.load(Ordering::SeqCst) => None,
-            None => match File::open(&f.path) {
+            None => match open_listed(&f.path, f.ident, f.follow) {
                 Ok(h) => {
                     let h: Arc<dyn ExtentReader> =
                         Arc::new(crate::direct::Reader::new(h, &f.path, direct_io));
@@ -924,14 +959,17 @@ impl Walker<'_> {
         }
         e.kind = Some(EntryKind::File);
         let size = if ft.is_block_device() {
-            let f = File::open(path).map_err(|err| Error::io(path, err))?;
+            let f = open_listed(path, (meta.dev(), meta.ino()), top)
+                .map_err(|err| Error::io_op("open for reading", path, err))?;
             fsutil::size_of(&f, meta).map_err(|err| Error::io(path, err))?
         } else {
             meta.len()
         };
         e.size = size;
         if self.opts.checksum && size > 0 {
-            match File::open(path).and_then(|f| scan::file_digest(&f, size, self.opts.threads)) {
+            match open_listed(path, (meta.dev(), meta.ino()), top)
+                .and_then(|f| scan::file_digest(&f, size, self.opts.threads))
+            {
                 Ok(d) => e.digest = Some(d),
                 Err(err) => {
                     self.warn(format!("read {}: {}", path.display(), describe(&err)))?;
@@ -951,6 +989,8 @@ impl Walker<'_> {
                     remaining: AtomicU64::new(0),
                     failed: Default::default(),
                     prehash: PreHash::default(),
+                    ident: (meta.dev(), meta.ino()),
+                    follow: top,
                 }),
             );
         }
@@ -1000,6 +1040,9 @@ impl Walker<'_> {
                     remaining: AtomicU64::new(0),
                     failed: Default::default(),
                     prehash: PreHash::default(),
+                    // Kept open from the start: never opened by path again.
+                    ident: (0, 0),
+                    follow: true,
                 }),
             );
         }

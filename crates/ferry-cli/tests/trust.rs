@@ -1,0 +1,287 @@
+//! What a user trusts ferry with, through the real binary: a killed run
+//! never tears a file and leaves nothing behind, a read error never turns
+//! into deletions, what ferry reports is on the disk.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// Content of file `i` at generation `g`.
+fn version(i: u64, g: u64) -> Vec<u8> {
+    bytes(i * 1000 + g, (1 << 20) + (i as usize * 4099) % 65536)
+}
+
+/// 100 local syncs of a changing tree, each killed with SIGKILL at a
+/// different moment: after each, every destination file is one whole
+/// version (the old or the new), never a mix; the next run completes,
+/// identical to the source, with no temporary file left.
+#[test]
+fn kill_9_loop_never_tears_a_file_and_the_next_run_completes() {
+    const FILES: u64 = 16;
+    const RUNS: u64 = 100;
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    fs::create_dir_all(src.join("sub")).unwrap();
+    let path_of = |root: &Path, i: u64| -> PathBuf {
+        if i.is_multiple_of(2) {
+            root.join(format!("f{i}"))
+        } else {
+            root.join("sub").join(format!("f{i}"))
+        }
+    };
+    let mut gen = vec![0u64; FILES as usize];
+    for i in 0..FILES {
+        fs::write(path_of(&src, i), version(i, 0)).unwrap();
+    }
+    ferry_ok(&["sync", &slash(&src), p(&dst)]);
+    let mut killed_mid_run = 0;
+    for run in 1..=RUNS {
+        // Rewrite a third of the files (a new version, a new mtime).
+        let before = gen.clone();
+        for i in 0..FILES {
+            if (i + run) % 3 == 0 {
+                gen[i as usize] = run;
+                let f = path_of(&src, i);
+                fs::write(&f, version(i, run)).unwrap();
+                set_mtime(&f, 1_700_000_000 + run as i64 * 10 + i as i64);
+            }
+        }
+        let mut child = Command::new(ferry_bin())
+            .args(["sync", "-q", &slash(&src), p(&dst)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Anywhere from before the walk to after the last rename.
+        std::thread::sleep(Duration::from_micros((run * 7919) % 30_000));
+        let _ = child.kill();
+        let st = child.wait().unwrap();
+        if st.code().is_none() {
+            killed_mid_run += 1;
+        }
+        for i in 0..FILES {
+            let got = fs::read(path_of(&dst, i)).unwrap();
+            let (old, new) = (before[i as usize], gen[i as usize]);
+            assert!(
+                got == version(i, old) || got == version(i, new),
+                "run {run}: file {i} is neither version {old} nor {new} ({} bytes)",
+                got.len()
+            );
+        }
+        let j = ferry_ok(&["sync", &slash(&src), p(&dst)]);
+        assert_eq!(j["exit_code"], 0, "run {run}: {j}");
+        assert_same_tree(&src, &dst);
+        assert!(
+            temp_files(&dst).is_empty(),
+            "run {run}: {:?}",
+            temp_files(&dst)
+        );
+    }
+    // The delays must really have cut runs short, or this proves nothing.
+    assert!(
+        killed_mid_run >= RUNS / 4,
+        "only {killed_mid_run} runs were killed"
+    );
+    eprintln!("kill -9 loop: {RUNS} runs, {killed_mid_run} killed before they finished");
+}
+
+/// A temporary file of a killed run is removed by the next run that
+/// writes into its directory; one of a live process is left alone.
+#[test]
+fn stale_temp_files_are_removed_by_the_next_run() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&dst).unwrap();
+    fs::write(src.join("f"), b"new").unwrap();
+    // pid 4294967294 is beyond any pid_max: its process is gone.
+    let stale = dst.join(".f.ferry-4294967294-7");
+    fs::write(&stale, b"half a file").unwrap();
+    let live = dst.join(format!(".g.ferry-{}-1", std::process::id()));
+    fs::write(&live, b"someone else's").unwrap();
+    ferry_ok(&["sync", &slash(&src), p(&dst)]);
+    assert!(!stale.exists(), "stale temp file left");
+    assert!(live.exists(), "a live process's temp file was removed");
+    assert_eq!(fs::read(dst.join("f")).unwrap(), b"new");
+}
+
+/// Each file is fdatasync'd before its rename and the changed directories
+/// are fsync'd; --no-fsync does neither. Counted with strace.
+#[test]
+fn files_are_synced_before_rename_and_directories_after() {
+    if !which("strace") {
+        skip("files_are_synced_before_rename_and_directories_after: strace not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("a")).unwrap();
+    for i in 0..5 {
+        fs::write(src.join(format!("a/f{i}")), bytes(i, 100_000)).unwrap();
+    }
+    let count = |extra: &[&str], dst: &Path| -> (usize, usize) {
+        let log = d.path().join("strace.log");
+        let mut args = vec![
+            "-f",
+            "-qq",
+            "-e",
+            "trace=fdatasync,fsync,rename,renameat,renameat2",
+            "-o",
+        ];
+        args.push(p(&log));
+        let bin = ferry_bin();
+        args.push(p(&bin));
+        args.extend(["sync", "-q"]);
+        args.extend(extra);
+        let s = slash(&src);
+        args.push(&s);
+        args.push(p(dst));
+        let st = Command::new("strace").args(&args).status().unwrap();
+        assert!(st.success());
+        let text = fs::read_to_string(&log).unwrap();
+        let datasyncs = text.lines().filter(|l| l.contains("fdatasync(")).count();
+        let fsyncs = text
+            .lines()
+            .filter(|l| l.contains(" fsync(") || l.starts_with("fsync("))
+            .count();
+        (datasyncs, fsyncs)
+    };
+    let (datasyncs, fsyncs) = count(&[], &d.path().join("dst"));
+    assert!(datasyncs >= 5, "{datasyncs} fdatasync calls for 5 files");
+    assert!(
+        fsyncs >= 2,
+        "{fsyncs} fsync calls for 2 changed directories"
+    );
+    let (datasyncs, fsyncs) = count(&["--no-fsync"], &d.path().join("dst2"));
+    assert_eq!((datasyncs, fsyncs), (0, 0), "--no-fsync still syncs");
+}
+
+/// Run ferry as the unprivileged user `nobody` (root ignores file
+/// permissions, so read errors cannot be staged as root).
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(ferry_bin())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A source directory that cannot be read must not make --delete remove
+/// the destination's copy of it (rsync: "IO error encountered -- skipping
+/// file deletion"); --ignore-errors deletes anyway.
+#[test]
+fn a_read_error_turns_delete_off() {
+    if !is_root() || !which("setpriv") {
+        skip("a_read_error_turns_delete_off needs root and setpriv to act as nobody");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    fs::create_dir_all(src.join("locked")).unwrap();
+    fs::write(src.join("locked/data"), b"x").unwrap();
+    fs::write(src.join("ok"), b"ok").unwrap();
+    fs::create_dir_all(dst.join("locked")).unwrap();
+    fs::write(dst.join("locked/data"), b"precious").unwrap();
+    fs::write(dst.join("extra"), b"extra").unwrap();
+    for p in [d.path(), &src, &dst, &dst.join("locked")] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    for f in [src.join("ok"), dst.join("locked/data"), dst.join("extra")] {
+        std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+    }
+    // Root owns src/locked, mode 0700: nobody cannot list it.
+    fs::set_permissions(src.join("locked"), fs::Permissions::from_mode(0o700)).unwrap();
+    let out = as_nobody(&["sync", "--delete", "--json", &slash(&src), p(&dst)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("skipping deletion"), "{err}");
+    assert!(
+        err.contains("list directory") && err.contains("permission denied"),
+        "{err}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["delete_skipped"], true, "{j}");
+    assert_eq!(fs::read(dst.join("locked/data")).unwrap(), b"precious");
+    assert!(dst.join("extra").exists());
+    assert_eq!(fs::read(dst.join("ok")).unwrap(), b"ok");
+    // With --ignore-errors the user asked for it.
+    let out = as_nobody(&["sync", "--delete", "--ignore-errors", &slash(&src), p(&dst)]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dst.join("extra").exists());
+}
+
+/// A destination directory the user may not write into: each entry that
+/// failed is one line with the operation and the OS's reason, and the
+/// counts agree with the lines.
+#[test]
+fn unwritable_destination_lines_name_the_cause() {
+    if !is_root() || !which("setpriv") {
+        skip("unwritable_destination_lines_name_the_cause needs root and setpriv to act as nobody");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    fs::create_dir_all(src.join("sub")).unwrap();
+    for f in ["a", "b", "sub/c"] {
+        fs::write(src.join(f), f).unwrap();
+    }
+    fs::create_dir_all(&dst).unwrap();
+    std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
+    for e in walk(&src) {
+        std::os::unix::fs::chown(&e, Some(65534), Some(65534)).unwrap();
+    }
+    std::os::unix::fs::chown(&src, Some(65534), Some(65534)).unwrap();
+    // dst stays root's, mode 0755: nobody cannot create anything in it.
+    let out = as_nobody(&["sync", "--json", &slash(&src), p(&dst)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        j["files_failed"].as_u64().unwrap() as usize,
+        lines.len(),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("permission denied") || l.contains("skipped")),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("create directory") && l.contains("permission denied")),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("create temporary file for") && l.contains("permission denied")),
+        "{err}"
+    );
+    assert!(!err.contains("parent is not a directory"), "{err}");
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        out.push(e.path());
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
+}
