@@ -62,7 +62,11 @@ impl Error {
             Error::Io { .. } => Class::Io,
             Error::Usage(_) => Class::Usage,
             Error::Link(
-                LinkError::Decode(_) | LinkError::BadMagic(_) | LinkError::FrameTooLarge(_),
+                LinkError::Decode(_)
+                | LinkError::BadMagic(_)
+                | LinkError::FrameTooLarge(_)
+                | LinkError::Corrupt(_)
+                | LinkError::Checksum,
             ) => Class::Protocol,
             Error::Link(_) => Class::Connection,
             Error::Peer(_) => Class::Io,

@@ -267,11 +267,12 @@ pub fn encode(m: &Message, out: &mut Vec<u8>) {
     write_msg(out, m);
 }
 
-/// Size of `m` on the wire: frame header plus body.
+/// Size of `m` on a byte pipe: the 8-byte frame header, the body and the
+/// 4-byte check (see `transport`).
 pub fn encoded_len(m: &Message) -> usize {
     let mut c = Count(0);
     write_msg(&mut c, m);
-    4 + c.0
+    8 + c.0 + 4
 }
 
 struct In<'a> {

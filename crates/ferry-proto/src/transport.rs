@@ -38,6 +38,20 @@ pub enum LinkError {
     BadMagic(String),
     #[error("protocol error: corrupt compressed block: {0}")]
     Corrupt(String),
+    #[error(
+        "protocol error: a frame failed its checksum (the byte stream was corrupted in transit)"
+    )]
+    Checksum,
+}
+
+/// The check a frame carries after its body on a byte pipe: the low 32
+/// bits of XXH3-64 over the 8-byte header (length and its complement) and
+/// the body. ssh and the direct
+/// channel protect their bytes already; this catches a remote shell or a
+/// pipe that does not (a flipped bit in a mode or an mtime is not caught
+/// by the data digests).
+pub fn frame_check(len_and_body: &[u8]) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(len_and_body) as u32
 }
 
 /// A shared byte counter.
@@ -552,10 +566,13 @@ fn write_loop<W: Write>(
             Err(TryRecvError::Disconnected) => break,
         };
         buf.clear();
-        buf.extend_from_slice(&[0; 4]);
+        buf.extend_from_slice(&[0; 8]);
         codec::encode(&m, &mut buf);
-        let body = (buf.len() - 4) as u32;
+        let body = (buf.len() - 8) as u32;
         buf[..4].copy_from_slice(&body.to_le_bytes());
+        buf[4..8].copy_from_slice(&(!body).to_le_bytes());
+        let check = frame_check(&buf);
+        buf.extend_from_slice(&check.to_le_bytes());
         let t = std::time::Instant::now();
         w.write_all(&buf).map_err(io_err)?;
         win_busy += t.elapsed();
@@ -620,9 +637,9 @@ fn read_loop<R: Read>(
         ));
     }
     received.add(MAGIC.len() as u64);
-    let mut body = Vec::new();
+    let mut frame = Vec::new();
     loop {
-        let mut len = [0u8; 4];
+        let mut len = [0u8; 8];
         match r.read_exact(&mut len) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -630,14 +647,28 @@ fn read_loop<R: Read>(
             }
             Err(e) => return Err(io_err(e)),
         }
-        let n = u32::from_le_bytes(len) as u64;
+        let n = u32::from_le_bytes([len[0], len[1], len[2], len[3]]);
+        let not_n = u32::from_le_bytes([len[4], len[5], len[6], len[7]]);
+        // A damaged length is caught here, before waiting for a body that
+        // may never come.
+        if not_n != !n {
+            return Err(LinkError::Checksum);
+        }
+        let n = n as u64;
         if n > MAX_FRAME as u64 {
             return Err(LinkError::FrameTooLarge(n));
         }
-        body.resize(n as usize, 0);
-        r.read_exact(&mut body).map_err(io_err)?;
-        received.add(4 + n);
-        let m = codec::decode(&body)?;
+        // Header, body and check, read as one.
+        frame.resize(8 + n as usize + 4, 0);
+        frame[..8].copy_from_slice(&len);
+        r.read_exact(&mut frame[8..]).map_err(io_err)?;
+        received.add(8 + n + 4);
+        let (lb, check) = frame.split_at(8 + n as usize);
+        let check = u32::from_le_bytes([check[0], check[1], check[2], check[3]]);
+        if check != frame_check(lb) {
+            return Err(LinkError::Checksum);
+        }
+        let m = codec::decode(&lb[8..])?;
         if tx.send(m).is_err() {
             return Ok(());
         }
@@ -702,6 +733,37 @@ mod tests {
         match b.rx.recv() {
             Err(LinkError::BadMagic(t)) => assert!(t.starts_with("Welcome")),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Any single flipped bit of a frame (length, body or check) ends the
+    /// link with an error, never with a different message delivered.
+    #[test]
+    fn a_flipped_bit_anywhere_in_a_frame_is_an_error() {
+        let m = Message::Entry(Box::new(crate::Entry {
+            id: 3,
+            path: b"dir/file".to_vec(),
+            kind: Some(crate::EntryKind::File),
+            mode: 0o100644,
+            size: 1234,
+            mtime: 1_700_000_000,
+            ..Default::default()
+        }));
+        let mut frame = vec![0u8; 8];
+        codec::encode(&m, &mut frame);
+        let n = (frame.len() - 8) as u32;
+        frame[..4].copy_from_slice(&n.to_le_bytes());
+        frame[4..8].copy_from_slice(&(!n).to_le_bytes());
+        let check = frame_check(&frame);
+        frame.extend_from_slice(&check.to_le_bytes());
+        for bit in 0..frame.len() * 8 {
+            let mut bad = MAGIC.to_vec();
+            bad.extend_from_slice(&frame);
+            bad[MAGIC.len() + bit / 8] ^= 1 << (bit % 8);
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let r = read_loop(&mut &bad[..], &tx, &WireCounter::default());
+            assert!(r.is_err(), "bit {bit}: {r:?}");
+            assert!(rx.try_recv().is_err(), "bit {bit}: a message was delivered");
         }
     }
 
