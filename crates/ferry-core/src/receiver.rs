@@ -597,7 +597,25 @@ impl Dispatcher<'_, '_> {
                     self.end_of_list = true;
                     self.admit()?;
                 }
-                Message::SenderDone => return Ok(()),
+                Message::SenderDone => {
+                    // All data must have come: a file asked for and not
+                    // finished (nor failed) would otherwise go missing
+                    // while the run reports success.
+                    let open = self.files.iter().find(|(_, f)| f.failure().is_none());
+                    if let Some((id, f)) = open {
+                        return Err(Error::Protocol(format!(
+                            "the sender finished before sending all of file {id} ({})",
+                            f.final_path.display()
+                        )));
+                    }
+                    if let Some((e, _)) = self.waiting.front() {
+                        return Err(Error::Protocol(format!(
+                            "the sender finished before {} was asked for",
+                            shown(&e.path)
+                        )));
+                    }
+                    return Ok(());
+                }
                 Message::Fatal { error } => return Err(Error::Peer(error)),
                 m => {
                     return Err(Error::Protocol(format!(

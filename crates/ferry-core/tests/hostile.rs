@@ -1,0 +1,406 @@
+//! Hostile-peer tests: a malicious sender played by hand against ferry's
+//! real receiver (see `hostile_peer` for the harness): nothing outside the
+//! destination is touched, broken protocol is a protocol error, and the
+//! receiver never panics, hangs or reports a missing file as a success.
+
+mod hostile_peer;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use ferry_core::{Class, Dest};
+use ferry_proto::layout;
+use ferry_proto::{Message, WantMode};
+use hostile_peer::*;
+// ---------------------------------------------------------------- control
+
+/// The harness itself works: an honest tree lands intact, with and without
+/// real segment digests. If this fails, every other result is suspect.
+#[test]
+fn harness_honest_session_lands_intact() {
+    let big = layout::SEGMENT + 1000;
+    for in_process in [true, false] {
+        let l = Layout::new();
+        let spec = format!("D:;D:a;F:a/f:100;F:g:{big};L:l:a/f;H:h:2;F:empty:0");
+        let label = format!("honest in_process={in_process}");
+        let o = l.run(&label, in_process, false, plain(l.list(&spec)));
+        let mut p = Vec::new();
+        if !o.succeeded() {
+            p.push(format!("honest session did not succeed: {}", o.shown()));
+        }
+        for (f, id, size) in [
+            ("a/f", 2, 100),
+            ("g", 3, big),
+            ("h", 2, 100),
+            ("empty", 6, 0),
+        ] {
+            if fs::read(l.dst.join(f)).ok() != Some(content(id, size)) {
+                p.push(format!("dst/{f} missing or wrong"));
+            }
+        }
+        if fs::read_link(l.dst.join("l")).ok() != Some(PathBuf::from("a/f")) {
+            p.push("dst/l is not a symlink to a/f".into());
+        }
+        let mut fails = Vec::new();
+        note(&mut fails, &label, p, &l, &[]);
+        verdict("honest session", fails);
+    }
+}
+
+// ---------------------------------------------------------------- attacks
+
+/// Attack 1: Dir "a", then "a" again as a symlink to outside, then "a/x".
+#[test]
+fn duplicate_path_dir_then_symlink_is_refused() {
+    refuse_all(
+        "duplicate path (dir, then symlink)",
+        [
+            "D:;D:a;L:a:OUT;F:a/x:5",
+            "D:;D:a;L:a:../outside;F:a/x:5",
+            "D:;D:a;L:a:OUT;F:a/canary:9",
+        ],
+    );
+}
+
+/// Attack 2: The root entry "" as a symlink to outside, then "x": refused (the
+/// root is a directory), nothing written outside, dst never a symlink.
+#[test]
+fn root_entry_as_symlink_is_refused() {
+    refuse_all(
+        "root entry as a symlink",
+        ["L::OUT;F:x:5", "D:;L::OUT;F:x:5", "L::outside;F:canary:9"],
+    );
+}
+
+/// Attack 3: An entry below a non-directory: "l" -> outside, then "l/x".
+#[test]
+fn entry_below_a_symlink_is_refused() {
+    refuse_all(
+        "entry below a non-directory",
+        [
+            "D:;L:l:OUT;F:l/x:5",
+            "D:;L:l:OUT;F:l/canary:9",
+            "D:;L:l:OUT;D:l/sub;F:l/sub/x:5",
+            "D:;F:f:5;F:f/x:5",
+        ],
+    );
+}
+
+/// Attack 4: Hard links to an id never sent, to a symlink or a directory, to a
+/// file entry under a symlink, or forward: refused, and no link to the
+/// canary is made (its nlink stays 1).
+#[test]
+fn hard_link_to_anything_but_an_earlier_file_is_refused() {
+    refuse_all(
+        "hard links",
+        [
+            "D:;F:f:5;H:h:77",
+            "D:;L:l:OUT/canary;H:h:1",
+            "D:;D:sub;H:h:1",
+            "D:;H:h:0",
+            "D:;L:l:OUT;F:l/canary:9;H:h:2",
+            "D:;H:h:2;F:f:5",
+        ],
+    );
+}
+
+/// Attack 5: Ids that do not increase, and paths sent twice.
+#[test]
+fn non_increasing_ids_and_duplicate_paths_are_refused() {
+    refuse_all(
+        "ids and duplicates",
+        [
+            "D:;5#F:a:5;3#F:b:5",
+            "D:;1#F:a:5;1#F:b:5",
+            "D:;F:a:5;F:a:7",
+            "D:;F:a:5;D:a",
+            "D:;L:a:OUT;F:a:5",
+        ],
+    );
+}
+
+/// Attack 5b: "b" then "a", ids increasing. NOT required to be refused: ferry's
+/// own sender sends sources in command-line order (`ferry sync z a dst`)
+/// and depth-first ("a", "a/x", "a-b" is not byte order), so refusing it
+/// would break honest runs. Required: a protocol error, or both intact.
+#[test]
+fn paths_out_of_byte_order_are_refused_or_land_intact() {
+    let l = Layout::new();
+    let o = l.run("b, a", true, false, plain(l.list("D:;F:b:5;F:a:6")));
+    let mut p = Vec::new();
+    for (f, id, size) in [("b", 1, 5), ("a", 2, 6)] {
+        if !o.refused().is_empty() && fs::read(l.dst.join(f)).ok() != Some(content(id, size)) {
+            p.push(format!(
+                "not refused, yet dst/{f} is missing or wrong: {}",
+                o.shown()
+            ));
+        }
+    }
+    let mut fails = Vec::new();
+    note(&mut fails, "b, a", p, &l, &[]);
+    verdict("b then a", fails);
+}
+
+/// Attack 6: Path rules: each unsafe path is refused as a protocol error. The
+/// absolute path points into d/outside, not /etc: tests may run as root.
+#[test]
+fn unsafe_paths_are_refused() {
+    let paths = ".. ../outside/pwn a/../b a/../../outside/pwn OUT/pwn a\0b a//b . a/. ./x a/b/";
+    let specs = paths.split(' ').map(|p| format!("D:;D:a;F:{p}:5"));
+    refuse_all("unsafe paths", specs);
+}
+
+/// Attack 7: `--delete` with an existing destination symlink dst/l -> d/outside:
+/// never followed, neither by deletion nor by a directory's chmod/mtime.
+#[test]
+fn delete_never_follows_a_destination_symlink() {
+    let mut fails = Vec::new();
+    for spec in "D:;D:l:777 | D: | D:;D:l:777;F:l/canary:9 | D:;D:l:777;D:l/sub".split(" | ") {
+        let l = Layout::new();
+        std::os::unix::fs::symlink(&l.outside, l.dst.join("l")).unwrap();
+        let o = l.run(spec, true, true, plain(l.list(spec)));
+        note(&mut fails, spec, o.fine(&[]), &l, &[]);
+    }
+    verdict("--delete and a destination symlink", fails);
+}
+
+/// Attack 8: A file-or-directory destination that is an existing file, and a
+/// sender that sends a tree, two files or a symlink: only f.txt may
+/// change; its sibling, its directory's contents and mode stay.
+#[test]
+fn file_destination_takes_one_file_and_touches_nothing_else() {
+    let mut fails = Vec::new();
+    let tree = "D::777;F:.bashrc:5;D:sub;F:sub/y:5";
+    let two = "F:x:5;F:.bashrc:5";
+    let both = |s| [(s, false), (s, true)];
+    for (spec, delete) in [tree, two, "L:x:OUT"].into_iter().flat_map(both) {
+        let label = format!("{spec} delete={delete}");
+        let l = Layout::new();
+        let parent = l.d.join("dst_file_parent");
+        fs::create_dir(&parent).unwrap();
+        fs::write(parent.join("f.txt"), b"old").unwrap();
+        fs::write(parent.join("keep.txt"), b"keep").unwrap();
+        fs::set_permissions(&parent, fs::Permissions::from_mode(0o751)).unwrap();
+        let dest = Dest::FileOrDir(parent.join("f.txt"));
+        let o = session(&label, dest, true, delete, plain(l.list(spec)));
+        // A tree for an existing file may also fail as an I/O error.
+        let mut p = o.fine(&[Class::Io, Class::Usage]);
+        if fs::read(parent.join("keep.txt")).ok().as_deref() != Some(&b"keep"[..]) {
+            p.push("keep.txt deleted or changed".into());
+        }
+        let held = names(&parent);
+        if held != ["f.txt", "keep.txt"] {
+            p.push(format!("parent now holds {held:?}, not [f.txt, keep.txt]"));
+        }
+        let mode = fs::metadata(&parent).unwrap().mode() & 0o7777;
+        if mode != 0o751 {
+            p.push(format!("parent's mode changed from 751 to {mode:o}"));
+        }
+        if !fs::symlink_metadata(parent.join("f.txt")).is_ok_and(|m| m.is_file()) {
+            p.push("f.txt is no longer a regular file".into());
+        }
+        note(&mut fails, &label, p, &l, &["dst_file_parent"]);
+    }
+    verdict("file destination", fails);
+}
+
+/// Attack 9: SegmentDone out of range, or twice: a protocol error.
+#[test]
+fn bad_segment_done_is_refused() {
+    let mut fails = Vec::new();
+    let two_seg = layout::SEGMENT + 10;
+    let cases: [(&str, u64, Evil); 4] = [
+        ("segment 1000 of a 10-byte file", 10, |p, f| {
+            p.send(data_msg(f, 0, &content(f, 10)));
+            p.send(seg_done(f, 1000));
+        }),
+        ("segment u32::MAX", 10, |p, f| p.send(seg_done(f, u32::MAX))),
+        ("SegmentDone twice, 1-segment file", 10, |p, f| {
+            p.send_file(f, WantMode::Whole);
+            p.send(seg_done(f, 0));
+        }),
+        ("SegmentDone 0 twice, 2-segment file", two_seg, |p, f| {
+            p.send(data_msg(f, 0, &content(f, layout::SEGMENT)));
+            p.send(seg_done(f, 0));
+            p.send(seg_done(f, 0));
+        }),
+    ];
+    for (label, size, evil) in cases {
+        let l = Layout::new();
+        let script = on_want(l.list(&format!("D:;F:x:{size}")), evil);
+        let o = l.run(label, true, false, script);
+        note(&mut fails, label, o.refused(), &l, &[]);
+    }
+    verdict("bad SegmentDone", fails);
+}
+
+/// Attack 9b: Segments finished without (all) their data, or never finished: the
+/// run must not report success, and no zero-filled or short file may land.
+#[test]
+fn missing_data_is_never_reported_as_success() {
+    let mut fails = Vec::new();
+    let cases: [(&str, bool, Evil); 5] = [
+        ("SegmentDone, no data", true, |p, f| p.send(seg_done(f, 0))),
+        ("no data, digests", false, |p, f| p.send(seg_done(f, 0))),
+        ("half the data", true, |p, f| {
+            p.send(data_msg(f, 0, &content(f, 10)[..5]));
+            p.send(seg_done(f, 0));
+        }),
+        ("data, no SegmentDone", true, |p, f| {
+            p.send(data_msg(f, 0, &content(f, 10)))
+        }),
+        ("no data at all, SenderDone", true, |_, _| {}),
+    ];
+    for (label, in_process, evil) in cases {
+        let l = Layout::new();
+        let script = on_want(l.list("D:;F:x:10"), evil);
+        let o = l.run(label, in_process, false, script);
+        let mut p = o.fine(&[]);
+        let landed = fs::read(l.dst.join("x")).ok();
+        let intact = landed.as_deref() == Some(&content(1, 10)[..]);
+        if o.succeeded() && !intact {
+            let shown = o.shown();
+            p.push(format!("SUCCESS REPORTED, yet dst/x = {landed:?}: {shown}"));
+        }
+        if landed.is_some() && !intact {
+            p.push(format!("a wrong dst/x was committed: {landed:?}"));
+        }
+        note(&mut fails, label, p, &l, &[]);
+    }
+    verdict("missing data", fails);
+}
+
+fn proc_status_kib(key: &str) -> u64 {
+    let s = fs::read_to_string("/proc/self/status").unwrap();
+    let kib = |l: &str| {
+        l.strip_prefix(key)?
+            .trim()
+            .strip_suffix(" kB")?
+            .parse()
+            .ok()
+    };
+    s.lines().find_map(kib).unwrap_or(0)
+}
+
+/// Attack 10: Many one-byte Data messages, each opening another 8 MiB segment of
+/// one of several 1 GiB files: the receiver must not hold a segment-sized
+/// buffer per open segment (64 segments would be 512 MiB).
+#[test]
+fn many_open_segments_do_not_cost_a_segment_buffer_each() {
+    const FILES: usize = 4;
+    const SEGS: u64 = 16;
+    let l = Layout::new();
+    let g = 1u64 << 30;
+    let list = l.list(&format!("D:;F:big1:{g};F:big2:{g};F:big3:{g};F:big4:{g}"));
+    let rss_before = proc_status_kib("VmRSS:");
+    let t = Instant::now();
+    let script: Script = Box::new(move |p| {
+        p.start(list);
+        let wanted: Vec<u32> = (0..FILES).map_while(|_| p.want()).collect();
+        for seg in 0..SEGS {
+            for &f in &wanted {
+                p.send(data_msg(f, seg * layout::SEGMENT, b"x"));
+            }
+        }
+        for &file in &wanted {
+            let error = "hostile sender gives up".to_string();
+            p.send(Message::FileFailed { file, error });
+        }
+        p.serve();
+    });
+    let o = l.run("memory", true, false, script);
+    let growth = proc_status_kib("VmHWM:").saturating_sub(rss_before) >> 10;
+    eprintln!("memory: peak RSS {growth} MiB above the RSS before the session");
+    let mut p = o.fine(&[]);
+    if growth >= 256 {
+        let n = FILES as u64 * SEGS;
+        p.push(format!(
+            "peak RSS grew by {growth} MiB for {n} 1-byte Data messages (max 256)"
+        ));
+    }
+    if t.elapsed() > Duration::from_secs(5) {
+        p.push(format!("took {:?} (limit 5 s)", t.elapsed()));
+    }
+    let mut fails = Vec::new();
+    note(&mut fails, "memory", p, &l, &[]);
+    verdict("memory bound", fails);
+}
+
+/// Attack 11: Data beyond the announced size, and data for files never wanted.
+#[test]
+fn data_outside_the_file_or_for_unwanted_files_is_refused() {
+    let mut fails = Vec::new();
+    // (label, file: None for the wanted one, offset); ids: 2 dir, 3 symlink.
+    let cases = [
+        ("Data at 100 of 10 bytes", None, 100),
+        ("Data across the end", None, 8),
+        ("Data at u64::MAX", None, u64::MAX),
+        ("Data for an id never sent", Some(99), 0),
+        ("Data for the dir's id", Some(2), 0),
+        ("Data for the symlink's id", Some(3), 0),
+    ];
+    for (label, id, offset) in cases {
+        let l = Layout::new();
+        let list = l.list("D:;F:x:10;D:d;L:l:OUT");
+        let script: Script = Box::new(move |p| {
+            p.start(list);
+            let want = p.want();
+            if let Some(file) = id.or(want) {
+                p.send(data_msg(file, offset, b"PWNED"));
+            }
+            p.serve();
+        });
+        let o = l.run(label, true, false, script);
+        note(&mut fails, label, o.refused(), &l, &[]);
+    }
+    let label = "Zero of u64::MAX bytes";
+    let l = Layout::new();
+    let script = on_want(l.list("D:;F:x:10"), |p, file| {
+        let len = u64::MAX;
+        p.send(Message::Zero {
+            file,
+            offset: 1,
+            len,
+        })
+    });
+    note(
+        &mut fails,
+        label,
+        l.run(label, true, false, script).refused(),
+        &l,
+        &[],
+    );
+    // An up-to-date file is not wanted: data for it is refused, and the
+    // destination copy is left alone.
+    let label = "Data for an up-to-date file";
+    let l = Layout::new();
+    let x = l.dst.join("x");
+    fs::write(&x, content(1, 10)).unwrap();
+    let when = SystemTime::UNIX_EPOCH + Duration::from_secs(MTIME as u64);
+    fs::File::options()
+        .write(true)
+        .open(&x)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+    let list = l.list("D:;F:x:10");
+    let o = l.run(
+        label,
+        true,
+        false,
+        Box::new(move |p| {
+            p.start(list);
+            while !p.eol && p.recv().is_some() {}
+            p.send(data_msg(1, 0, b"PWNED"));
+            p.serve();
+        }),
+    );
+    let mut p = o.refused();
+    if fs::read(&x).ok() != Some(content(1, 10)) {
+        p.push("the up-to-date dst/x was changed".into());
+    }
+    note(&mut fails, label, p, &l, &[]);
+    verdict("bad Data", fails);
+}
