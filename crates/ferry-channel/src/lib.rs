@@ -20,10 +20,13 @@
 //! `"ferry-channel v1 initiator->responder data"`,
 //! `"ferry-channel v1 responder->initiator data"`,
 //! `"ferry-channel v1 initiator confirm"` and
-//! `"ferry-channel v1 responder confirm"`. Each side then sends its 32-byte
-//! proof `blake3::keyed_hash(confirm_key_of_its_role, transcript)` and checks
-//! the peer's (constant-time). A mismatch means the keys differ: both sides
-//! fail after exactly one round trip with [`ChannelError::WrongKey`] and no
+//! `"ferry-channel v1 responder confirm"`. A proof is
+//! `blake3::keyed_hash(confirm_key_of_its_role, transcript)`, 32 bytes. The
+//! initiator sends its proof first; the responder checks it (constant-time)
+//! and only then sends its own, which the initiator checks. A mismatch means
+//! the keys differ: the responder closes without sending anything derived
+//! from the key (a client that does not hold it gets nothing to test
+//! guesses against), both sides fail with [`ChannelError::WrongKey`], and no
 //! data frame is ever accepted. Roles must differ (two initiators fail).
 //! The cipher is AES-256-GCM when both hellos have the AES flag, otherwise
 //! ChaCha20-Poly1305; the flags are in the MACed transcript, so a
@@ -298,6 +301,13 @@ fn derive(ctx: &str, psk: &Psk, transcript: &[u8]) -> [u8; 32] {
     *h.finalize().as_bytes()
 }
 
+/// A new random 256-bit key as 64 hex digits (`ferry keygen`).
+pub fn generate_key_hex() -> Result<String, ChannelError> {
+    let mut k = [0u8; 32];
+    getrandom::fill(&mut k).map_err(|e| ChannelError::Random(e.to_string()))?;
+    Ok(k.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Run the handshake over `r`/`w` as `role`. Returns the session once the
 /// peer has proven it holds the same key.
 pub fn handshake<R: Read, W: Write>(
@@ -368,17 +378,23 @@ pub fn handshake<R: Read, W: Write>(
         Role::Responder => (rc, ic, r2i, i2r),
     };
     let proof = blake3::keyed_hash(&my_confirm, &transcript);
-    w.write_all(proof.as_bytes())?;
-    w.flush()?;
+    let expect = blake3::keyed_hash(&their_confirm, &transcript);
     let mut peer = [0u8; 32];
+    // The initiator proves the key first; the responder checks that proof
+    // before it sends anything derived from the key, so a client that does
+    // not hold it learns nothing it could test guesses against.
+    if role == Role::Initiator {
+        w.write_all(proof.as_bytes())?;
+        w.flush()?;
+    }
     let got = read_full(r, &mut peer)?;
-    if got < 32 {
-        // A peer that saw our proof fail closes without sending more.
+    if got < 32 || expect != blake3::Hash::from_bytes(peer) {
+        // A responder that saw our proof fail closes without sending more.
         return Err(ChannelError::WrongKey);
     }
-    let expect = blake3::keyed_hash(&their_confirm, &transcript);
-    if expect != blake3::Hash::from_bytes(peer) {
-        return Err(ChannelError::WrongKey);
+    if role == Role::Responder {
+        w.write_all(proof.as_bytes())?;
+        w.flush()?;
     }
     Session::with_keys(suite, &send_key, &recv_key)
 }

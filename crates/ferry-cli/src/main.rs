@@ -7,6 +7,7 @@ mod out;
 mod demo;
 mod engine_args;
 mod human;
+mod keygen_cmd;
 mod progress;
 mod rsync_flags;
 mod serve_cmd;
@@ -74,6 +75,8 @@ enum Cmd {
     /// the data goes over a direct encrypted TCP connection (or ssh with
     /// --via-ssh); returns COMMAND's exit status.
     Pipe(stream_cmd::PipeArgs),
+    /// Write a random 256-bit key for send/recv/pipe to FILE (mode 0600).
+    Keygen(keygen_cmd::KeygenArgs),
     /// The remote side of a sync, started over ssh (internal).
     #[command(hide = true)]
     Serve(serve_cmd::ServeArgs),
@@ -133,6 +136,7 @@ fn main() {
         Cmd::Send(a) => stream_cmd::run_send(a),
         Cmd::Recv(a) => stream_cmd::run_recv(a),
         Cmd::Pipe(a) => stream_cmd::run_pipe(a),
+        Cmd::Keygen(a) => keygen_cmd::run(a),
     };
     std::process::exit(code);
 }

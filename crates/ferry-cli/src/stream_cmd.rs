@@ -22,7 +22,7 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -56,6 +56,11 @@ pub struct StreamOpts {
     /// Print one JSON object with the result at the end.
     #[arg(long)]
     pub json: bool,
+    /// A peer that moves nothing for this many seconds is dead; recv also
+    /// waits at most this long for a sender that proves the key. Default:
+    /// no limit (a producer may pause for as long as it likes).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
 }
 
 /// `producer | ferry send HOST:PORT [FILE]`
@@ -159,6 +164,13 @@ fn options(o: &StreamOpts, key: Psk) -> Result<Options, String> {
     opts.block_size = parse_size(&o.block_size)?;
     if !(ferry_stream::MIN_BLOCK..=ferry_stream::MAX_BLOCK).contains(&opts.block_size) {
         return Err("--block-size must be between 4K and 1M".into());
+    }
+    if let Some(t) = o.timeout {
+        if !(t > 0.0 && t <= 1e6) {
+            return Err("--timeout takes a number of seconds above 0".into());
+        }
+        opts.wait = Some(Duration::from_secs_f64(t));
+        opts.idle = Some(Duration::from_secs_f64(t));
     }
     Ok(opts)
 }
@@ -498,28 +510,32 @@ pub fn run_recv(a: RecvArgs) -> i32 {
     let p = Progress::start(opts.stats.clone(), a.o.progress);
     // Our stdout or FILE: a file descriptor either way, written through
     // FileOut (O_DIRECT when it is a regular file).
-    let to_file = |f: File| {
-        recv_with(
-            &opts,
-            &listener,
-            via_stdin,
-            FileOut::new(f),
-            RecvHooks::default(),
-        )
-    };
+    // FILE is created (truncated) and COMMAND started only once a sender
+    // has proved the key.
     let res = match sink {
         Sink::Stdout => stdout_file()
             .map_err(|e| StreamError::new(ErrorKind::Io, format!("stdout: {e}")))
-            .and_then(to_file),
-        Sink::File(path) => File::create(&path)
-            .map_err(|e| {
-                StreamError::new(
-                    ErrorKind::Io,
-                    format!("cannot create {}: {e}", path.display()),
+            .and_then(|f| {
+                recv_with(
+                    &opts,
+                    &listener,
+                    via_stdin,
+                    ferry_stream::opened(FileOut::new(f)),
                 )
-            })
-            .and_then(to_file),
-        Sink::Command(cmd) => recv_to_command(&opts, &listener, via_stdin, &cmd),
+            }),
+        Sink::File(path) => {
+            let open: ferry_stream::Opener<FileOut> = Box::new(move || {
+                let f = File::create(&path).map_err(|e| {
+                    StreamError::new(
+                        ErrorKind::Io,
+                        format!("cannot create {}: {e}", path.display()),
+                    )
+                })?;
+                Ok((FileOut::new(f), RecvHooks::default()))
+            });
+            recv_with(&opts, &listener, via_stdin, open)
+        }
+        Sink::Command(cmd) => recv_to_command(&opts, &listener, via_stdin, cmd),
     };
     p.finish();
     let c = match &res {
@@ -537,16 +553,20 @@ fn recv_with<W: Write + Send + 'static>(
     opts: &Options,
     l: &std::net::TcpListener,
     via_stdin: bool,
-    out: W,
-    hooks: RecvHooks,
+    open: ferry_stream::Opener<W>,
 ) -> Result<Summary, StreamError> {
     if via_stdin {
         let r = stdin_file().map_err(|e| StreamError::new(ErrorKind::Io, format!("stdin: {e}")))?;
         let w =
             stdout_file().map_err(|e| StreamError::new(ErrorKind::Io, format!("stdout: {e}")))?;
-        ferry_stream::recv_over(opts, r, w, out, hooks, None)
+        ferry_stream::recv_over(opts, r, w, open, None)
     } else {
-        ferry_stream::recv_on(opts, l, out, hooks)
+        // A connection that fails the handshake is told on stderr and
+        // dropped; recv goes on waiting.
+        let refused = |peer: std::net::SocketAddr, e: &StreamError| {
+            errln!("ferry recv: refused a connection from {peer}: {e}");
+        };
+        ferry_stream::recv_on(opts, l, open, &refused)
     }
 }
 
@@ -554,49 +574,58 @@ fn recv_to_command(
     opts: &Options,
     l: &std::net::TcpListener,
     via_stdin: bool,
-    cmd: &[String],
+    cmd: Vec<String>,
 ) -> Result<Summary, StreamError> {
-    let mut c = Command::new(&cmd[0]);
-    c.args(&cmd[1..]).stdin(Stdio::piped());
-    if via_stdin {
-        // Our stdout carries the channel: the command's output goes to stderr.
-        match io::stderr().as_fd().try_clone_to_owned() {
-            Ok(fd) => {
-                c.stdout(Stdio::from(fd));
-            }
-            Err(e) => return Err(StreamError::new(ErrorKind::Io, format!("stderr: {e}"))),
+    // Filled once the command runs, so a failed stream can kill it.
+    let started: Arc<Mutex<Option<Arc<Mutex<Child>>>>> = Arc::default();
+    let slot = started.clone();
+    let open: ferry_stream::Opener<ChildStdin> = Box::new(move || {
+        let mut c = Command::new(&cmd[0]);
+        c.args(&cmd[1..]).stdin(Stdio::piped());
+        if via_stdin {
+            // Our stdout carries the channel: the command's output goes to stderr.
+            let fd = io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| StreamError::new(ErrorKind::Io, format!("stderr: {e}")))?;
+            c.stdout(Stdio::from(fd));
         }
-    }
-    let mut child = c.spawn().map_err(|e| {
-        let mut err = StreamError::new(ErrorKind::Io, format!("cannot run {}: {e}", cmd[0]));
-        err.remote_status = Some(if e.kind() == io::ErrorKind::NotFound {
-            127
-        } else {
-            126
-        });
-        err
-    })?;
-    let stdin = match child.stdin.take() {
-        Some(s) => s,
-        None => return Err(StreamError::new(ErrorKind::Io, "command has no stdin")),
-    };
-    let child = Arc::new(Mutex::new(child));
-    let (c1, c2) = (child.clone(), child.clone());
-    let hooks = RecvHooks {
-        on_complete: Some(Box::new(move || wait_status(&c1))),
-        on_abort: Some(Arc::new(move || {
-            if let Ok(mut ch) = c2.lock() {
-                let _ = ch.kill();
-            }
-        })),
-        on_handshake: None,
-    };
-    let res = recv_with(opts, l, via_stdin, stdin, hooks);
+        let mut child = c.spawn().map_err(|e| {
+            let mut err = StreamError::new(ErrorKind::Io, format!("cannot run {}: {e}", cmd[0]));
+            err.remote_status = Some(if e.kind() == io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+            err
+        })?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| StreamError::new(ErrorKind::Io, "command has no stdin"))?;
+        let child = Arc::new(Mutex::new(child));
+        if let Ok(mut s) = slot.lock() {
+            *s = Some(child.clone());
+        }
+        let (c1, c2) = (child.clone(), child);
+        let hooks = RecvHooks {
+            on_complete: Some(Box::new(move || wait_status(&c1))),
+            on_abort: Some(Arc::new(move || {
+                if let Ok(mut ch) = c2.lock() {
+                    let _ = ch.kill();
+                }
+            })),
+        };
+        Ok((stdin, hooks))
+    });
+    let res = recv_with(opts, l, via_stdin, open);
     if res.is_err() {
         // The stream failed: the command must not finish on partial input.
-        if let Ok(mut ch) = child.lock() {
-            let _ = ch.kill();
-            let _ = ch.wait();
+        if let Some(child) = started.lock().ok().and_then(|mut s| s.take()) {
+            if let Ok(mut ch) = child.lock() {
+                let _ = ch.kill();
+                let _ = ch.wait();
+            }
         }
     }
     res

@@ -64,7 +64,11 @@ fn ferry(key: &str) -> Command {
 /// Start `ferry recv --announce` (port chosen by the OS) with extra args;
 /// returns the guard and the port.
 fn start_recv(key: &str, args: &[&str]) -> (Guard, u16) {
-    let mut c = ferry(key);
+    recv_announced(ferry(key), args)
+}
+
+/// Start `ferry recv --announce` from `c` with extra args.
+fn recv_announced(mut c: Command, args: &[&str]) -> (Guard, u16) {
     c.args(["recv", "--listen", "127.0.0.1:0", "--announce"])
         .args(args)
         .stdin(Stdio::piped())
@@ -196,13 +200,18 @@ fn stdin_to_stdout_through_a_shell_pipeline() {
     assert!(same(&src, &dst));
 }
 
+/// A sender with the wrong key is refused (exit 7) and recv keeps
+/// waiting: FILE is not touched, COMMAND not started, and a sender with
+/// the right key that comes next is received. With --timeout and only
+/// wrong keys, recv gives up with exit 7.
 #[test]
-fn wrong_key_is_refused_on_both_sides() {
+fn wrong_key_is_refused_and_recv_goes_on_waiting() {
     if !wired() {
         return;
     }
     let dir = tempfile::tempdir().expect("tmp");
     let dst = dir.path().join("dst");
+    std::fs::write(&dst, b"precious").expect("old dst");
     let (mut r, port) = start_recv(KEY, &[dst.to_str().expect("path")]);
     let out = ferry("ffffffffffffffffffffffffffffffff")
         .args(["send", &format!("127.0.0.1:{port}")])
@@ -211,9 +220,58 @@ fn wrong_key_is_refused_on_both_sides() {
         .expect("send");
     assert_eq!(out.status.code(), Some(7));
     assert!(String::from_utf8_lossy(&out.stderr).contains("wrong key"));
-    let st = r.wait_timeout(Duration::from_secs(10)).expect("recv exits");
-    assert_eq!(st.code(), Some(7));
-    assert!(r.stderr_text().contains("wrong key"));
+    // A stray connection that sends garbage and one that says nothing.
+    let mut stray = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stray.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("garbage");
+    drop(stray);
+    let _silent = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        std::fs::read(&dst).expect("dst"),
+        b"precious",
+        "FILE touched before auth"
+    );
+    let src = dir.path().join("src");
+    write_data(&src, 3 << 20, true);
+    let st = ferry(KEY)
+        .args([
+            "send",
+            &format!("127.0.0.1:{port}"),
+            src.to_str().expect("path"),
+        ])
+        .status()
+        .expect("send");
+    assert!(st.success());
+    let st = r.wait_timeout(Duration::from_secs(20)).expect("recv exits");
+    assert_eq!(st.code(), Some(0), "{}", r.stderr_text());
+    assert!(std::fs::read(&dst).expect("dst") == std::fs::read(&src).expect("src"));
+    assert!(
+        r.stderr_text().contains("refused a connection"),
+        "{}",
+        r.stderr_text()
+    );
+
+    // Only wrong keys, and a command that must never start.
+    let marker = dir.path().join("started");
+    let script = format!("touch {}; cat >/dev/null", marker.display());
+    let (mut r, port) = start_recv(KEY, &["--timeout", "2", "--", "sh", "-c", &script]);
+    let out = ferry("ffffffffffffffffffffffffffffffff")
+        .args(["send", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .expect("send");
+    assert_eq!(out.status.code(), Some(7));
+    let st = r.wait_timeout(Duration::from_secs(20)).expect("recv exits");
+    assert_eq!(st.code(), Some(7), "{}", r.stderr_text());
+    assert!(
+        r.stderr_text().contains("no sender proved the key"),
+        "{}",
+        r.stderr_text()
+    );
+    assert!(
+        !marker.exists(),
+        "COMMAND started before a sender proved the key"
+    );
 }
 
 #[test]
@@ -407,4 +465,87 @@ fn killed_receiver_makes_the_sender_fail_promptly() {
         .expect("sender must not hang");
     assert_eq!(st.code(), Some(5), "{}", s.stderr_text());
     feeder.join().expect("feeder");
+}
+
+/// `ferry keygen FILE`: 64 hex digits, mode 0600, never overwritten, and a
+/// key that send and recv accept; a key that is too short is refused.
+#[test]
+fn keygen_writes_a_private_key_that_works() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tmp");
+    let k = dir.path().join("k");
+    let st = Command::new(FERRY)
+        .args(["keygen", k.to_str().expect("path")])
+        .status()
+        .expect("keygen");
+    assert!(st.success());
+    let text = std::fs::read_to_string(&k).expect("key");
+    assert_eq!(text.trim().len(), 64);
+    assert!(text.trim().bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(
+        std::fs::metadata(&k).expect("meta").permissions().mode() & 0o777,
+        0o600
+    );
+    let again = Command::new(FERRY)
+        .args(["keygen", k.to_str().expect("path")])
+        .output()
+        .expect("keygen");
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(&k).expect("key"),
+        text,
+        "overwritten"
+    );
+    let out = Command::new(FERRY)
+        .args(["recv", "--listen", "127.0.0.1:0", "--key-file"])
+        .arg(dir.path().join("nope"))
+        .output()
+        .expect("recv");
+    assert_eq!(out.status.code(), Some(1));
+    let short = dir.path().join("short");
+    std::fs::write(&short, "abc\n").expect("short key");
+    let out = Command::new(FERRY)
+        .args([
+            "send",
+            "127.0.0.1:9",
+            "--key-file",
+            short.to_str().expect("path"),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("send");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The generated key carries a stream.
+    let out_path = dir.path().join("out");
+    let (mut r, port) = recv_announced(
+        Command::new(FERRY),
+        &[
+            "--key-file",
+            k.to_str().expect("path"),
+            out_path.to_str().expect("path"),
+        ],
+    );
+    let src = dir.path().join("src");
+    write_data(&src, 1 << 20, false);
+    let st = Command::new(FERRY)
+        .args([
+            "send",
+            &format!("127.0.0.1:{port}"),
+            src.to_str().expect("path"),
+            "--key-file",
+        ])
+        .arg(&k)
+        .status()
+        .expect("send");
+    assert!(st.success());
+    let st = r.wait_timeout(Duration::from_secs(20)).expect("recv exits");
+    assert_eq!(st.code(), Some(0), "{}", r.stderr_text());
+    assert!(
+        std::fs::read(dir.path().join("out")).expect("out") == std::fs::read(&src).expect("src")
+    );
 }

@@ -51,6 +51,7 @@ use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Frame, Psk, Role
 pub use ferry_compress::{Codec, Mode};
 pub use output::FileOut;
 
+pub mod accept;
 mod output;
 
 /// Largest block size (so a block plus its header fits a channel frame).
@@ -148,6 +149,10 @@ fn channel_err(e: ChannelError, what: &str) -> StreamError {
         }
         ChannelError::BadHello(_) => StreamError::new(ErrorKind::Unreachable, e.to_string()),
         ChannelError::Io(ref io) => match io.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => StreamError::new(
+                ErrorKind::PeerKilled,
+                format!("{what}: nothing moved for longer than --timeout"),
+            ),
             io::ErrorKind::UnexpectedEof
             | io::ErrorKind::ConnectionReset
             | io::ErrorKind::BrokenPipe
@@ -172,6 +177,12 @@ pub struct Options {
     /// Compressor threads (sender).
     pub workers: usize,
     pub connect_timeout: Duration,
+    /// recv: how long to wait for a sender that proves the key (`None`:
+    /// for ever).
+    pub wait: Option<Duration>,
+    /// An established stream on which nothing moves for this long is dead
+    /// (`--timeout`; `None`: never).
+    pub idle: Option<Duration>,
     pub stats: Arc<Stats>,
 }
 
@@ -187,6 +198,8 @@ impl Options {
                 .unwrap_or(1)
                 .min(4),
             connect_timeout: Duration::from_secs(10),
+            wait: None,
+            idle: None,
             stats: Arc::default(),
         }
     }
@@ -367,6 +380,11 @@ pub fn send<R: Read + Send + 'static>(
 ) -> Result<Summary, StreamError> {
     opts.check()?;
     let s = connect(peer, opts.connect_timeout)?;
+    // The receiver answers only at the end, so only writes can time out:
+    // a receiver that stops reading for `idle` is dead.
+    if opts.idle.is_some() {
+        let _ = s.set_write_timeout(opts.idle);
+    }
     let (r, w, ctl) = split(s)?;
     let abort = move || {
         let _ = ctl.shutdown(std::net::Shutdown::Both);
@@ -839,12 +857,17 @@ pub struct RecvHooks {
     /// Called when the stream failed, before the output is closed (kill the
     /// command so it does not commit a partial stream).
     pub on_abort: Option<Arc<dyn Fn() + Send + Sync>>,
-    /// Called once the handshake succeeded (clears the handshake timeout).
-    pub on_handshake: Option<Box<dyn FnOnce() + Send>>,
 }
 
-/// How long an accepted connection may take to complete the handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Opens the output once a sender has proved the key (so a wrong key or a
+/// stray connection never truncates a file or starts a command), with the
+/// hooks that go with it.
+pub type Opener<W> = Box<dyn FnOnce() -> Result<(W, RecvHooks), StreamError> + Send>;
+
+/// An output that is already open and needs no hooks.
+pub fn opened<W: Send + 'static>(w: W) -> Opener<W> {
+    Box::new(move || Ok((w, RecvHooks::default())))
+}
 
 enum Chunk {
     Data(Vec<u8>),
@@ -866,39 +889,37 @@ pub fn recv<W: Write + Send + 'static>(
 ) -> Result<Summary, StreamError> {
     opts.check()?;
     let l = bind(listen)?;
-    recv_on(opts, &l, output, RecvHooks::default())
+    recv_on(opts, &l, opened(output), &|_, _| {})
 }
 
-/// Accept one sender on a bound listener.
+/// Wait on a bound listener for a sender that proves the key (connections
+/// that do not are passed to `refused` and dropped; see [`accept`]), then
+/// open the output and receive.
 pub fn recv_on<W: Write + Send + 'static>(
     opts: &Options,
     l: &TcpListener,
-    output: W,
-    mut hooks: RecvHooks,
+    open: Opener<W>,
+    refused: &dyn Fn(SocketAddr, &StreamError),
 ) -> Result<Summary, StreamError> {
-    let s = accept(l)?;
-    // A client that connects and says nothing must not hold us forever;
-    // once the peer proved the key, a stalled producer may be slow at will.
-    let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let (r, w, ctl) = split(s)?;
-    if let Ok(c) = ctl.try_clone() {
-        hooks.on_handshake = Some(Box::new(move || {
-            let _ = c.set_read_timeout(None);
-        }));
+    opts.check()?;
+    let (session, s) = accept::accept_authenticated(opts, l, opts.wait, refused)?;
+    if opts.idle.is_some() {
+        let _ = s.set_read_timeout(opts.idle);
+        let _ = s.set_write_timeout(opts.idle);
     }
+    let (r, w, ctl) = split(s)?;
     let shut = move || {
         let _ = ctl.shutdown(std::net::Shutdown::Write);
     };
-    recv_over(opts, r, w, output, hooks, Some(Box::new(shut)))
+    recv_session(opts, session, r, w, open, Some(Box::new(shut)))
 }
 
-/// Receive over any connected byte pipe.
+/// Receive over any connected byte pipe: the handshake, then the stream.
 pub fn recv_over<W, NR, NW>(
     opts: &Options,
     mut net_r: NR,
     mut net_w: NW,
-    output: W,
-    mut hooks: RecvHooks,
+    open: Opener<W>,
     close_write: Option<Box<dyn Fn() + Send>>,
 ) -> Result<Summary, StreamError>
 where
@@ -907,15 +928,43 @@ where
     NW: Write + Send + 'static,
 {
     opts.check()?;
-    let start = Instant::now();
     let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Responder)
         .map_err(|e| channel_err(e, "handshake"))?;
-    if let Some(f) = hooks.on_handshake.take() {
-        f();
-    }
+    recv_session(opts, session, net_r, net_w, open, close_write)
+}
+
+/// The stream after the handshake: open the output, then receive.
+fn recv_session<W, NR, NW>(
+    opts: &Options,
+    session: ferry_channel::Session,
+    net_r: NR,
+    net_w: NW,
+    open: Opener<W>,
+    close_write: Option<Box<dyn Fn() + Send>>,
+) -> Result<Summary, StreamError>
+where
+    W: Write + Send + 'static,
+    NR: Read + Send + 'static,
+    NW: Write + Send + 'static,
+{
+    let start = Instant::now();
     let suite = session.suite;
     let chan_r = ChannelReader::new(net_r, &session);
     let mut chan_w = ChannelWriter::new(net_w, &session);
+    // Only now, with a sender that proved the key, is the output opened.
+    let (output, mut hooks) = match open() {
+        Ok(o) => o,
+        Err(e) => {
+            let mut m = vec![msg::FAIL, e.kind.code()];
+            m.extend_from_slice(&e.remote_status.unwrap_or(i32::MIN).to_le_bytes());
+            m.extend_from_slice(e.msg.as_bytes());
+            let _ = chan_w.send_frame(&m).and_then(|_| chan_w.finish());
+            if let Some(c) = &close_write {
+                c();
+            }
+            return Err(e);
+        }
+    };
     let stats = opts.stats.clone();
     stats.buffer_cap.store(
         (opts.ring_blocks() * opts.block_size) as u64,

@@ -7,9 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ferry_channel::{Psk, Role};
-use ferry_stream::{
-    bind, recv_on, send, ErrorKind, Mode, Options, RecvHooks, StreamError, Summary,
-};
+use ferry_stream::{bind, opened, recv_on, send, ErrorKind, Mode, Options, StreamError, Summary};
 use rand::{Rng, SeedableRng};
 
 fn opts(key: &str, mode: &str) -> Options {
@@ -69,7 +67,7 @@ fn receiver<W: Write + Send + 'static>(
 ) -> (SocketAddr, thread::JoinHandle<Result<Summary, StreamError>>) {
     let l = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
     let addr = l.local_addr().expect("addr");
-    let h = thread::spawn(move || recv_on(&o, &l, out, RecvHooks::default()));
+    let h = thread::spawn(move || recv_on(&o, &l, opened(out), &|_, _| {}));
     (addr, h)
 }
 
@@ -122,7 +120,10 @@ fn compressible_data_is_smaller_on_the_wire() {
 
 #[test]
 fn wrong_key_is_refused_on_both_sides() {
-    let (addr, h) = receiver(opts(KEY, "auto"), Shared::default());
+    // The receiver goes on waiting after a refused sender, up to `wait`.
+    let mut o = opts(KEY, "auto");
+    o.wait = Some(std::time::Duration::from_secs(2));
+    let (addr, h) = receiver(o, Shared::default());
     let e = send(
         &opts("ffffffffffffffffffffffffffffffff", "auto"),
         io::Cursor::new(vec![1u8; 1000]),
