@@ -325,6 +325,10 @@ def scen_tree(ctx: Ctx):
         Tool("ferry sync --direct", "ferry",
              lambda s, d: ctx.ferry.sync_cmd(f"--direct {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
              form="remote-direct"),
+        # What durability costs: ferry fsyncs by default (rsync does not).
+        Tool("ferry sync --no-fsync (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
+             form="remote"),
         # The yardstick for the unchanged re-run: a bare login over
         # the same link, same ssh command and options. A baseline, not a peer.
         Tool("ssh host true", "baseline", lambda s, d: ssh_true(ctx), NS_A, needs=("ssh",),
@@ -367,6 +371,10 @@ def scen_bigfile(ctx: Ctx):
         Tool("ferry sync --direct", "ferry",
              lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
              form="remote-direct"),
+        # What durability costs: ferry fsyncs by default (rsync does not).
+        Tool("ferry sync --no-fsync (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s} {ADDR_B}:{d}", ctx.link), NS_A,
+             form="remote"),
     ]
     pct = ctx.sizes["mangle_pct"]
     run_file_case(ctx, "bigfile", f"mangled {pct:g}%", tools, mangled, old_copy(base))
