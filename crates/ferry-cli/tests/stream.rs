@@ -200,6 +200,17 @@ fn stdin_to_stdout_through_a_shell_pipeline() {
     assert!(same(&src, &dst));
 }
 
+/// Send nothing with a key recv does not hold: refused, exit 7.
+fn send_with_wrong_key(port: u16) {
+    let out = ferry("ffffffffffffffffffffffffffffffff")
+        .args(["send", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .expect("send");
+    assert_eq!(out.status.code(), Some(7));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrong key"));
+}
+
 /// A sender with the wrong key is refused (exit 7) and recv keeps
 /// waiting: FILE is not touched, COMMAND not started, and a sender with
 /// the right key that comes next is received. With --timeout and only
@@ -213,13 +224,7 @@ fn wrong_key_is_refused_and_recv_goes_on_waiting() {
     let dst = dir.path().join("dst");
     std::fs::write(&dst, b"precious").expect("old dst");
     let (mut r, port) = start_recv(KEY, &[dst.to_str().expect("path")]);
-    let out = ferry("ffffffffffffffffffffffffffffffff")
-        .args(["send", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .output()
-        .expect("send");
-    assert_eq!(out.status.code(), Some(7));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("wrong key"));
+    send_with_wrong_key(port);
     // A stray connection that sends garbage and one that says nothing.
     let mut stray = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stray.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("garbage");
@@ -255,12 +260,7 @@ fn wrong_key_is_refused_and_recv_goes_on_waiting() {
     let marker = dir.path().join("started");
     let script = format!("touch {}; cat >/dev/null", marker.display());
     let (mut r, port) = start_recv(KEY, &["--timeout", "2", "--", "sh", "-c", &script]);
-    let out = ferry("ffffffffffffffffffffffffffffffff")
-        .args(["send", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .output()
-        .expect("send");
-    assert_eq!(out.status.code(), Some(7));
+    send_with_wrong_key(port);
     let st = r.wait_timeout(Duration::from_secs(20)).expect("recv exits");
     assert_eq!(st.code(), Some(7), "{}", r.stderr_text());
     assert!(
