@@ -103,6 +103,12 @@ fn channel_link(
         .try_clone()
         .map_err(|e| Error::Link(LinkError::Io(e.to_string())))?;
     let session = ferry_channel::handshake(&mut r, &mut w, psk, role).map_err(chan_err)?;
+    // The handshake's timeout is for the handshake only: a session may be
+    // quiet for long (a sender walking a large tree, a receiver signing a
+    // large old copy).
+    stream
+        .set_read_timeout(None)
+        .map_err(|e| Error::Link(LinkError::Io(e.to_string())))?;
     let reader = ferry_channel::ChannelReader::new(r, &session);
     // Small messages coalesce into one sealed frame; large ones pass.
     let writer =
@@ -232,6 +238,12 @@ fn direct_accept() -> Result<(Endpoint, ferry_proto::Flushed)> {
         }
     });
     let deadline = Instant::now() + DIRECT_WAIT;
+    // Each connection proves the key on a thread of its own, so one that
+    // connects and says nothing cannot hold up our client (at most 8 at
+    // once, 10 s each); the first that proves it is the session.
+    let (won_tx, won_rx) = std::sync::mpsc::channel();
+    let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut last_err = None;
     loop {
         if fb_rx.try_recv().is_ok() {
             drop(listener);
@@ -240,21 +252,34 @@ fn direct_accept() -> Result<(Endpoint, ferry_proto::Flushed)> {
                 std::io::stdout(),
             ));
         }
+        while let Ok(r) = won_rx.try_recv() {
+            match r {
+                Ok(x) => return Ok(x),
+                // Not our client (or a wrong key): keep waiting.
+                Err(e) => last_err = Some(e),
+            }
+        }
         match listener.accept() {
-            Ok((s, _)) => {
+            Ok((s, _)) if pending.load(std::sync::atomic::Ordering::SeqCst) < 8 => {
                 s.set_nonblocking(false).map_err(io)?;
                 let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
-                match channel_link(s, &psk, ferry_channel::Role::Responder) {
-                    Ok(x) => return Ok(x),
-                    // Not our client (or a wrong key): keep waiting.
-                    Err(_) if Instant::now() < deadline => continue,
-                    Err(e) => return Err(e),
-                }
+                let (tx, psk, n) = (won_tx.clone(), psk.clone(), pending.clone());
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let _ = tx.send(channel_link(s, &psk, ferry_channel::Role::Responder));
+                    n.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             Err(e) => return Err(io(e)),
+        }
+        if Instant::now() >= deadline {
+            return Err(last_err.unwrap_or_else(|| {
+                Error::Link(LinkError::Io("no direct connection from the client".into()))
+            }));
         }
     }
 }
