@@ -551,7 +551,8 @@ mod tests {
     fn roundtrip(m: Message) {
         let mut v = Vec::new();
         encode(&m, &mut v);
-        assert_eq!(encoded_len(&m), v.len() + 4);
+        // The 8-byte frame header and the 4-byte check around the body.
+        assert_eq!(encoded_len(&m), v.len() + 12);
         assert_eq!(decode(&v).unwrap(), m);
     }
 
