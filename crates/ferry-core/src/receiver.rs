@@ -1300,8 +1300,11 @@ impl Dispatcher<'_, '_> {
             let r = File::open(&dir)
                 .and_then(|d| d.sync_all())
                 .op("fsync directory");
-            if let Err(err) = r {
-                self.sh.stats.error(line(&dir, &err));
+            match r {
+                // Deleted in this run (--delete): its parent records that.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => self.sh.stats.error(line(&dir, &err)),
+                Ok(()) => {}
             }
         }
     }
