@@ -62,6 +62,9 @@ pub struct SyncOptions {
     /// fdatasync each file before its rename and fsync changed directories
     /// at the end (`--no-fsync` turns it off).
     pub fsync: bool,
+    /// Receiver of a pull: the top-level names the user asked for (see
+    /// [`listcheck::ListCheck::expect_top`]); `None` allows any.
+    pub expect_top: Option<Vec<Vec<u8>>>,
     /// Decide and report, change nothing.
     pub dry_run: bool,
     /// Overwrite changed files in place instead of temp file + rename.
@@ -100,6 +103,7 @@ impl Default for SyncOptions {
             force: false,
             ignore_errors: false,
             fsync: true,
+            expect_top: None,
             dry_run: false,
             inplace: false,
             xattrs: false,

@@ -35,7 +35,12 @@ pub struct ListCheck {
     /// Ids of regular-file entries (hard-link targets).
     files: HashMap<u32, ()>,
     entries: u64,
+    /// On a pull: the names the user asked for (see [`ListCheck::expect_top`]).
+    top: Option<Vec<Vec<u8>>>,
 }
+
+/// Largest file size a list may announce: segment indexes are u32.
+pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * ferry_proto::layout::SEGMENT;
 
 /// Why an entry was refused: the sender broke the protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,7 +80,31 @@ impl ListCheck {
             kinds: HashMap::new(),
             files: HashMap::new(),
             entries: 0,
+            top: None,
         }
+    }
+
+    /// A pull asked for these names (each source's last component, without
+    /// a trailing slash): every entry must lie under one of them, and the
+    /// root entry is refused, so a hostile sender cannot put `.ssh/…` into
+    /// a destination directory when asked for `notes.txt` (rsync's
+    /// CVE-2022-29154). `None` (a source with a trailing slash: its
+    /// contents) allows any name.
+    pub fn expect_top(&mut self, names: Option<Vec<Vec<u8>>>) {
+        self.top = names;
+    }
+
+    /// Whether `path`'s first component is one the user asked for.
+    pub fn top_ok(&self, path: &[u8]) -> Result<(), Refused> {
+        let Some(top) = &self.top else { return Ok(()) };
+        let first = path.split(|&b| b == b'/').next().unwrap_or_default();
+        if path.is_empty() || !top.iter().any(|t| t.as_slice() == first) {
+            return Err(Refused(format!(
+                "the sender sent {:?}, which was not asked for",
+                shown(path)
+            )));
+        }
+        Ok(())
     }
 
     /// The list turned out to be a single file (see [`Shape::SingleFile`]).
@@ -104,6 +133,9 @@ impl ListCheck {
         }
         if path.is_empty() && kind != EntryKind::Dir {
             return refuse("the root of the list is not a directory");
+        }
+        if e.size > MAX_FILE_SIZE {
+            return refuse("file larger than the protocol allows");
         }
         match self.kinds.get(path.as_slice()) {
             Some(EntryKind::Dir) if kind == EntryKind::Dir => {}
@@ -226,6 +258,29 @@ mod tests {
         let mut to_link = ent(1, "h", HardLink);
         to_link.link_to = 0;
         assert!(run(Shape::Tree, &[ent(0, "l", Symlink), to_link]).is_err());
+    }
+
+    #[test]
+    fn a_pull_takes_only_the_names_asked_for() {
+        let mut c = ListCheck::new(Shape::Tree);
+        c.expect_top(Some(vec![b"notes.txt".to_vec(), b"d".to_vec()]));
+        assert!(c.top_ok(b"notes.txt").is_ok());
+        assert!(c.top_ok(b"d/x/y").is_ok());
+        for p in ["", ".ssh", ".ssh/authorized_keys", "notes.txt2", "dd/x"] {
+            assert!(c.top_ok(p.as_bytes()).is_err(), "{p:?}");
+        }
+        c.expect_top(None);
+        assert!(c.top_ok(b".ssh").is_ok());
+    }
+
+    #[test]
+    fn sizes_beyond_u32_segments_are_refused() {
+        let mut big = ent(0, "f", File);
+        big.size = MAX_FILE_SIZE + 1;
+        assert!(run(Shape::Tree, &[big]).is_err());
+        let mut ok = ent(0, "f", File);
+        ok.size = MAX_FILE_SIZE;
+        assert!(run(Shape::Tree, &[ok]).is_ok());
     }
 
     #[test]

@@ -136,6 +136,8 @@ struct DstFile {
     nseg: u64,
     remaining: AtomicU64,
     failed: Mutex<Option<Failure>>,
+    /// Its failure has been counted and told (once).
+    reported: AtomicBool,
     /// A block device written in place.
     is_device: bool,
     /// A character device or FIFO (`/dev/null`, a tape, a pipe): the data
@@ -412,7 +414,11 @@ pub fn run_receiver(
             waiting: Default::default(),
             end_of_list: false,
             max_in_flight: max_in_flight(),
-            check: ListCheck::new(Shape::Tree),
+            check: {
+                let mut c = ListCheck::new(Shape::Tree);
+                c.expect_top(opts.expect_top.clone());
+                c
+            },
             source_unread: false,
             scanned: HashSet::new(),
         };
@@ -599,14 +605,19 @@ impl Dispatcher<'_, '_> {
                 }
                 Message::SenderDone => {
                     // All data must have come: a file asked for and not
-                    // finished (nor failed) would otherwise go missing
-                    // while the run reports success.
-                    let open = self.files.iter().find(|(_, f)| f.failure().is_none());
-                    if let Some((id, f)) = open {
-                        return Err(Error::Protocol(format!(
-                            "the sender finished before sending all of file {id} ({})",
-                            f.final_path.display()
-                        )));
+                    // finished would otherwise go missing while the run
+                    // reports success. One that failed on the way is
+                    // counted (once) as the failure it is.
+                    for (id, f) in &self.files {
+                        match f.failure() {
+                            None => {
+                                return Err(Error::Protocol(format!(
+                                    "the sender finished before sending all of file {id} ({})",
+                                    f.final_path.display()
+                                )))
+                            }
+                            Some(why) => report_failure(f, self.sh, why),
+                        }
                     }
                     if let Some((e, _)) = self.waiting.front() {
                         return Err(Error::Protocol(format!(
@@ -672,8 +683,12 @@ impl Dispatcher<'_, '_> {
     }
 
     fn entry(&mut self, mut e: Entry) -> Result<()> {
-        // The path is checked (with the rest of the list's rules) once the
-        // first entry of a file-or-directory destination has chosen which.
+        // On a pull, only what was asked for; then the path is checked
+        // (with the rest of the list's rules) once the first entry of a
+        // file-or-directory destination has chosen which.
+        self.check
+            .top_ok(&e.path)
+            .map_err(|r| Error::Protocol(r.to_string()))?;
         if let Some(p) = self.late.take() {
             self.resolve_root(&p, &mut e)?;
             if e.kind() != EntryKind::Dir {
@@ -825,6 +840,7 @@ impl Dispatcher<'_, '_> {
             direct_ok: AtomicBool::new(false),
             is_device: true,
             stream_to: false,
+            reported: AtomicBool::new(false),
             committed: AtomicBool::new(false),
             entry: e,
         });
@@ -899,8 +915,10 @@ impl Dispatcher<'_, '_> {
                 }
             }
         }
-        self.dirs_ok.insert(e.path.clone());
-        self.dirs.push((dest.to_path_buf(), e));
+        // A directory sent again (two sources merging) is handled once.
+        if self.dirs_ok.insert(e.path.clone()) {
+            self.dirs.push((dest.to_path_buf(), e));
+        }
         Ok(())
     }
 
@@ -1057,11 +1075,18 @@ impl Dispatcher<'_, '_> {
             )),
         };
         let file = Target::File(file);
-        let sig_out = self.sh.cache.as_ref().filter(|_| nseg > 0).map(|c| SigOut {
-            cache: c.clone(),
-            bs: layout::delta_block(e.size),
-            parts: Mutex::new(vec![None; nseg as usize]),
-        });
+        // A signature kept for the cache grows with the file: none beyond
+        // 2^17 segments (1 TiB).
+        let sig_out = self
+            .sh
+            .cache
+            .as_ref()
+            .filter(|_| nseg > 0 && nseg <= 1 << 17)
+            .map(|c| SigOut {
+                cache: c.clone(),
+                bs: layout::delta_block(e.size),
+                parts: Mutex::new(vec![None; nseg as usize]),
+            });
         let d = Arc::new(DstFile {
             _slot: Slot::take(&self.sh.in_flight),
             basis,
@@ -1087,6 +1112,7 @@ impl Dispatcher<'_, '_> {
             direct,
             is_device,
             stream_to,
+            reported: AtomicBool::new(false),
             committed: AtomicBool::new(false),
             entry: e,
         });
@@ -1786,6 +1812,7 @@ fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
             } => {
                 if let Err(err) = sign_and_want(sh, &tx, &d, &meta, &dest, inplace) {
                     d.fail(describe(&err));
+                    d.reported.store(true, Ordering::SeqCst);
                     let _ = sh.in_flight.wake.try_send(());
                     if is_fatal_io(&err) {
                         sh.set_fatal(Error::io(&dest, err));
@@ -1972,26 +1999,36 @@ fn write_failed(f: &DstFile, sh: &Shared<'_>, e: io::Error) {
 
 /// Give a completely received file its metadata and move it into place, or
 /// drop it (the temp file goes with it) when anything failed.
+/// The error line of a failed file (its path, and what failed).
+fn failure_line(f: &DstFile, why: Failure) -> String {
+    match why {
+        Failure::Mismatch(why) | Failure::Other(why) => {
+            format!("{}: {why}", f.final_path.display())
+        }
+        Failure::Sender(why) => why,
+        Failure::Io(op, why) => format!("{op} {}: {why}", f.final_path.display()),
+    }
+}
+
+/// Count a failed file once, with its line.
+fn report_failure(f: &DstFile, sh: &Shared<'_>, why: Failure) {
+    if !f.reported.swap(true, Ordering::SeqCst) {
+        sh.stats.error(failure_line(f, why));
+    }
+}
+
 fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
     if let Some(why) = f.failure() {
-        let why = match why {
-            Failure::Mismatch(why) if !f.delta.load(Ordering::SeqCst) => {
-                format!("{}: {why}", f.final_path.display())
-            }
-            Failure::Other(why) => format!("{}: {why}", f.final_path.display()),
-            Failure::Sender(why) => why,
-            Failure::Io(op, why) => format!("{op} {}: {why}", f.final_path.display()),
-            Failure::Mismatch(_) => {
-                // The delta did not reproduce the source: send it whole.
-                Stats::add(&sh.stats.delta_mismatch, 1);
-                sh.stats.change(format!(
-                    "{}: delta result failed verification; sending it whole",
-                    f.final_path.display()
-                ));
-                return Ok(());
-            }
-        };
-        sh.stats.error(why);
+        if matches!(why, Failure::Mismatch(_)) && f.delta.load(Ordering::SeqCst) {
+            // The delta did not reproduce the source: send it whole.
+            Stats::add(&sh.stats.delta_mismatch, 1);
+            sh.stats.change(format!(
+                "{}: delta result failed verification; sending it whole",
+                f.final_path.display()
+            ));
+            return Ok(());
+        }
+        report_failure(f, sh, why);
         return Ok(());
     }
     let e = &f.entry;

@@ -640,13 +640,36 @@ fn pull_pass(
     } else {
         Dest::Dir(dest.into())
     };
-    let opts = opts.clone();
+    let mut opts = opts.clone();
+    opts.expect_top = expected_names(&paths);
     let args = serve_args_with(&opts, true, false, ropts.direct, &paths);
     let (remote, ep) = spawn(host, ropts, &args, stats)?;
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = receiver::run_receiver(ep, &dest, &opts, stats);
     remote.finish(res)?;
     finish_report(stats, sent.get() + recv.get(), start)
+}
+
+/// What a pull of `paths` may bring: each source's last component, or
+/// anything (`None`) when a source's contents were asked for (`dir/`, `.`).
+fn expected_names(paths: &[String]) -> Option<Vec<Vec<u8>>> {
+    let mut names = Vec::new();
+    for p in paths {
+        if crate::source::is_nbd_uri(p) {
+            names.push(crate::source::nbd_name(p));
+            continue;
+        }
+        let trimmed = p.trim_end_matches('/');
+        let name = std::path::Path::new(trimmed)
+            .file_name()
+            .map(|n| n.as_encoded_bytes().to_vec())
+            .unwrap_or_default();
+        if p.ends_with('/') || name.is_empty() || name == b".." || name == b"." {
+            return None;
+        }
+        names.push(name);
+    }
+    Some(names)
 }
 
 /// The remote side: speak the protocol on stdin/stdout, or with `direct`
@@ -692,6 +715,22 @@ pub fn serve_stdio(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pull_expects_the_names_it_asked_for() {
+        let v = |p: &[&str]| expected_names(&p.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(v(&["notes.txt"]), Some(vec![b"notes.txt".to_vec()]));
+        assert_eq!(
+            v(&["/a/b/c", "d"]),
+            Some(vec![b"c".to_vec(), b"d".to_vec()])
+        );
+        assert_eq!(v(&["/srv/dir/"]), None);
+        assert_eq!(v(&["x", "."]), None);
+        assert_eq!(
+            v(&["nbd+unix:///disk?socket=/s"]),
+            Some(vec![b"disk".to_vec()])
+        );
+    }
 
     #[test]
     fn remote_paths() {
