@@ -107,8 +107,11 @@ fn closed_stdout_ends_quietly_with_the_runs_code() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("many");
     fs::create_dir(&src).unwrap();
-    for i in 0..400 {
-        fs::write(src.join(format!("f{i:04}")), bytes(i, 3000)).unwrap();
+    // Long names: the listing (~100 KiB) outgrows the pipe's 64 KiB buffer,
+    // so ferry must meet the closed pipe, not just fill the buffer.
+    let long = "n".repeat(200);
+    for i in 0..500 {
+        fs::write(src.join(format!("{long}{i:04}")), bytes(i, 100)).unwrap();
     }
     let dst = d.path().join("dst");
     let mut child = Command::new(ferry_bin())
@@ -153,8 +156,17 @@ fn interrupted_run_exits_130_and_leaves_no_temp_files() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(!temp_files(&dstdir).is_empty(), "the transfer is under way");
+    // Signal once the transfer is under way (its temp file exists), however
+    // slow the machine is.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while temp_files(&dstdir).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the transfer never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])

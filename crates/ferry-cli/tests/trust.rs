@@ -85,7 +85,7 @@ fn kill_9_loop_never_tears_a_file_and_the_next_run_completes() {
     }
     // The delays must really have cut runs short, or this proves nothing.
     assert!(
-        killed_mid_run >= RUNS / 4,
+        killed_mid_run >= RUNS / 10,
         "only {killed_mid_run} runs were killed"
     );
     eprintln!("kill -9 loop: {RUNS} runs, {killed_mid_run} killed before they finished");

@@ -405,6 +405,7 @@ pub fn run_receiver(
             seen: HashSet::new(),
             dirs_ok: HashSet::from([Vec::new()]),
             dirs: Vec::new(),
+            dirs_queued: HashSet::new(),
             links: Vec::new(),
             late,
             nbd,
@@ -480,6 +481,8 @@ struct Dispatcher<'a, 'b> {
     seen: HashSet<Vec<u8>>,
     /// Paths known to be real directories at the destination.
     dirs_ok: HashSet<Vec<u8>>,
+    /// Paths of the directories in `dirs`.
+    dirs_queued: HashSet<Vec<u8>>,
     /// Directories to give their metadata at the end.
     dirs: Vec<(PathBuf, Entry)>,
     links: Vec<Entry>,
@@ -915,8 +918,9 @@ impl Dispatcher<'_, '_> {
                 }
             }
         }
+        self.dirs_ok.insert(e.path.clone());
         // A directory sent again (two sources merging) is handled once.
-        if self.dirs_ok.insert(e.path.clone()) {
+        if self.dirs_queued.insert(e.path.clone()) {
             self.dirs.push((dest.to_path_buf(), e));
         }
         Ok(())
