@@ -64,6 +64,7 @@ impl Error {
             Error::Link(
                 LinkError::Decode(_)
                 | LinkError::BadMagic(_)
+                | LinkError::Version(_)
                 | LinkError::FrameTooLarge(_)
                 | LinkError::Corrupt(_)
                 | LinkError::Checksum,

@@ -53,4 +53,6 @@ pub fn announced_version() -> u32 {
 }
 
 /// Magic bytes at the start of a stream link, before the first frame.
-pub const MAGIC: &[u8; 8] = b"FERRY\x00\x01\n";
+/// Its 7th byte is the framing's version: 3 since frames carry a checked
+/// header and a check (protocol version 3); 1 before.
+pub const MAGIC: &[u8; 8] = b"FERRY\x00\x03\n";

@@ -36,6 +36,8 @@ pub enum LinkError {
     FrameTooLarge(u64),
     #[error("peer is not speaking the ferry protocol (it sent {0:?})")]
     BadMagic(String),
+    #[error("peer is a ferry of another protocol version (its framing is version {0}, this ferry's {this}): install the same ferry on both sides", this = MAGIC[6])]
+    Version(u8),
     #[error("protocol error: corrupt compressed block: {0}")]
     Corrupt(String),
     #[error(
@@ -626,6 +628,9 @@ fn read_loop<R: Read>(
             Err(e) => return Err(io_err(e)),
         }
     }
+    if magic[..6] == MAGIC[..6] && magic[7] == b'\n' && magic[6] != MAGIC[6] {
+        return Err(LinkError::Version(magic[6]));
+    }
     if &magic != MAGIC {
         // Show what arrived: often a shell's banner or an error text.
         let mut more = [0u8; 120];
@@ -734,6 +739,20 @@ mod tests {
             Err(LinkError::BadMagic(t)) => assert!(t.starts_with("Welcome")),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A ferry of the old framing is named as such, not as garbage.
+    #[test]
+    fn an_older_framing_is_a_version_mismatch() {
+        let old = b"FERRY\x00\x01\n\x05\x00\x00\x00hello".to_vec();
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let r = read_loop(&mut &old[..], &tx, &WireCounter::default());
+        assert!(matches!(r, Err(LinkError::Version(1))), "{r:?}");
+        let text = LinkError::Version(1).to_string();
+        assert!(
+            text.contains("version 1") && text.contains("this ferry's 3"),
+            "{text}"
+        );
     }
 
     /// Any single flipped bit of a frame (length, body or check) ends the
