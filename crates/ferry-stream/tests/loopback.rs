@@ -237,3 +237,20 @@ fn producer_failure_fails_both_sides() {
     assert_eq!(e.kind, ErrorKind::ProducerFailed, "{e}");
     assert!(e.msg.contains("disk on fire"), "{e}");
 }
+
+/// Twenty connections that say nothing (more than the handshakes recv
+/// runs at once) do not lock out the real sender.
+#[test]
+fn a_flood_of_silent_connections_does_not_lock_the_sender_out() {
+    let out = Shared::default();
+    let (addr, h) = receiver(opts(KEY, "auto"), out.clone());
+    let silent: Vec<_> = (0..20)
+        .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let data = vec![7u8; 100_000];
+    send(&opts(KEY, "auto"), io::Cursor::new(data.clone()), addr).expect("send");
+    h.join().expect("join").expect("recv");
+    assert!(out.0.lock().expect("lock").as_slice() == data.as_slice());
+    drop(silent);
+}
