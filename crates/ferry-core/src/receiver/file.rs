@@ -1,0 +1,349 @@
+use super::*;
+
+/// The signature of an old copy, kept by the receiver; it grows in file
+/// order while the old copy is signed.
+#[derive(Default)]
+pub(super) struct BasisBlocks {
+    pub(super) size: u64,
+    pub(super) weak: Vec<u64>,
+    pub(super) full: Vec<[u8; 32]>,
+}
+
+/// Where a received file's bytes go.
+pub(super) enum Target {
+    File(File),
+    /// An NBD export, written in place (zero ranges as WRITE_ZEROES).
+    Nbd(ferry_nbd::Client),
+}
+
+pub(super) fn nbd_io(e: ferry_nbd::Error) -> io::Error {
+    io::Error::other(format!("NBD: {e}"))
+}
+
+impl Target {
+    pub(super) fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        match self {
+            Target::File(f) => f.write_all_at(buf, off),
+            Target::Nbd(c) => c.write_at(off, buf).map_err(nbd_io),
+        }
+    }
+    pub(super) fn zero_range(&self, off: u64, len: u64) -> io::Result<()> {
+        match self {
+            Target::File(f) => fsutil::zero_range(f, off, len),
+            Target::Nbd(c) => c.write_zeroes(off, len).map_err(nbd_io),
+        }
+    }
+    pub(super) fn sync_data(&self) -> io::Result<()> {
+        match self {
+            Target::File(f) => f.sync_data(),
+            Target::Nbd(c) => c.flush().map_err(nbd_io),
+        }
+    }
+    pub(super) fn as_file(&self) -> Option<&File> {
+        match self {
+            Target::File(f) => Some(f),
+            Target::Nbd(_) => None,
+        }
+    }
+}
+
+/// A file being received.
+/// Counts the files open for writing; a [`Slot`] holds one place.
+pub(super) struct InFlight {
+    pub(super) n: AtomicU64,
+    /// Wakes the dispatcher when a place frees up without a message from
+    /// the sender (a file applied, or an old copy that could not be signed).
+    pub(super) wake: Sender<()>,
+}
+
+/// One file's place among the files in flight, given back when the file
+/// (its temp file and old copy) is dropped.
+pub(super) struct Slot(pub(super) Arc<InFlight>);
+
+impl Slot {
+    pub(super) fn take(f: &Arc<InFlight>) -> Slot {
+        f.n.fetch_add(1, Ordering::SeqCst);
+        Slot(f.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.n.fetch_sub(1, Ordering::SeqCst);
+        let _ = self.0.wake.try_send(());
+    }
+}
+
+pub(super) struct DstFile {
+    pub(super) entry: Entry,
+    pub(super) final_path: PathBuf,
+    /// Temporary file renamed over `final_path` at the end; `None` when
+    /// writing in place.
+    pub(super) tmp: Option<PathBuf>,
+    pub(super) file: Target,
+    /// The temp file opened again with `O_DIRECT` (see [`direct`]), while
+    /// direct writes work.
+    pub(super) direct: Option<File>,
+    pub(super) direct_ok: AtomicBool,
+    /// The old copy's delta-block hashes (delta transfers), as far as it is
+    /// signed: unchanged blocks are verified with these instead of being
+    /// read again.
+    pub(super) basis_blocks: std::sync::RwLock<BasisBlocks>,
+    /// The old copy that `Copy` ops read from (delta transfers).
+    pub(super) basis: Option<direct::Reader>,
+    /// Sent as a delta (cleared if the signer sends it whole after all).
+    pub(super) delta: AtomicBool,
+    /// Reading the old copy over sending the file whole, in time, when the
+    /// delta was chosen (0 when forced or free): see [`delta_saving`].
+    pub(super) delta_cost: f64,
+    /// Digest what is written and compare with the sender's digests (all
+    /// but whole-file transfers over the in-process link).
+    pub(super) verify: bool,
+    /// Signature of what is written, for the cache (when enabled).
+    pub(super) sig_out: Option<SigOut>,
+    /// The digest grid (the delta grid for deltas).
+    pub(super) block: AtomicU64,
+    pub(super) nseg: u64,
+    pub(super) remaining: AtomicU64,
+    pub(super) failed: Mutex<Option<Failure>>,
+    /// Its failure has been counted and told (once).
+    pub(super) reported: AtomicBool,
+    /// A block device written in place.
+    pub(super) is_device: bool,
+    /// A character device or FIFO (`/dev/null`, a tape, a pipe): the data
+    /// is assembled in an unnamed temporary file and, once verified,
+    /// written to it in order at commit, as `cp` would. Never replaced.
+    pub(super) stream_to: bool,
+    pub(super) committed: AtomicBool,
+    /// Declared last: dropped last, once the file's descriptors are closed.
+    pub(super) _slot: Slot,
+}
+
+/// Why a file was not committed. The first failure of a file counts.
+#[derive(Clone, Debug)]
+pub(super) enum Failure {
+    /// What was written differs from what the sender read: a delta is
+    /// sent again whole.
+    Mismatch(String),
+    /// An operation on the file failed: its name and the OS's reason.
+    Io(&'static str, String),
+    /// The sender could not read it: its line, which names its path.
+    Sender(String),
+    /// Anything else, as a reason to print after the file's path.
+    Other(String),
+}
+
+impl DstFile {
+    pub(super) fn fail(&self, why: String) {
+        self.fail_with(Failure::Other(why));
+    }
+    pub(super) fn fail_with(&self, why: Failure) {
+        if let Ok(mut g) = self.failed.lock() {
+            g.get_or_insert(why);
+        }
+    }
+    pub(super) fn failure(&self) -> Option<Failure> {
+        self.failed.lock().ok().and_then(|g| g.clone())
+    }
+}
+
+impl Drop for DstFile {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tmp {
+            if !self.committed.load(Ordering::SeqCst) {
+                let _ = fs::remove_file(t);
+                fsutil::unregister_temp(t);
+            }
+        }
+    }
+}
+
+pub(super) enum Op {
+    Data(u64, Vec<u8>),
+    Zero(u64, u64),
+    Copy(u64, u64, u64),
+    Done(u32, [u8; 32]),
+}
+
+/// Collects the delta signature of a file as it is written, so the next
+/// run can take it from the cache instead of re-reading the file.
+pub(super) struct SigOut {
+    pub(super) cache: Arc<ferry_delta::SigCache>,
+    pub(super) bs: u64,
+    pub(super) parts: Mutex<Vec<Option<SigPart>>>,
+}
+
+/// Weak and full block hashes of one segment.
+pub(super) type SigPart = (Vec<u64>, Vec<[u8; 32]>);
+
+/// Builds per-block weak and strong hashes from a segment's bytes in order.
+pub(super) struct SigBuild {
+    pub(super) bs: usize,
+    pub(super) cur: Vec<u8>,
+    pub(super) weak: Vec<u64>,
+    pub(super) full: Vec<[u8; 32]>,
+}
+
+impl SigBuild {
+    pub(super) fn feed(&mut self, mut b: &[u8]) {
+        while !b.is_empty() {
+            let k = (self.bs - self.cur.len()).min(b.len());
+            self.cur.extend_from_slice(&b[..k]);
+            b = &b[k..];
+            if self.cur.len() == self.bs {
+                self.flush();
+            }
+        }
+    }
+    pub(super) fn zeros(&mut self, mut n: u64) {
+        static Z: [u8; 1 << 16] = [0; 1 << 16];
+        while n > 0 {
+            let k = n.min(Z.len() as u64);
+            self.feed(&Z[..k as usize]);
+            n -= k;
+        }
+    }
+    /// A whole block whose hashes are known; only at a block start.
+    pub(super) fn known(&mut self, weak: u64, full: [u8; 32]) {
+        self.weak.push(weak);
+        self.full.push(full);
+    }
+    pub(super) fn flush(&mut self) {
+        if !self.cur.is_empty() {
+            self.weak.push(ferry_delta::weak_hash(&self.cur));
+            self.full.push(layout::block_hash(&self.cur));
+            self.cur.clear();
+        }
+    }
+}
+
+/// Give a completely received file its metadata and move it into place, or
+/// drop it (the temp file goes with it) when anything failed.
+/// The error line of a failed file (its path, and what failed).
+pub(super) fn failure_line(f: &DstFile, why: Failure) -> String {
+    match why {
+        Failure::Mismatch(why) | Failure::Other(why) => {
+            format!("{}: {why}", f.final_path.display())
+        }
+        Failure::Sender(why) => why,
+        Failure::Io(op, why) => format!("{op} {}: {why}", f.final_path.display()),
+    }
+}
+
+/// Count a failed file once, with its line.
+pub(super) fn report_failure(f: &DstFile, sh: &Shared<'_>, why: Failure) {
+    if !f.reported.swap(true, Ordering::SeqCst) {
+        sh.stats.error(failure_line(f, why));
+    }
+}
+
+pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
+    if let Some(why) = f.failure() {
+        if matches!(why, Failure::Mismatch(_)) && f.delta.load(Ordering::SeqCst) {
+            // The delta did not reproduce the source: send it whole.
+            Stats::add(&sh.stats.delta_mismatch, 1);
+            sh.stats.change(format!(
+                "{}: delta result failed verification; sending it whole",
+                f.final_path.display()
+            ));
+            return Ok(());
+        }
+        report_failure(f, sh, why);
+        return Ok(());
+    }
+    let e = &f.entry;
+    if let (true, Some(file)) = (f.stream_to, f.file.as_file()) {
+        write_in_order(file, e.size, &f.final_path)?;
+    } else if let (false, Some(file)) = (f.is_device, f.file.as_file()) {
+        if f.tmp.is_none() {
+            file.set_len(e.size)?;
+        }
+        if sh.opts.owner {
+            fsutil::fchown(file, e.uid, e.gid).op("set owner of")?;
+        }
+        fsutil::fchmod(file, e.mode).op("set permissions of")?;
+        if sh.opts.xattrs && !e.xattrs.is_empty() {
+            fsutil::fwrite_xattrs(file, &e.xattrs).op("set xattrs of")?;
+        }
+        fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;
+        if sh.opts.fsync {
+            // The data reaches the disk before the name does: after a crash
+            // the file is the old one or the new one, never a torn one.
+            file.sync_data().op("fsync")?;
+        }
+    } else {
+        f.file.sync_data().op("fsync")?;
+    }
+    if let Some(t) = &f.tmp {
+        fs::rename(t, &f.final_path).op("rename into place")?;
+        sh.changed(&f.final_path);
+        fsutil::unregister_temp(t);
+    }
+    f.committed.store(true, Ordering::SeqCst);
+    Stats::add(&sh.stats.files_transferred, 1);
+    if f.delta.load(Ordering::SeqCst) {
+        Stats::add(&sh.stats.files_delta, 1);
+        sh.delta_done.fetch_add(e.size, Ordering::Relaxed);
+    }
+    if let Some(out) = &f.sig_out {
+        store_signature(f, out);
+    }
+    Ok(())
+}
+
+/// Write the `size` bytes assembled in `tmp` to the character device or
+/// FIFO at `dest`, in order. It is opened only now, after the data has
+/// arrived and been verified (a FIFO's open waits for a reader), without
+/// `O_CREAT`: if it has gone, nothing is created in its place.
+pub(super) fn write_in_order(tmp: &File, size: u64, dest: &Path) -> io::Result<()> {
+    use std::io::{Read, Seek, Write};
+    let mut out = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(dest)
+        .op("open for writing")?;
+    let mut src = tmp;
+    src.seek(io::SeekFrom::Start(0)).op("read back")?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = (left as usize).min(buf.len());
+        src.read_exact(&mut buf[..n]).op("read back")?;
+        out.write_all(&buf[..n]).op("write")?;
+        left -= n as u64;
+    }
+    out.flush().op("write")
+}
+
+/// Put the signature of what was just written into the cache, keyed by the
+/// file's final metadata.
+pub(super) fn store_signature(f: &DstFile, out: &SigOut) {
+    let Ok(parts) = out.parts.lock() else { return };
+    let mut weak = Vec::new();
+    let mut full = Vec::new();
+    for p in parts.iter() {
+        let Some((w, h)) = p else { return };
+        weak.extend_from_slice(w);
+        full.extend_from_slice(h);
+    }
+    let Some(Ok(m)) = f.file.as_file().map(|x| x.metadata()) else {
+        return;
+    };
+    let sig = ferry_delta::Signature::from_parts(out.bs, f.entry.size, weak, &full);
+    let _ = out
+        .cache
+        .put(&cache_key(&f.final_path, &m, out.bs), &sig, &full);
+}
+
+/// Cache key of the file at `dest` with metadata `m`.
+pub(super) fn cache_key(dest: &Path, m: &fs::Metadata, bs: u64) -> ferry_delta::CacheKey {
+    let abs = std::path::absolute(dest).unwrap_or_else(|_| dest.to_path_buf());
+    ferry_delta::CacheKey {
+        path: abs.into_os_string().into_vec(),
+        size: m.len(),
+        mtime: m.mtime(),
+        mtime_nsec: m.mtime_nsec() as u32,
+        inode: m.ino(),
+        block_size: bs,
+    }
+}
