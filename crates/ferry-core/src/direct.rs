@@ -23,7 +23,6 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::source::ExtentReader;
@@ -35,14 +34,23 @@ pub const ALIGN: usize = 4096;
 /// little, and a direct write waits for the device.
 pub const MIN_SIZE: u64 = 256 << 10;
 
-/// Open `path` (a temp file this process just created) for direct writes.
-/// `None` where the filesystem does not support them.
-pub fn open(path: &Path) -> Option<File> {
+/// The file `f` opened a second time, with `O_DIRECT`, through its
+/// descriptor in `/proc` (the same inode, whatever its name is now).
+/// `None` where the filesystem does not support direct I/O.
+fn reopen_direct(f: &File, write: bool) -> Option<File> {
+    use std::os::fd::AsRawFd;
     OpenOptions::new()
-        .write(true)
+        .read(!write)
+        .write(write)
         .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-        .open(path)
+        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))
         .ok()
+}
+
+/// A temp file this process just created, opened again for direct
+/// writes; `None` where the filesystem does not support them.
+pub fn open(f: &File) -> Option<File> {
+    reopen_direct(f, true)
 }
 
 /// Whether a write error means "this file cannot be written directly"
@@ -198,25 +206,17 @@ const BOUNCE: usize = 8 << 20;
 impl Reader {
     /// Wrap `file`, opened from `path`, adding a direct descriptor when
     /// `on` and the file is large and mostly not in the page cache.
-    pub fn new(file: File, path: &Path, on: bool) -> Reader {
+    pub fn new(file: File, on: bool) -> Reader {
         let size = file
             .metadata()
             .map(|m| if m.is_file() { m.len() } else { 0 })
             .unwrap_or(0);
         let direct = on && size >= MIN_SIZE && !mostly_cached(&file, size);
-        Reader::build(file, path, direct)
+        Reader::build(file, direct)
     }
 
-    fn build(file: File, path: &Path, direct: bool) -> Reader {
-        let direct = direct
-            .then(|| {
-                OpenOptions::new()
-                    .read(true)
-                    .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-                    .open(path)
-                    .ok()
-            })
-            .flatten();
+    fn build(file: File, direct: bool) -> Reader {
+        let direct = direct.then(|| reopen_direct(&file, false)).flatten();
         Reader {
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
@@ -371,6 +371,7 @@ impl ExtentReader for Reader {
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::path::Path;
 
     fn read_all(p: &Path) -> Vec<u8> {
         let mut v = Vec::new();
@@ -399,7 +400,7 @@ mod tests {
         buffered.set_len(size).expect("size");
         // Where the filesystem refuses O_DIRECT the buffered file stands in:
         // the assembly logic is the same.
-        let direct = open(&p).unwrap_or_else(|| buffered.try_clone().expect("clone"));
+        let direct = open(&buffered).unwrap_or_else(|| buffered.try_clone().expect("clone"));
         let mut s0 = 0u64;
         while s0 < size {
             let len = (size - s0).min(seg as u64) as usize;
@@ -472,7 +473,7 @@ mod tests {
         let size = (1 << 20) + 4321;
         let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4096) as u8).collect();
         std::fs::write(&p, &data).expect("write");
-        let r = Reader::build(File::open(&p).expect("open"), &p, true);
+        let r = Reader::build(File::open(&p).expect("open"), true);
         let mut pool = Pool::default();
         let mut aligned = pool.take(1 << 19);
         let slot = aligned.data_mut(0, 1 << 19).expect("slot");

@@ -2,14 +2,15 @@
 //! hole punching, metadata, extended attributes, and the registry of
 //! temporary files that an interrupted run must remove.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::{FallocateFlags, SeekFrom, Timespec, Timestamps, XattrFlags};
 
@@ -89,7 +90,7 @@ fn ts(sec: i64, nsec: u32) -> Timespec {
     }
 }
 
-fn mtime_only(sec: i64, nsec: u32) -> Timestamps {
+pub(crate) fn mtime_only(sec: i64, nsec: u32) -> Timestamps {
     Timestamps {
         last_access: Timespec {
             tv_sec: 0,
@@ -102,27 +103,6 @@ fn mtime_only(sec: i64, nsec: u32) -> Timestamps {
 /// Set the modification time of an open file.
 pub fn set_mtime_fd(file: &File, sec: i64, nsec: u32) -> io::Result<()> {
     Ok(rustix::fs::futimens(file.as_fd(), &mtime_only(sec, nsec))?)
-}
-
-/// Set the modification time of a path, not following a final symlink.
-pub fn set_mtime_path(path: &Path, sec: i64, nsec: u32) -> io::Result<()> {
-    Ok(rustix::fs::utimensat(
-        rustix::fs::CWD,
-        path,
-        &mtime_only(sec, nsec),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )?)
-}
-
-/// Set owner and group of a path, not following a final symlink.
-pub fn lchown(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    Ok(rustix::fs::chownat(
-        rustix::fs::CWD,
-        path,
-        Some(rustix::fs::Uid::from_raw(uid)),
-        Some(rustix::fs::Gid::from_raw(gid)),
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )?)
 }
 
 /// Set owner and group of an open file.
@@ -176,14 +156,6 @@ pub fn read_xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
-/// Set extended attributes on a path (not following a final symlink).
-pub fn write_xattrs(path: &Path, xattrs: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
-    for (k, v) in xattrs {
-        rustix::fs::lsetxattr(path, std::ffi::OsStr::from_bytes(k), v, XattrFlags::empty())?;
-    }
-    Ok(())
-}
-
 /// Set extended attributes on an open file.
 pub fn fwrite_xattrs(file: &File, xattrs: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
     for (k, v) in xattrs {
@@ -202,20 +174,23 @@ pub fn mtime_of(m: &std::fs::Metadata) -> (i64, u32) {
     (m.mtime(), m.mtime_nsec() as u32)
 }
 
-static TEMPS: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+/// Temporary files being written, by directory handle and name.
+type TempSet = HashMap<(RawFd, OsString), Arc<OwnedFd>>;
+static TEMPS: Mutex<Option<TempSet>> = Mutex::new(None);
 
 /// Remember a temporary file so [`remove_temp_files`] can clean it up.
-pub fn register_temp(p: &Path) {
+pub fn register_temp(dir: &Arc<OwnedFd>, name: &OsStr) {
     if let Ok(mut g) = TEMPS.lock() {
-        g.get_or_insert_with(HashSet::new).insert(p.to_path_buf());
+        g.get_or_insert_with(HashMap::new)
+            .insert((dir.as_raw_fd(), name.to_os_string()), dir.clone());
     }
 }
 
 /// Forget a temporary file (renamed into place or removed).
-pub fn unregister_temp(p: &Path) {
+pub fn unregister_temp(dir: &Arc<OwnedFd>, name: &OsStr) {
     if let Ok(mut g) = TEMPS.lock() {
         if let Some(s) = g.as_mut() {
-            s.remove(p);
+            s.remove(&(dir.as_raw_fd(), name.to_os_string()));
         }
     }
 }
@@ -225,21 +200,19 @@ pub fn unregister_temp(p: &Path) {
 pub fn remove_temp_files() {
     if let Ok(mut g) = TEMPS.lock() {
         if let Some(s) = g.take() {
-            for p in s {
-                let _ = std::fs::remove_file(&p);
+            for ((_, name), dir) in s {
+                let _ = rustix::fs::unlinkat(&*dir, &name, rustix::fs::AtFlags::empty());
             }
         }
     }
 }
 
-/// Name for a temporary file beside `final_path`.
-pub fn temp_path_for(final_path: &Path) -> PathBuf {
+/// Name for a temporary file beside the file `name`: hidden, and
+/// recognisable by [`temp_owner`].
+pub fn temp_name_for(name: &OsStr) -> OsString {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let name = final_path
-        .file_name()
-        .map(|n| n.as_bytes().to_vec())
-        .unwrap_or_default();
+    let name = name.as_bytes();
     let mut t = b".".to_vec();
     // Keep the name short enough for NAME_MAX with the suffix added.
     t.extend_from_slice(&name[..name.len().min(200)]);
@@ -251,7 +224,7 @@ pub fn temp_path_for(final_path: &Path) -> PathBuf {
         )
         .as_bytes(),
     );
-    final_path.with_file_name(std::ffi::OsStr::from_bytes(&t))
+    OsString::from_vec(t)
 }
 
 /// The process id in a temporary file name made by [`temp_path_for`]
@@ -270,23 +243,24 @@ pub fn temp_owner(name: &[u8]) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Remove the temporary files that killed ferry runs left in `dir`: names
-/// of [`temp_path_for`]'s form whose process no longer exists (a live
-/// process's, another ferry's under way, are left alone). Only plain files
-/// and symlinks are removed. Returns how many.
-pub fn remove_stale_temps(dir: &Path) -> u64 {
-    let Ok(rd) = std::fs::read_dir(dir) else {
+/// Remove the temporary files that killed ferry runs left in the
+/// directory `dir`: names of [`temp_name_for`]'s form whose process no
+/// longer exists (a live process's, another ferry's under way, are left
+/// alone). Directories are left alone. Returns how many.
+pub fn remove_stale_temps(dir: &OwnedFd) -> u64 {
+    let Ok(entries) = crate::destdir::list(dir) else {
         return 0;
     };
     let mut n = 0;
-    for e in rd.flatten() {
-        let name = e.file_name();
+    for (name, is_dir) in entries {
         let Some(pid) = temp_owner(name.as_bytes()) else {
             continue;
         };
         let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
-        let plain = e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink());
-        if !alive && plain && std::fs::remove_file(e.path()).is_ok() {
+        if !alive
+            && !is_dir
+            && rustix::fs::unlinkat(dir, &name, rustix::fs::AtFlags::empty()).is_ok()
+        {
             n += 1;
         }
     }
@@ -300,8 +274,8 @@ mod tests {
 
     #[test]
     fn stale_temps_are_recognised_and_removed() {
-        let t = temp_path_for(Path::new("/x/a b.img"));
-        let name = t.file_name().unwrap().as_bytes();
+        let t = temp_name_for(OsStr::new("a b.img"));
+        let name = t.as_bytes();
         assert_eq!(temp_owner(name), Some(std::process::id()));
         for other in [
             &b"a.ferry-1-2"[..],
@@ -320,12 +294,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         // pid 0 never names a live ferry; u32::MAX - 1 is beyond pid_max.
         let dead = d.path().join(format!(".f.ferry-{}-3", u32::MAX - 1));
-        let mine = temp_path_for(&d.path().join("g"));
+        let mine = d.path().join(temp_name_for(OsStr::new("g")));
         let user = d.path().join(".f.ferry-notes");
         for p in [&dead, &mine, &user] {
             std::fs::write(p, b"x").unwrap();
         }
-        assert_eq!(remove_stale_temps(d.path()), 1);
+        let fd: OwnedFd = File::open(d.path()).unwrap().into();
+        assert_eq!(remove_stale_temps(&fd), 1);
         assert!(!dead.exists() && mine.exists() && user.exists());
     }
 
@@ -348,13 +323,9 @@ mod tests {
 
     #[test]
     fn temp_names_are_hidden_and_distinct() {
-        let a = temp_path_for(Path::new("/x/y.img"));
-        let b = temp_path_for(Path::new("/x/y.img"));
+        let a = temp_name_for(OsStr::new("y.img"));
+        let b = temp_name_for(OsStr::new("y.img"));
         assert_ne!(a, b);
-        assert!(a
-            .file_name()
-            .unwrap()
-            .as_bytes()
-            .starts_with(b".y.img.ferry-"));
+        assert!(a.as_bytes().starts_with(b".y.img.ferry-"));
     }
 }

@@ -11,6 +11,7 @@
 //! [`Error`] with an exit [`Class`], and exposes live counters in [`Stats`]
 //! for whoever wants to draw progress.
 
+mod destdir;
 mod direct;
 mod early;
 pub mod error;
@@ -62,6 +63,13 @@ pub struct SyncOptions {
     /// fdatasync each file before its rename and fsync changed directories
     /// at the end (`--no-fsync` turns it off).
     pub fsync: bool,
+    /// Read each written file back from the disk after fdatasync (even
+    /// with `--no-fsync`) and check it against the sender's segment
+    /// digests (`--verify`); the sender hashes even in process.
+    pub verify: bool,
+    /// `--timeout`: a stream link whose peer sends or takes nothing for
+    /// this long has failed (each side sends keepalives while idle).
+    pub timeout: Option<std::time::Duration>,
     /// Receiver of a pull: the top-level names the user asked for (see
     /// [`listcheck::ListCheck::expect_top`]); `None` allows any.
     pub expect_top: Option<Vec<Vec<u8>>>,
@@ -103,6 +111,8 @@ impl Default for SyncOptions {
             force: false,
             ignore_errors: false,
             fsync: true,
+            verify: false,
+            timeout: None,
             expect_top: None,
             dry_run: false,
             inplace: false,
@@ -178,52 +188,9 @@ pub fn source_is_dir(s: &str) -> Option<bool> {
 /// by an in-process link. `stats` is updated live. Local runs send whole
 /// files unless `--delta` is given, as rsync does: reading both copies to
 /// save a memory copy does not pay. A delta whose result fails
-/// verification is sent again whole, in a second pass.
+/// verification is asked for again whole in the same session.
 pub fn sync_local(plan: &Plan, opts: &SyncOptions, stats: &Stats) -> Result<Report> {
-    let start = Instant::now();
-    with_whole_retry(opts, stats, start, |o, s| {
-        sync_local_pass(plan, o, s, start)
-    })
-}
-
-/// Run `pass`; if a delta's result failed verification (the old file was
-/// kept), run it once more with whole files, which re-sends exactly those
-/// files (everything else is up to date by then), and add up both passes.
-/// Local and remote runs alike.
-pub(crate) fn with_whole_retry(
-    opts: &SyncOptions,
-    stats: &Stats,
-    start: Instant,
-    pass: impl Fn(&SyncOptions, &Stats) -> Result<Report>,
-) -> Result<Report> {
-    let first = pass(opts, stats);
-    let mismatched = stats.delta_mismatch.load(Ordering::Relaxed);
-    match &first {
-        _ if mismatched == 0 || opts.delta == DeltaMode::Whole || opts.dry_run => return first,
-        Err(e) if !matches!(e, Error::Partial { .. }) => return first,
-        _ => {}
-    }
-    let whole = SyncOptions {
-        delta: DeltaMode::Whole,
-        ..opts.clone()
-    };
-    let again = Stats::default();
-    let second = pass(&whole, &again);
-    for (a, b) in [
-        (&stats.files_transferred, &again.files_transferred),
-        (&stats.files_failed, &again.files_failed),
-        (&stats.bytes_written, &again.bytes_written),
-        (&stats.bytes_wire, &again.bytes_wire),
-    ] {
-        a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
-    }
-    if let (Ok(mut a), Ok(b)) = (stats.errors.lock(), again.errors.lock()) {
-        a.extend(b.iter().cloned());
-    }
-    match second {
-        Err(e) if !matches!(e, Error::Partial { .. }) => Err(e),
-        _ => finished(stats, start),
-    }
+    sync_local_pass(plan, opts, stats, Instant::now())
 }
 
 fn sync_local_pass(

@@ -104,8 +104,7 @@ fn prehash_file(
     mems: &mut Vec<Vec<u8>>,
     over: &AtomicBool,
 ) -> std::io::Result<()> {
-    let r =
-        crate::direct::Reader::new(open_listed(&f.path, f.ident, f.follow)?, &f.path, direct_io);
+    let r = crate::direct::Reader::new(open_listed(&f.path, f.ident, f.follow)?, direct_io);
     let bs = layout::delta_block(f.size);
     let (full_tx, full_rx) = crossbeam_channel::bounded::<std::io::Result<(Vec<u8>, usize)>>(1);
     let (empty_tx, empty_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
@@ -199,6 +198,7 @@ pub fn run_sender(
     progress: bool,
 ) -> Result<ReceiverReport> {
     let progress = progress.then_some(stats);
+    ep.set_idle_timeout(opts.timeout);
     let Endpoint { tx, rx, .. } = ep;
     crate::hello(&tx, &rx)?;
 
@@ -216,7 +216,7 @@ pub fn run_sender(
             let job_rx = job_rx.clone();
             let tx = tx.clone();
             let how = ReadHow {
-                hash: !opts.in_process,
+                hash: !opts.in_process || opts.verify,
                 direct_io: opts.direct_io,
             };
             workers.push(s.spawn(move || worker(job_rx, tx, progress, how)));
@@ -466,7 +466,7 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
             None => match open_listed(&f.path, f.ident, f.follow) {
                 Ok(h) => {
                     let h: Arc<dyn ExtentReader> =
-                        Arc::new(crate::direct::Reader::new(h, &f.path, direct_io));
+                        Arc::new(crate::direct::Reader::new(h, direct_io));
                     *g = Some(h.clone());
                     Some(h)
                 }

@@ -432,3 +432,138 @@ fn data_outside_the_file_or_for_unwanted_files_is_refused() {
     note(&mut fails, label, p, &l, &[]);
     verdict("bad Data", fails);
 }
+
+/// Symlinks already in the destination (planted by someone else, or left
+/// by an older tree) are entries to replace, never ways out: a directory
+/// entry replaces a symlink to a directory outside, a file entry replaces
+/// a symlink to a file outside, and nothing outside changes.
+#[test]
+fn planted_destination_symlinks_are_replaced_not_followed() {
+    let mut fails = Vec::new();
+    for delete in [false, true] {
+        for in_process in [true, false] {
+            let l = Layout::new();
+            let out = &l.outside;
+            std::os::unix::fs::symlink(out, l.dst.join("a")).unwrap();
+            std::os::unix::fs::symlink(out.join("canary"), l.dst.join("f")).unwrap();
+            std::os::unix::fs::symlink("../outside", l.dst.join("g")).unwrap();
+            let spec = "D:;D:a;F:a/canary:9;F:f:9;D:g:700;F:g/x:5";
+            let label = format!("planted symlinks delete={delete} in_process={in_process}");
+            let o = l.run(&label, in_process, delete, plain(l.list(spec)));
+            let mut p = Vec::new();
+            if !o.succeeded() {
+                p.push(format!("did not succeed: {}", o.shown()));
+            }
+            for (f, id, size) in [("a/canary", 2, 9), ("f", 3, 9), ("g/x", 5, 5)] {
+                let m = fs::symlink_metadata(l.dst.join(f));
+                if !m.is_ok_and(|m| m.is_file())
+                    || fs::read(l.dst.join(f)).ok() != Some(content(id, size))
+                {
+                    p.push(format!("dst/{f} missing, wrong or not a plain file"));
+                }
+            }
+            for d in ["a", "g"] {
+                if !fs::symlink_metadata(l.dst.join(d)).is_ok_and(|m| m.is_dir()) {
+                    p.push(format!("dst/{d} is not a real directory"));
+                }
+            }
+            note(&mut fails, &label, p, &l, &[]);
+        }
+    }
+    verdict("planted destination symlinks", fails);
+}
+
+/// A delta whose result does not match the sender's digests (the old copy
+/// or the source changed under it) is asked for again whole, in the same
+/// session, before `EndOfList`; the whole file lands and the run succeeds.
+/// A whole file that fails too is a failed file, never asked for a third
+/// time, and the old copy stays.
+#[test]
+fn a_failed_delta_is_asked_for_again_whole_in_the_same_session() {
+    let size = layout::SEGMENT + 300_000;
+    let mut fails = Vec::new();
+    for whole_fails_too in [false, true] {
+        let l = Layout::new();
+        let old = vec![7u8; size as usize];
+        fs::write(l.dst.join("f"), &old).unwrap();
+        let list = l.list(&format!("D:;F:f:{size}"));
+        let script: Script = Box::new(move |p: &mut Peer| {
+            p.start(list);
+            let mut wants = 0;
+            loop {
+                if p.eol && !p.sender_done {
+                    p.sender_done = true;
+                    p.send(Message::SenderDone);
+                }
+                match p.recv() {
+                    Some(Message::Want { file, mode }) => {
+                        wants += 1;
+                        if wants == 1 || whole_fails_too {
+                            send_corrupted(p, file, mode);
+                        } else {
+                            p.send_file(file, mode);
+                        }
+                    }
+                    Some(_) => {}
+                    None => return,
+                }
+            }
+        });
+        let opts = ferry_core::SyncOptions {
+            delta: ferry_core::DeltaMode::Delta,
+            threads: 2,
+            owner: false,
+            ..Default::default()
+        };
+        let label = format!("failed delta, whole fails too: {whole_fails_too}");
+        let o = session_opts(&label, Dest::Dir(l.dst.clone()), opts, script);
+        let wants: Vec<_> = o.said.iter().filter(|s| s.starts_with("Want(1")).collect();
+        let mut p = Vec::new();
+        if wants != ["Want(1,Delta)", "Want(1,Whole)"] {
+            p.push(format!("wants {wants:?}; said {:?}", o.said));
+        }
+        let got = fs::read(l.dst.join("f")).unwrap();
+        match (&o.res, whole_fails_too) {
+            (Ok(r), false) if r.files_failed == 0 && r.delta_mismatch == 1 => {
+                if got != content(1, size) {
+                    p.push("the file is not the source's".into());
+                }
+            }
+            (Ok(r), true) if r.files_failed == 1 => {
+                if got != old {
+                    p.push("the old copy was not kept".into());
+                }
+            }
+            _ => p.push(format!("unexpected outcome {}", o.shown())),
+        }
+        note(&mut fails, &label, p, &l, &[]);
+    }
+    verdict("in-session whole-file retry", fails);
+}
+
+/// Send `file` with one byte flipped in each segment but the digests of the
+/// real content: what a source or old copy changed mid-transfer looks like.
+fn send_corrupted(p: &mut Peer, file: u32, mode: WantMode) {
+    let size = p.sizes[&file];
+    let data = content(file, size);
+    let block = match mode {
+        WantMode::Whole => layout::grid_block(size),
+        _ => layout::delta_block(size),
+    };
+    for seg in 0..layout::segment_count(size) {
+        let (a, b) = layout::segment_range(size, seg);
+        let mut h = layout::SegmentHasher::new(block);
+        h.data(&data[a as usize..b as usize]);
+        let mut bad = data[a as usize..b as usize].to_vec();
+        bad[0] ^= 1;
+        for (i, chunk) in bad.chunks(1 << 20).enumerate() {
+            p.send(data_msg(file, a + (i as u64) * (1 << 20), chunk));
+        }
+        let digest = h.finish().0;
+        p.send(Message::SegmentDone {
+            file,
+            segment: seg as u32,
+            digest,
+        });
+    }
+}

@@ -37,28 +37,27 @@ impl Dispatcher<'_, '_> {
             return Ok(());
         }
         self.seen.insert(e.path.clone());
-        let dest = if e.path.is_empty() {
-            self.root.clone()
-        } else {
-            self.root.join(std::ffi::OsStr::from_bytes(&e.path))
-        };
-        let res = match e.kind() {
-            EntryKind::Dir => self.dir(e, &dest),
-            EntryKind::Symlink => self.symlink(&e, &dest),
-            EntryKind::File => {
-                self.paths.insert(e.id, dest.clone());
-                if !self.waiting.is_empty() || self.open_files() >= self.max_in_flight {
-                    self.waiting.push_back((e, dest));
-                    return Ok(());
-                }
-                self.file(e, &dest)
+        let shown = self.tree.show(&e.path);
+        if e.kind() == EntryKind::File {
+            self.paths.insert(e.id, e.path.clone());
+            if !self.waiting.is_empty() || self.open_files() >= self.max_in_flight {
+                self.waiting.push_back(e);
+                return Ok(());
             }
-            EntryKind::HardLink => {
-                self.links.push(e);
-                Ok(())
-            }
-        };
-        self.outcome(res, &dest)
+        }
+        if e.kind() == EntryKind::HardLink {
+            self.links.push(e);
+            return Ok(());
+        }
+        let res = self
+            .tree
+            .loc(&e.path, self.sh.opts.dry_run)
+            .and_then(|l| match e.kind() {
+                EntryKind::Dir => self.dir(e, &l),
+                EntryKind::Symlink => self.symlink(&e, &l),
+                _ => self.file(e, &l),
+            });
+        self.outcome(res, &shown)
     }
 
     /// The one entry of a session whose destination is an NBD export.
@@ -97,10 +96,13 @@ impl Dispatcher<'_, '_> {
         let nseg = layout::segment_count(e.size);
         let id = e.id;
         let d = Arc::new(DstFile {
+            delta_slot: Mutex::new(None),
             _slot: Slot::take(&self.sh.in_flight),
             basis: None,
             basis_blocks: Default::default(),
-            verify: !self.sh.opts.in_process,
+            // With --verify the sender hashes even in process.
+            verify: !self.sh.opts.in_process || self.sh.opts.verify,
+            readback: None,
             delta: AtomicBool::new(false),
             delta_cost: 0.0,
             sig_out: None,
@@ -108,7 +110,7 @@ impl Dispatcher<'_, '_> {
             nseg,
             remaining: AtomicU64::new(nseg),
             failed: Mutex::new(None),
-            final_path: PathBuf::from(uri),
+            loc: Loc::shown_only(PathBuf::from(uri)),
             tmp: None,
             file: Target::Nbd(client),
             direct: None,
@@ -141,50 +143,61 @@ impl Dispatcher<'_, '_> {
             if name.is_empty() {
                 return Err(Error::Usage(format!("{}: not a file name", p.display())));
             }
-            self.root = p
+            e.path = name;
+        }
+        // A file goes into the path's directory, a tree into the path.
+        let root = match e.kind() {
+            EntryKind::Dir => p.to_path_buf(),
+            _ => p
                 .parent()
                 .filter(|q| !q.as_os_str().is_empty())
                 .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
-            e.path = name;
+                .unwrap_or_else(|| PathBuf::from(".")),
+        };
+        if !root.exists() {
+            self.root_created = true;
+            if !self.sh.opts.dry_run {
+                fs::create_dir_all(&root)
+                    .map_err(|err| Error::io_op("create directory", &root, err))?;
+            }
         }
-        if !self.sh.opts.dry_run {
-            fs::create_dir_all(&self.root)
-                .map_err(|err| Error::io_op("create directory", &self.root, err))?;
-        }
+        self.tree = if self.sh.opts.dry_run && !root.exists() {
+            DestDir::absent(&root)
+        } else {
+            DestDir::open(&root).map_err(|err| Error::io_op("open directory", &root, err))?
+        };
         Ok(())
     }
 
     /// Make room for a new entry of another type at `dest`.
-    pub(super) fn clear(&self, dest: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    pub(super) fn clear(&self, dest: &Loc, meta: &fs::Metadata) -> io::Result<()> {
         if self.sh.opts.dry_run {
             return Ok(());
         }
         if meta.is_dir() {
+            self.tree.forget(&dest.rel);
             if self.sh.opts.delete || self.sh.opts.force {
-                fs::remove_dir_all(dest).op("remove directory")
+                dest.remove_all().op("remove directory")
             } else {
-                fs::remove_dir(dest).map_err(|_| {
+                dest.remove_dir().map_err(|_| {
                     io::Error::other("a directory is in the way (--force or --delete replaces it)")
                 })
             }
         } else {
-            fs::remove_file(dest).op("remove")
+            dest.remove_file().op("remove")
         }
     }
 
-    pub(super) fn dir(&mut self, e: Entry, dest: &Path) -> io::Result<()> {
-        match fs::symlink_metadata(dest) {
-            Ok(m) if m.is_dir() => {}
+    pub(super) fn dir(&mut self, e: Entry, dest: &Loc) -> io::Result<()> {
+        match dest.stat()? {
+            Some(m) if m.is_dir() => {}
             other => {
-                if let Ok(m) = &other {
+                if let Some(m) = &other {
                     self.clear(dest, m)?;
                 }
                 self.sh.stats.change(format!("created {}/", shown(&e.path)));
                 if !self.sh.opts.dry_run {
-                    fs::DirBuilder::new()
-                        .mode(0o700 | (e.mode & 0o777))
-                        .create(dest)
+                    dest.mkdir(0o700 | (e.mode & 0o777))
                         .op("create directory")?;
                     self.sh.changed(dest);
                 }
@@ -193,21 +206,21 @@ impl Dispatcher<'_, '_> {
         self.dirs_ok.insert(e.path.clone());
         // A directory sent again (two sources merging) is handled once.
         if self.dirs_queued.insert(e.path.clone()) {
-            self.dirs.push((dest.to_path_buf(), e));
+            self.dirs.push(e);
         }
         Ok(())
     }
 
-    pub(super) fn symlink(&mut self, e: &Entry, dest: &Path) -> io::Result<()> {
+    pub(super) fn symlink(&mut self, e: &Entry, dest: &Loc) -> io::Result<()> {
         let target = std::ffi::OsStr::from_bytes(&e.target);
-        match fs::symlink_metadata(dest) {
-            Ok(m) if m.file_type().is_symlink() && fs::read_link(dest)?.as_os_str() == target => {
+        match dest.stat()? {
+            Some(m) if m.file_type().is_symlink() && dest.read_link()? == target => {
                 if !self.sh.opts.dry_run {
                     self.link_meta(e, dest)?;
                 }
                 return Ok(());
             }
-            Ok(m) if m.is_dir() => self.clear(dest, &m)?,
+            Some(m) if m.is_dir() => self.clear(dest, &m)?,
             _ => {}
         }
         self.sh.stats.change(format!(
@@ -218,14 +231,14 @@ impl Dispatcher<'_, '_> {
         if self.sh.opts.dry_run {
             return Ok(());
         }
-        let tmp = fsutil::temp_path_for(dest);
-        std::os::unix::fs::symlink(target, &tmp).op("create symlink")?;
+        let tmp = dest.sibling(&fsutil::temp_name_for(dest.name()));
+        tmp.symlink(target).op("create symlink")?;
         if let Err(err) = self
             .link_meta(e, &tmp)
             .op("set metadata of")
-            .and_then(|_| fs::rename(&tmp, dest).op("rename into place"))
+            .and_then(|_| tmp.rename_to(dest).op("rename into place"))
         {
-            let _ = fs::remove_file(&tmp);
+            let _ = tmp.remove_file();
             return Err(err);
         }
         Stats::add(&self.sh.stats.files_transferred, 1);
@@ -233,27 +246,29 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
-    pub(super) fn link_meta(&self, e: &Entry, p: &Path) -> io::Result<()> {
+    pub(super) fn link_meta(&self, e: &Entry, p: &Loc) -> io::Result<()> {
         if self.sh.opts.owner {
-            fsutil::lchown(p, e.uid, e.gid)?;
+            p.chown(e.uid, e.gid)?;
         }
-        fsutil::set_mtime_path(p, e.mtime, e.mtime_nsec)
+        p.set_mtime(e.mtime, e.mtime_nsec)
     }
 
-    pub(super) fn file(&mut self, e: Entry, dest: &Path) -> io::Result<()> {
+    pub(super) fn file(&mut self, e: Entry, dest: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
         let stats = self.sh.stats;
         let mut is_device = false;
         let mut stream_to = false;
         let mut exists_regular = false;
         let mut old_meta = None;
-        match fs::symlink_metadata(dest) {
-            Ok(m) if m.is_dir() => {
+        match dest.stat()? {
+            Some(m) if m.is_dir() => {
                 self.clear(dest, &m)?;
             }
-            Ok(m) if m.file_type().is_block_device() => is_device = true,
-            Ok(m) if m.file_type().is_char_device() || m.file_type().is_fifo() => stream_to = true,
-            Ok(m) if m.is_file() => {
+            Some(m) if m.file_type().is_block_device() => is_device = true,
+            Some(m) if m.file_type().is_char_device() || m.file_type().is_fifo() => {
+                stream_to = true
+            }
+            Some(m) if m.is_file() => {
                 exists_regular = true;
                 if m.len() == e.size && self.unchanged(&e, dest, &m)? {
                     if !opts.dry_run {
@@ -284,16 +299,14 @@ impl Dispatcher<'_, '_> {
             old_meta
                 .as_ref()
                 .filter(|m| m.len() > 0)
-                .and_then(|m| self.delta_cost(&e, m, dest))
+                .and_then(|m| self.delta_cost(&e, m, &dest.shown))
         } else {
             None
         };
-        let delta = delta_cost.is_some_and(|c| c < delta_saving(self.sh));
+        let delta = !self.whole_only.contains(&e.id)
+            && delta_cost.is_some_and(|c| c < delta_saving(self.sh));
         let (file, tmp) = if is_device {
-            let f = OpenOptions::new()
-                .write(true)
-                .open(dest)
-                .op("open device")?;
+            let f = dest.open_write_only().op("open device")?;
             let dev_size = fsutil::size_of(&f, &f.metadata()?)?;
             if dev_size < e.size {
                 return Err(io::Error::other(format!(
@@ -305,33 +318,21 @@ impl Dispatcher<'_, '_> {
         } else if stream_to {
             (tempfile::tempfile().op("create temporary file for")?, None)
         } else if inplace {
-            (
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(dest)
-                    .op("open for writing")?,
-                None,
-            )
+            (dest.open(true).op("open for writing")?, None)
         } else {
             self.clean_stale_temps(dest);
-            let tmp = fsutil::temp_path_for(dest);
-            let f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-                .op("create temporary file for")?;
-            fsutil::register_temp(&tmp);
+            let tmp = dest.sibling(&fsutil::temp_name_for(dest.name()));
+            let f = tmp.create_new(0o600).op("create temporary file for")?;
+            tmp.register_temp();
             if let Err(err) = f.set_len(e.size).op("allocate") {
-                let _ = fs::remove_file(&tmp);
-                fsutil::unregister_temp(&tmp);
+                let _ = tmp.remove_file();
+                tmp.unregister_temp();
                 return Err(err);
             }
             (f, Some(tmp))
         };
         let direct = match &tmp {
-            Some(t) if opts.direct_io && e.size >= direct::MIN_SIZE => direct::open(t),
+            Some(_) if opts.direct_io && e.size >= direct::MIN_SIZE => direct::open(&file),
             _ => None,
         };
         let nseg = layout::segment_count(e.size);
@@ -343,10 +344,9 @@ impl Dispatcher<'_, '_> {
             // from the disk a second time (measured on the 1 GiB mangled
             // file: 3.9-4.5 s buffered, 5.1-8.2 s direct). In place it is
             // also the file being written.
-            (true, true) => Some(direct::Reader::new(file.try_clone()?, dest, false)),
+            (true, true) => Some(direct::Reader::new(file.try_clone()?, false)),
             (true, false) => Some(direct::Reader::new(
-                File::open(dest).op("open old copy of")?,
-                dest,
+                dest.open(false).op("open old copy of")?,
                 false,
             )),
         };
@@ -364,10 +364,12 @@ impl Dispatcher<'_, '_> {
                 parts: Mutex::new(vec![None; nseg as usize]),
             });
         let d = Arc::new(DstFile {
+            delta_slot: Mutex::new(delta.then(|| DeltaSlot::take(&self.sh.in_flight))),
             _slot: Slot::take(&self.sh.in_flight),
             basis,
             basis_blocks: Default::default(),
-            verify: delta || !opts.in_process,
+            verify: delta || !opts.in_process || opts.verify,
+            readback: opts.verify.then(|| Mutex::new(Vec::new())),
             delta: AtomicBool::new(delta),
             delta_cost: delta_cost.unwrap_or(0.0),
             sig_out,
@@ -381,7 +383,7 @@ impl Dispatcher<'_, '_> {
             nseg,
             remaining: AtomicU64::new(nseg),
             failed: Mutex::new(None),
-            final_path: dest.to_path_buf(),
+            loc: dest.clone(),
             tmp,
             file,
             direct_ok: AtomicBool::new(direct.is_some()),
@@ -405,7 +407,7 @@ impl Dispatcher<'_, '_> {
                 let job = SignJob::Sign {
                     d,
                     meta: Box::new(meta),
-                    dest: dest.to_path_buf(),
+                    dest: dest.shown.clone(),
                     inplace,
                 };
                 self.sign(job)?;
@@ -424,18 +426,15 @@ impl Dispatcher<'_, '_> {
     /// Before the first temporary file of this run in a directory, remove
     /// what killed runs left there (the files they were writing are
     /// written again now, so this is where their temporary files are).
-    pub(super) fn clean_stale_temps(&mut self, dest: &Path) {
-        let dir = match dest.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if self.scanned.insert(dir.clone()) {
-            let n = fsutil::remove_stale_temps(&dir);
+    pub(super) fn clean_stale_temps(&mut self, dest: &Loc) {
+        let dir = parent_of(&dest.rel);
+        if self.scanned.insert(dir.to_vec()) {
+            let n = dest.parent_fd().map_or(0, fsutil::remove_stale_temps);
             if n > 0 {
                 self.sh.changed(dest);
                 self.sh.stats.notice(format!(
                     "{}: removed {n} temporary file(s) of an interrupted run",
-                    dir.display()
+                    self.tree.show(dir).display()
                 ));
             }
         }
@@ -479,31 +478,30 @@ impl Dispatcher<'_, '_> {
     }
 
     /// Is the regular file at `dest` (same size as the source) unchanged?
-    pub(super) fn unchanged(&self, e: &Entry, dest: &Path, m: &fs::Metadata) -> io::Result<bool> {
+    pub(super) fn unchanged(&self, e: &Entry, dest: &Loc, m: &fs::Metadata) -> io::Result<bool> {
         if self.sh.opts.checksum {
             let Some(want) = e.digest else {
                 return Ok(e.size == 0);
             };
-            let f = File::open(dest)?;
+            let f = dest.open(false)?;
             return Ok(crate::scan::file_digest(&f, e.size, self.sh.opts.threads)? == want);
         }
         Ok(fsutil::mtime_of(m) == (e.mtime, e.mtime_nsec))
     }
 
     /// Bring an unchanged file's metadata in line with the source.
-    pub(super) fn fix_meta(&self, e: &Entry, dest: &Path, m: &fs::Metadata) -> io::Result<()> {
+    pub(super) fn fix_meta(&self, e: &Entry, dest: &Loc, m: &fs::Metadata) -> io::Result<()> {
         if m.mode() & 0o7777 != e.mode & 0o7777 {
-            fs::set_permissions(dest, fs::Permissions::from_mode(e.mode & 0o7777))
-                .op("set permissions of")?;
+            dest.chmod(e.mode).op("set permissions of")?;
         }
         if self.sh.opts.owner && (m.uid() != e.uid || m.gid() != e.gid) {
-            fsutil::lchown(dest, e.uid, e.gid).op("set owner of")?;
+            dest.chown(e.uid, e.gid).op("set owner of")?;
         }
         if fsutil::mtime_of(m) != (e.mtime, e.mtime_nsec) {
-            fsutil::set_mtime_path(dest, e.mtime, e.mtime_nsec).op("set mtime of")?;
+            dest.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")?;
         }
         if self.sh.opts.xattrs && !e.xattrs.is_empty() {
-            fsutil::write_xattrs(dest, &e.xattrs).op("set xattrs of")?;
+            dest.write_xattrs(&e.xattrs).op("set xattrs of")?;
         }
         Ok(())
     }

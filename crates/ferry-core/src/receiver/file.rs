@@ -54,6 +54,9 @@ pub(super) struct InFlight {
     /// Wakes the dispatcher when a place frees up without a message from
     /// the sender (a file applied, or an old copy that could not be signed).
     pub(super) wake: Sender<()>,
+    /// Delta files not yet finished: a delta that fails verification is
+    /// asked for again whole, which must happen before `EndOfList`.
+    pub(super) deltas: AtomicU64,
 }
 
 /// One file's place among the files in flight, given back when the file
@@ -74,12 +77,31 @@ impl Drop for Slot {
     }
 }
 
+/// Held by a file sent as a delta until it is finished (committed, failed
+/// or queued to be asked for again whole).
+pub(super) struct DeltaSlot(pub(super) Arc<InFlight>);
+
+impl DeltaSlot {
+    pub(super) fn take(f: &Arc<InFlight>) -> DeltaSlot {
+        f.deltas.fetch_add(1, Ordering::SeqCst);
+        DeltaSlot(f.clone())
+    }
+}
+
+impl Drop for DeltaSlot {
+    fn drop(&mut self) {
+        self.0.deltas.fetch_sub(1, Ordering::SeqCst);
+        let _ = self.0.wake.try_send(());
+    }
+}
+
 pub(super) struct DstFile {
     pub(super) entry: Entry,
-    pub(super) final_path: PathBuf,
+    /// Where the file goes (for an NBD export: its URI, shown only).
+    pub(super) loc: Loc,
     /// Temporary file renamed over `final_path` at the end; `None` when
     /// writing in place.
-    pub(super) tmp: Option<PathBuf>,
+    pub(super) tmp: Option<Loc>,
     pub(super) file: Target,
     /// The temp file opened again with `O_DIRECT` (see [`direct`]), while
     /// direct writes work.
@@ -99,6 +121,9 @@ pub(super) struct DstFile {
     /// Digest what is written and compare with the sender's digests (all
     /// but whole-file transfers over the in-process link).
     pub(super) verify: bool,
+    /// `--verify`: the sender's segment digests, kept for reading the
+    /// file back once it is on the disk (see [`super::readback`]).
+    pub(super) readback: Option<Mutex<Vec<SegDigest>>>,
     /// Signature of what is written, for the cache (when enabled).
     pub(super) sig_out: Option<SigOut>,
     /// The digest grid (the delta grid for deltas).
@@ -115,6 +140,8 @@ pub(super) struct DstFile {
     /// written to it in order at commit, as `cp` would. Never replaced.
     pub(super) stream_to: bool,
     pub(super) committed: AtomicBool,
+    /// A delta: released when the file is finished (see [`DeltaSlot`]).
+    pub(super) delta_slot: Mutex<Option<DeltaSlot>>,
     /// Declared last: dropped last, once the file's descriptors are closed.
     pub(super) _slot: Slot,
 }
@@ -151,8 +178,8 @@ impl Drop for DstFile {
     fn drop(&mut self) {
         if let Some(t) = &self.tmp {
             if !self.committed.load(Ordering::SeqCst) {
-                let _ = fs::remove_file(t);
-                fsutil::unregister_temp(t);
+                let _ = t.remove_file();
+                t.unregister_temp();
             }
         }
     }
@@ -172,6 +199,9 @@ pub(super) struct SigOut {
     pub(super) bs: u64,
     pub(super) parts: Mutex<Vec<Option<SigPart>>>,
 }
+
+/// A segment index and the sender's digest of it.
+pub(super) type SegDigest = (u64, [u8; 32]);
 
 /// Weak and full block hashes of one segment.
 pub(super) type SigPart = (Vec<u64>, Vec<[u8; 32]>);
@@ -223,10 +253,10 @@ impl SigBuild {
 pub(super) fn failure_line(f: &DstFile, why: Failure) -> String {
     match why {
         Failure::Mismatch(why) | Failure::Other(why) => {
-            format!("{}: {why}", f.final_path.display())
+            format!("{}: {why}", f.loc.shown.display())
         }
         Failure::Sender(why) => why,
-        Failure::Io(op, why) => format!("{op} {}: {why}", f.final_path.display()),
+        Failure::Io(op, why) => format!("{op} {}: {why}", f.loc.shown.display()),
     }
 }
 
@@ -237,23 +267,44 @@ pub(super) fn report_failure(f: &DstFile, sh: &Shared<'_>, why: Failure) {
     }
 }
 
+/// The file no longer holds up `EndOfList` (see [`DeltaSlot`]).
+pub(super) fn release_delta(f: &DstFile) {
+    if let Ok(mut g) = f.delta_slot.lock() {
+        g.take();
+    }
+}
+
 pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
+    let r = finalize_inner(f, sh);
+    release_delta(f);
+    r
+}
+
+fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
     if let Some(why) = f.failure() {
         if matches!(why, Failure::Mismatch(_)) && f.delta.load(Ordering::SeqCst) {
-            // The delta did not reproduce the source: send it whole.
+            // The delta did not reproduce the source (the old copy or the
+            // source changed under it): ask for the file again, whole, in
+            // this session. The queue entry exists before the delta's slot
+            // is released, so `EndOfList` cannot overtake it.
             Stats::add(&sh.stats.delta_mismatch, 1);
             sh.stats.change(format!(
                 "{}: delta result failed verification; sending it whole",
-                f.final_path.display()
+                f.loc.shown.display()
             ));
+            if let Ok(mut r) = sh.retries.lock() {
+                r.push(f.entry.clone());
+            }
+            release_delta(f);
             return Ok(());
         }
         report_failure(f, sh, why);
+        release_delta(f);
         return Ok(());
     }
     let e = &f.entry;
     if let (true, Some(file)) = (f.stream_to, f.file.as_file()) {
-        write_in_order(file, e.size, &f.final_path)?;
+        write_in_order(file, e.size, &f.loc)?;
     } else if let (false, Some(file)) = (f.is_device, f.file.as_file()) {
         if f.tmp.is_none() {
             file.set_len(e.size)?;
@@ -266,7 +317,7 @@ pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
             fsutil::fwrite_xattrs(file, &e.xattrs).op("set xattrs of")?;
         }
         fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;
-        if sh.opts.fsync {
+        if sh.opts.fsync || f.readback.is_some() {
             // The data reaches the disk before the name does: after a crash
             // the file is the old one or the new one, never a torn one.
             file.sync_data().op("fsync")?;
@@ -274,10 +325,17 @@ pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
     } else {
         f.file.sync_data().op("fsync")?;
     }
+    if let (Some(_), Some(file), false) = (&f.readback, f.file.as_file(), f.stream_to) {
+        if let Some(why) = super::readback::verify_on_disk(f, file)? {
+            // The disk does not hold what was written: the old file stays.
+            report_failure(f, sh, Failure::Other(format!("--verify: {why}")));
+            return Ok(());
+        }
+    }
     if let Some(t) = &f.tmp {
-        fs::rename(t, &f.final_path).op("rename into place")?;
-        sh.changed(&f.final_path);
-        fsutil::unregister_temp(t);
+        t.rename_to(&f.loc).op("rename into place")?;
+        sh.changed(&f.loc);
+        t.unregister_temp();
     }
     f.committed.store(true, Ordering::SeqCst);
     Stats::add(&sh.stats.files_transferred, 1);
@@ -295,13 +353,9 @@ pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
 /// FIFO at `dest`, in order. It is opened only now, after the data has
 /// arrived and been verified (a FIFO's open waits for a reader), without
 /// `O_CREAT`: if it has gone, nothing is created in its place.
-pub(super) fn write_in_order(tmp: &File, size: u64, dest: &Path) -> io::Result<()> {
+pub(super) fn write_in_order(tmp: &File, size: u64, dest: &Loc) -> io::Result<()> {
     use std::io::{Read, Seek, Write};
-    let mut out = OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(dest)
-        .op("open for writing")?;
+    let mut out = dest.open_write_only().op("open for writing")?;
     let mut src = tmp;
     src.seek(io::SeekFrom::Start(0)).op("read back")?;
     let mut buf = vec![0u8; 1 << 20];
@@ -332,7 +386,7 @@ pub(super) fn store_signature(f: &DstFile, out: &SigOut) {
     let sig = ferry_delta::Signature::from_parts(out.bs, f.entry.size, weak, &full);
     let _ = out
         .cache
-        .put(&cache_key(&f.final_path, &m, out.bs), &sig, &full);
+        .put(&cache_key(&f.loc.shown, &m, out.bs), &sig, &full);
 }
 
 /// Cache key of the file at `dest` with metadata `m`.

@@ -1,43 +1,17 @@
 use super::*;
 
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+
 impl Dispatcher<'_, '_> {
     /// After all data: hard links, deletions, directory metadata.
     pub(super) fn finish(&mut self) {
         let stats = self.sh.stats;
         let opts = self.sh.opts;
         for e in std::mem::take(&mut self.links) {
-            let dest = self.root.join(std::ffi::OsStr::from_bytes(&e.path));
-            let Some(target) = self.paths.get(&e.link_to) else {
-                stats.error(format!(
-                    "{}: hard link to an entry not in the list",
-                    dest.display()
-                ));
-                continue;
-            };
-            if let (Ok(a), Ok(b)) = (fs::symlink_metadata(&dest), fs::metadata(target)) {
-                if a.dev() == b.dev() && a.ino() == b.ino() {
-                    continue;
-                }
-            }
-            stats.change(format!(
-                "hardlink {} => {}",
-                shown(&e.path),
-                target.display()
-            ));
-            if opts.dry_run {
-                continue;
-            }
-            let tmp = fsutil::temp_path_for(&dest);
-            let r = fs::hard_link(target, &tmp).and_then(|_| fs::rename(&tmp, &dest));
-            match r {
-                Ok(()) => {
-                    Stats::add(&stats.files_transferred, 1);
-                    self.sh.changed(&dest);
-                }
-                Err(err) => {
-                    let _ = fs::remove_file(&tmp);
-                    stats.error(line(&dest, &err));
-                }
+            let shown_dest = self.tree.show(&e.path);
+            if let Err(err) = self.hard_link(&e) {
+                stats.error(line(&shown_dest, &err));
             }
         }
         if opts.delete && self.source_unread && !opts.ignore_errors {
@@ -47,30 +21,65 @@ impl Dispatcher<'_, '_> {
                     .into(),
             );
         } else if opts.delete {
-            for (dir, e) in &self.dirs {
-                self.delete_extras(dir, &e.path);
+            for e in &self.dirs {
+                self.delete_extras(&e.path);
             }
         }
         if opts.dry_run {
             return;
         }
-        for (dir, e) in self.dirs.iter().rev() {
-            let r = (|| -> io::Result<()> {
+        for e in self.dirs.iter().rev() {
+            let r = self.tree.loc(&e.path, false).and_then(|dir| {
                 if opts.owner {
-                    fsutil::lchown(dir, e.uid, e.gid).op("set owner of")?;
+                    dir.chown(e.uid, e.gid).op("set owner of")?;
                 }
                 if opts.xattrs && !e.xattrs.is_empty() {
-                    fsutil::write_xattrs(dir, &e.xattrs).op("set xattrs of")?;
+                    dir.write_xattrs(&e.xattrs).op("set xattrs of")?;
                 }
-                fs::set_permissions(dir, fs::Permissions::from_mode(e.mode & 0o7777))
-                    .op("set permissions of")?;
-                fsutil::set_mtime_path(dir, e.mtime, e.mtime_nsec).op("set mtime of")
-            })();
+                dir.chmod(e.mode).op("set permissions of")?;
+                dir.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")
+            });
             if let Err(err) = r {
-                stats.error(line(dir, &err));
+                stats.error(line(&self.tree.show(&e.path), &err));
             }
         }
         self.sync_dirs();
+    }
+
+    /// Make the hard-link entry `e` a link to the file entry it names: an
+    /// entry of this transfer, reached through the same handles.
+    fn hard_link(&self, e: &Entry) -> io::Result<()> {
+        let Some(target_rel) = self.paths.get(&e.link_to) else {
+            return Err(io::Error::other("hard link to an entry not in the list"));
+        };
+        let dry = self.sh.opts.dry_run;
+        let dest = self.tree.loc(&e.path, dry)?;
+        let target = self.tree.loc(target_rel, dry)?;
+        if let (Some(a), Some(b)) = (dest.stat()?, target.stat()?) {
+            if a.dev() == b.dev() && a.ino() == b.ino() {
+                return Ok(());
+            }
+        }
+        self.sh.stats.change(format!(
+            "hardlink {} => {}",
+            shown(&e.path),
+            target.shown.display()
+        ));
+        if dry {
+            return Ok(());
+        }
+        let tmp = dest.sibling(&fsutil::temp_name_for(dest.name()));
+        let r = tmp
+            .hard_link_to(&target)
+            .op("link")
+            .and_then(|_| tmp.rename_to(&dest).op("rename into place"));
+        if r.is_err() {
+            let _ = tmp.remove_file();
+        }
+        r?;
+        Stats::add(&self.sh.stats.files_transferred, 1);
+        self.sh.changed(&dest);
+        Ok(())
     }
 
     /// fsync every directory whose entries changed (once each, at the end:
@@ -83,24 +92,44 @@ impl Dispatcher<'_, '_> {
             .lock()
             .map(|mut d| std::mem::take(&mut *d))
             .unwrap_or_default();
-        for dir in dirs {
-            let r = File::open(&dir)
-                .and_then(|d| d.sync_all())
+        for rel in dirs {
+            let r = self
+                .tree
+                .dir(&rel)
+                .and_then(|d| Ok(rustix::fs::fsync(&*d)?))
                 .op("fsync directory");
             match r {
                 // Deleted in this run (--delete): its parent records that.
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => self.sh.stats.error(line(&dir, &err)),
+                Err(err) => self.sh.stats.error(line(&self.tree.show(&rel), &err)),
                 Ok(()) => {}
+            }
+        }
+        if self.root_created && self.sh.opts.fsync {
+            // The root itself is new: its parent (the user's own path)
+            // records it.
+            let parent = match self.tree.shown().parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            if let Err(err) = File::open(&parent).and_then(|d| d.sync_all()) {
+                self.sh.stats.error(line(&parent, &err));
             }
         }
     }
 
-    pub(super) fn delete_extras(&self, dir: &Path, rel: &[u8]) {
-        let stats = self.sh.stats;
-        let Ok(rd) = fs::read_dir(dir) else { return };
-        for c in rd.flatten() {
-            let name = c.file_name();
+    /// `--delete`: remove what the directory `rel` holds that the list
+    /// does not (and the excludes do not protect).
+    pub(super) fn delete_extras(&self, rel: &[u8]) {
+        let dir = match self.tree.loc(rel, false).and_then(|l| l.open_dir()) {
+            Ok(d) => d,
+            // Not there (a dry run) or not a directory: nothing to delete.
+            Err(_) => return,
+        };
+        let Ok(entries) = crate::destdir::list(&dir) else {
+            return;
+        };
+        for (name, is_dir) in entries {
             let mut crel = rel.to_vec();
             if !crel.is_empty() {
                 crel.push(b'/');
@@ -109,65 +138,68 @@ impl Dispatcher<'_, '_> {
             if self.seen.contains(&crel) {
                 continue;
             }
-            let is_dir = c.file_type().map(|t| t.is_dir()).unwrap_or(false);
             if self
                 .sh
                 .opts
                 .excludes
-                .excluded(Path::new(std::ffi::OsStr::from_bytes(&crel)), is_dir)
+                .excluded(Path::new(OsStr::from_bytes(&crel)), is_dir)
             {
                 continue;
             }
-            // Every entry removed is listed and counted, contents before
-            // their directory, as rsync lists them.
-            let mut doomed = Vec::new();
-            list_tree(&c.path(), crel, is_dir, &mut doomed);
-            for (p, rel, dir) in doomed {
-                stats.change(format!(
-                    "delete {}{}",
-                    shown(&rel),
-                    if dir { "/" } else { "" }
-                ));
-                if self.sh.opts.dry_run {
-                    Stats::add(&stats.files_deleted, 1);
-                    continue;
-                }
-                let r = if dir {
-                    fs::remove_dir(&p)
-                } else {
-                    fs::remove_file(&p)
-                };
-                match r {
-                    Ok(()) => {
-                        Stats::add(&stats.files_deleted, 1);
-                        self.sh.changed(&p);
-                    }
-                    Err(err) => stats.error(format!("{}: delete: {}", p.display(), describe(&err))),
-                }
-            }
+            self.tree.forget(&crel);
+            self.delete_tree(&dir, &name, crel, is_dir);
         }
     }
-}
 
-/// The entries of a tree to delete, contents before their directory: each
-/// with its path, its path relative to the destination root, and whether it
-/// is a directory. Symlinks are entries, never followed.
-pub(super) fn list_tree(
-    p: &Path,
-    rel: Vec<u8>,
-    is_dir: bool,
-    out: &mut Vec<(PathBuf, Vec<u8>, bool)>,
-) {
-    if is_dir {
-        if let Ok(rd) = fs::read_dir(p) {
-            for c in rd.flatten() {
-                let mut crel = rel.clone();
-                crel.push(b'/');
-                crel.extend_from_slice(c.file_name().as_bytes());
-                let d = c.file_type().is_ok_and(|t| t.is_dir());
-                list_tree(&c.path(), crel, d, out);
+    /// Delete `name` in `dir` and all it holds: every entry removed is
+    /// listed and counted, contents before their directory, as rsync lists
+    /// them. Each level is opened from its parent's handle; symlinks are
+    /// entries, never followed.
+    fn delete_tree(&self, dir: &OwnedFd, name: &OsStr, rel: Vec<u8>, is_dir: bool) {
+        let stats = self.sh.stats;
+        if is_dir {
+            let sub = rustix::fs::openat(
+                dir,
+                name,
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            );
+            if let Ok(sub) = sub {
+                for (child, d) in crate::destdir::list(&sub).unwrap_or_default() {
+                    let mut crel = rel.clone();
+                    crel.push(b'/');
+                    crel.extend_from_slice(child.as_bytes());
+                    self.delete_tree(&sub, &child, crel, d);
+                }
             }
         }
+        stats.change(format!(
+            "delete {}{}",
+            shown(&rel),
+            if is_dir { "/" } else { "" }
+        ));
+        if self.sh.opts.dry_run {
+            Stats::add(&stats.files_deleted, 1);
+            return;
+        }
+        let flags = if is_dir {
+            rustix::fs::AtFlags::REMOVEDIR
+        } else {
+            rustix::fs::AtFlags::empty()
+        };
+        match rustix::fs::unlinkat(dir, name, flags) {
+            Ok(()) => {
+                Stats::add(&stats.files_deleted, 1);
+                self.sh.changed_rel(&rel);
+            }
+            Err(err) => stats.error(format!(
+                "{}: delete: {}",
+                self.tree.show(&rel).display(),
+                describe(&err.into())
+            )),
+        }
     }
-    out.push((p.to_path_buf(), rel, is_dir));
 }

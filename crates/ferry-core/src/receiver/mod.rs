@@ -8,12 +8,10 @@
 //! sees a segment's ops in order and can digest them as it writes.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{
-    DirBuilderExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt,
-};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +20,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use ferry_proto::layout::{self, SegmentHasher};
 use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
 
+use crate::destdir::{DestDir, Loc};
 use crate::direct;
 use crate::error::{describe, is_fatal_io, line, Error, IoOp, Result};
 use crate::fsutil;
@@ -33,6 +32,7 @@ use crate::SyncOptions;
 mod entries;
 mod file;
 mod finish;
+mod readback;
 mod signer;
 mod writer;
 
@@ -53,23 +53,27 @@ struct Shared<'a> {
     in_flight: Arc<InFlight>,
     /// The dispatcher's side of `in_flight.wake`.
     wake: crossbeam_channel::Receiver<()>,
-    /// Directories whose entries changed: fsynced once at the end.
-    dirty: Mutex<HashSet<PathBuf>>,
+    /// Directories (relative to the root) whose entries changed: fsynced
+    /// once at the end.
+    dirty: Mutex<HashSet<Vec<u8>>>,
+    /// Files whose delta failed verification, to ask for again whole.
+    retries: Mutex<Vec<Entry>>,
 }
 
 impl Shared<'_> {
-    /// `p` was created, renamed over or removed: its directory must reach
+    /// `l` was created, renamed over or removed: its directory must reach
     /// the disk before the run says done.
-    fn changed(&self, p: &Path) {
+    fn changed(&self, l: &Loc) {
+        self.changed_rel(&l.rel);
+    }
+
+    /// The entry `rel` (relative to the root) changed.
+    fn changed_rel(&self, rel: &[u8]) {
         if !self.opts.fsync {
             return;
         }
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
         if let Ok(mut d) = self.dirty.lock() {
-            d.insert(dir);
+            d.insert(parent_of(rel).to_vec());
         }
     }
 
@@ -88,6 +92,7 @@ pub fn run_receiver(
     opts: &SyncOptions,
     stats: &Stats,
 ) -> Result<ReceiverReport> {
+    ep.set_idle_timeout(opts.timeout);
     let Endpoint {
         tx, rx, received, ..
     } = ep;
@@ -105,6 +110,7 @@ pub fn run_receiver(
         Dest::FileOrDir(p) => (p.clone(), Some(p.clone())),
     };
     let root = root.as_path();
+    let mut root_created = false;
     if !opts.dry_run && late.is_none() && nbd.is_none() {
         let replaceable = |m: &fs::Metadata| m.is_file() || m.file_type().is_symlink();
         match fs::symlink_metadata(root) {
@@ -133,6 +139,7 @@ pub fn run_receiver(
                 return Err(e);
             }
             Err(_) => {
+                root_created = true;
                 if let Err(err) = fs::create_dir_all(root) {
                     let e = Error::io_op("create directory", root, err);
                     let _ = tx.send(Message::Fatal {
@@ -143,6 +150,22 @@ pub fn run_receiver(
             }
         }
     }
+
+    // Everything below the root is reached through this handle.
+    let tree = if nbd.is_some() || late.is_some() || (opts.dry_run && !root.exists()) {
+        DestDir::absent(root)
+    } else {
+        match DestDir::open(root) {
+            Ok(t) => t,
+            Err(err) => {
+                let e = Error::io_op("open directory", root, err);
+                let _ = tx.send(Message::Fatal {
+                    error: e.to_string(),
+                });
+                return Err(e);
+            }
+        }
+    };
 
     let cache = match (&opts.sig_cache, opts.dry_run) {
         (Some(dir), false) => match ferry_delta::SigCache::open(dir) {
@@ -168,9 +191,11 @@ pub fn run_receiver(
         in_flight: Arc::new(InFlight {
             n: AtomicU64::new(0),
             wake: wake_tx,
+            deltas: AtomicU64::new(0),
         }),
         wake: wake_rx,
         dirty: Mutex::new(HashSet::new()),
+        retries: Mutex::new(Vec::new()),
     };
     let nworkers = opts.threads.max(1);
     let result = std::thread::scope(|s| {
@@ -189,7 +214,8 @@ pub fn run_receiver(
             handles.push(s.spawn(move || signer(sign_rx, sh, tx)));
         }
         let mut d = Dispatcher {
-            root: root.to_path_buf(),
+            tree,
+            root_created,
             sh: &shared,
             tx: &tx,
             files: HashMap::new(),
@@ -215,6 +241,7 @@ pub fn run_receiver(
             },
             source_unread: false,
             scanned: HashSet::new(),
+            whole_only: HashSet::new(),
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -262,14 +289,17 @@ pub fn run_receiver(
 }
 
 struct Dispatcher<'a, 'b> {
-    root: PathBuf,
+    /// The destination, reached through directory handles only.
+    tree: DestDir,
+    /// The root did not exist: its parent directory is fsynced at the end.
+    root_created: bool,
     sh: &'a Shared<'b>,
     tx: &'a MsgTx,
     files: HashMap<u32, Arc<DstFile>>,
     /// Segments of each file in flight that the sender has finished.
     done: HashMap<u32, HashSet<u32>>,
     /// Destination path of every file entry, for hard links.
-    paths: HashMap<u32, PathBuf>,
+    paths: HashMap<u32, Vec<u8>>,
     /// Every path in the source list, for `--delete`.
     seen: HashSet<Vec<u8>>,
     /// Paths known to be real directories at the destination.
@@ -277,7 +307,7 @@ struct Dispatcher<'a, 'b> {
     /// Paths of the directories in `dirs`.
     dirs_queued: HashSet<Vec<u8>>,
     /// Directories to give their metadata at the end.
-    dirs: Vec<(PathBuf, Entry)>,
+    dirs: Vec<Entry>,
     links: Vec<Entry>,
     /// A destination to resolve on the first entry (see [`Dest::FileOrDir`]).
     late: Option<PathBuf>,
@@ -289,17 +319,19 @@ struct Dispatcher<'a, 'b> {
     /// The signer thread's queue (delta signatures, then `EndOfList`).
     signer: Option<Sender<SignJob>>,
     /// Files listed while [`max_in_flight`] others are open, in list order.
-    waiting: std::collections::VecDeque<(Entry, PathBuf)>,
+    waiting: std::collections::VecDeque<Entry>,
     /// The sender's `EndOfList`, held until `waiting` is empty.
     end_of_list: bool,
     max_in_flight: usize,
     /// The rules a sender's list must keep (see [`crate::listcheck`]).
     check: ListCheck,
     /// Directories already cleared of stale temporary files.
-    scanned: HashSet<PathBuf>,
+    scanned: HashSet<Vec<u8>>,
     /// The sender reported a source entry it could not list or read:
     /// `--delete` is off for the run (unless `--ignore-errors`).
     source_unread: bool,
+    /// Files asked for again whole after a delta failed: never a delta.
+    whole_only: HashSet<u32>,
 }
 
 /// How many files may be open for writing at once: each holds a temp file,
@@ -386,12 +418,14 @@ impl Dispatcher<'_, '_> {
                     }
                 }
                 Message::FileFailed { file, error } => {
+                    // Part of the source could not be read: whether a
+                    // listed file or something the list lacks, `--delete`
+                    // is off for the run (as rsync's "IO error encountered
+                    // -- skipping file deletion").
+                    self.source_unread = true;
                     if let Some(f) = self.files.get(&file) {
                         f.fail_with(Failure::Sender(error));
                     } else {
-                        // Part of the source could not be listed or read:
-                        // its absence from the list means nothing.
-                        self.source_unread = true;
                         self.sh.stats.error(error);
                     }
                 }
@@ -409,13 +443,13 @@ impl Dispatcher<'_, '_> {
                             None => {
                                 return Err(Error::Protocol(format!(
                                     "the sender finished before sending all of file {id} ({})",
-                                    f.final_path.display()
+                                    f.loc.shown.display()
                                 )))
                             }
                             Some(why) => report_failure(f, self.sh, why),
                         }
                     }
-                    if let Some((e, _)) = self.waiting.front() {
+                    if let Some(e) = self.waiting.front() {
                         return Err(Error::Protocol(format!(
                             "the sender finished before {} was asked for",
                             shown(&e.path)
@@ -507,14 +541,34 @@ impl Dispatcher<'_, '_> {
     /// Open waiting files while there is room; once none wait, answer a
     /// held `EndOfList` (after every `Want` it must follow).
     fn admit(&mut self) -> Result<()> {
+        let retries = self
+            .sh
+            .retries
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        for e in retries {
+            // Once only: a whole file that fails too is a failed file.
+            if !self.whole_only.insert(e.id) {
+                continue;
+            }
+            let shown = self.tree.show(&e.path);
+            let res = self.tree.loc(&e.path, false).and_then(|l| self.file(e, &l));
+            self.outcome(res, &shown)?;
+        }
         while self.open_files() < self.max_in_flight {
-            let Some((e, dest)) = self.waiting.pop_front() else {
+            let Some(e) = self.waiting.pop_front() else {
                 break;
             };
-            let res = self.file(e, &dest);
-            self.outcome(res, &dest)?;
+            let shown = self.tree.show(&e.path);
+            let res = self.tree.loc(&e.path, false).and_then(|l| self.file(e, &l));
+            self.outcome(res, &shown)?;
         }
-        if self.end_of_list && self.waiting.is_empty() {
+        // Every delta must be finished first: one that fails is asked for
+        // again, and no `Want` may follow `EndOfList`.
+        let deltas = self.sh.in_flight.deltas.load(Ordering::SeqCst);
+        let retrying = self.sh.retries.lock().is_ok_and(|r| !r.is_empty());
+        if self.end_of_list && self.waiting.is_empty() && deltas == 0 && !retrying {
             self.end_of_list = false;
             self.sign(SignJob::EndOfList)
                 .map_err(|e| Error::Protocol(e.to_string()))?;

@@ -47,6 +47,8 @@ pub(super) fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
                 if let Err(err) = sign_and_want(sh, &tx, &d, &meta, &dest, inplace) {
                     d.fail(describe(&err));
                     d.reported.store(true, Ordering::SeqCst);
+                    // No data will come for it: it holds up nothing.
+                    release_delta(&d);
                     let _ = sh.in_flight.wake.try_send(());
                     if is_fatal_io(&err) {
                         sh.set_fatal(Error::io(&dest, err));

@@ -224,6 +224,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let seg = seg as u64;
                 let (start, end) = layout::segment_range(f.entry.size, seg);
                 let st = segs.remove(&(id, seg));
+                super::readback::keep_digest(&f, seg, digest);
                 if f.failure().is_none() {
                     match st {
                         Some(mut st) if st.next == end => {
@@ -249,9 +250,9 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
                     if let Err(e) = finalize(&f, sh) {
                         if is_fatal_io(&e) {
-                            sh.set_fatal(Error::io(&f.final_path, e));
+                            sh.set_fatal(Error::io(&f.loc.shown, e));
                         } else {
-                            sh.stats.error(line(&f.final_path, &e));
+                            sh.stats.error(line(&f.loc.shown, &e));
                         }
                     }
                 }
@@ -406,6 +407,6 @@ pub(super) fn write_failed(f: &DstFile, sh: &Shared<'_>, e: io::Error) {
         describe(&e),
     ));
     if is_fatal_io(&e) {
-        sh.set_fatal(Error::io(&f.final_path, e));
+        sh.set_fatal(Error::io(&f.loc.shown, e));
     }
 }

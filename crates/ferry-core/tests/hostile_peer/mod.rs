@@ -277,8 +277,6 @@ pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// panics or does not return within [`DEADLINE`]. Plain threads, not a
 /// scope: a hung receiver is abandoned instead of hanging the test run.
 pub fn session(label: &str, dest: Dest, in_process: bool, delete: bool, script: Script) -> Outcome {
-    let (a, b) = ferry_proto::in_process();
-    let real_digests = !in_process;
     let opts = SyncOptions {
         in_process,
         delete,
@@ -286,6 +284,14 @@ pub fn session(label: &str, dest: Dest, in_process: bool, delete: bool, script: 
         owner: false,
         ..Default::default()
     };
+    session_opts(label, dest, opts, script)
+}
+
+/// [`session`] with the receiver's options given whole (the fake sender
+/// sends real digests unless `opts.in_process`).
+pub fn session_opts(label: &str, dest: Dest, opts: SyncOptions, script: Script) -> Outcome {
+    let (a, b) = ferry_proto::in_process();
+    let real_digests = !opts.in_process;
     let receiver = thread::Builder::new()
         .name(format!("receiver {}", label.replace('\0', "\\0")))
         .spawn(move || run_receiver(b, &dest, &opts, &Stats::default()))

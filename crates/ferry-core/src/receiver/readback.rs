@@ -1,0 +1,55 @@
+//! `--verify`: a committed file read back from the disk, not the page
+//! cache, and checked against the sender's segment digests again, for
+//! storage that may lose or corrupt what it acknowledged.
+
+use super::*;
+
+use std::num::NonZeroU64;
+use std::os::fd::AsRawFd;
+
+/// Remember the sender's digest of segment `seg` for the read-back. One
+/// entry per `SegmentDone` received, so what a peer can make this hold
+/// grows only with what it sends.
+pub(super) fn keep_digest(f: &DstFile, seg: u64, digest: [u8; 32]) {
+    if let Some(d) = &f.readback {
+        if let Ok(mut v) = d.lock() {
+            v.push((seg, digest));
+        }
+    }
+}
+
+/// Read every segment of `file` (data already fdatasync'd) back from the
+/// disk and hash it as the sender did. `Ok(None)` when all match, else
+/// the first range that differs.
+pub(super) fn verify_on_disk(f: &DstFile, file: &File) -> io::Result<Option<String>> {
+    let Some(digests) = &f.readback else {
+        return Ok(None);
+    };
+    let mut digests = digests.lock().map(|v| v.clone()).unwrap_or_default();
+    digests.sort_unstable();
+    // A second descriptor that may read (temp files are opened write-only);
+    // the page cache's clean pages are dropped so that the reads reach the
+    // device.
+    let r = File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).op("read back")?;
+    let size = f.entry.size;
+    let _ = rustix::fs::fadvise(&r, 0, NonZeroU64::new(size), rustix::fs::Advice::DontNeed);
+    let block = f.block.load(Ordering::SeqCst);
+    let mut buf = vec![0u8; 1 << 20];
+    for (seg, want) in digests {
+        let (start, end) = layout::segment_range(size, seg);
+        let mut h = SegmentHasher::new(block);
+        let mut off = start;
+        while off < end {
+            let n = ((end - off) as usize).min(buf.len());
+            r.read_exact_at(&mut buf[..n], off).op("read back")?;
+            h.data(&buf[..n]);
+            off += n as u64;
+        }
+        if h.finish().0 != want {
+            return Ok(Some(format!(
+                "read back from the disk, bytes {start}..{end} differ from the source"
+            )));
+        }
+    }
+    Ok(None)
+}
