@@ -29,6 +29,11 @@ pub struct EngineArgs {
     /// file the run reported may be empty or old.
     #[arg(long)]
     pub no_fsync: bool,
+    /// After each file reaches the disk, read it back (past the page
+    /// cache) and check it against the sender's digests: for storage you
+    /// do not trust. Costs a second read of everything written.
+    #[arg(long)]
+    pub verify: bool,
     /// Show what would change; change nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -68,18 +73,32 @@ pub struct EngineArgs {
     /// CPU than the copy itself on many machines.
     #[arg(long)]
     pub buffered_io: bool,
+    /// Fail when the peer has sent or taken nothing for SECONDS (both sides
+    /// send keepalives while busy, so only a dead peer or link is silent);
+    /// exit 5. Default: wait forever, as rsync does.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
 }
 
 impl EngineArgs {
     /// The engine's options; a bad exclude pattern is a usage error.
     pub fn options(&self) -> Result<SyncOptions, String> {
         let excludes = Excludes::new(&self.exclude).map_err(|e| e.to_string())?;
+        let timeout = match self.timeout {
+            None => None,
+            Some(t) if (0.0..1e9).contains(&t) => {
+                // 0 means no timeout, as in rsync.
+                (t > 0.0).then(|| std::time::Duration::from_secs_f64(t))
+            }
+            Some(_) => return Err("--timeout takes a number of seconds (0: none)".into()),
+        };
         Ok(SyncOptions {
             checksum: self.checksum,
             delete: self.delete,
             force: self.force,
             ignore_errors: self.ignore_errors,
             fsync: !self.no_fsync,
+            verify: self.verify,
             dry_run: self.dry_run,
             inplace: self.inplace,
             xattrs: self.xattrs,
@@ -99,6 +118,7 @@ impl EngineArgs {
             sig_cache: self.sig_cache.clone(),
             compress: self.compress,
             direct_io: !self.buffered_io,
+            timeout,
             ..SyncOptions::default()
         })
     }

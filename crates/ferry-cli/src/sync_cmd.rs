@@ -27,6 +27,8 @@ the old file or the new one, never a mix (--inplace trades that for less space).
 Across hosts and for every delta, each segment written is verified against a
 BLAKE3 digest of what the sender read. Files are fdatasync'd before the rename
 and changed directories fsync'd at the end (--no-fsync turns this off).
+--verify reads each file back from the disk once it is there and checks it
+against the sender's digests again.
 
 --json prints one object on stdout: files_total, files_transferred, files_delta,
 files_deleted, files_failed, bytes_total, bytes_transferred, bytes_wire,

@@ -387,3 +387,106 @@ fn pipe_through_real_ssh_runs_the_command() {
     child.stdin.take().unwrap().write_all(b"hello").unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(7));
 }
+
+/// A peer that stops (SIGSTOP: alive, connected, silent) is dead after
+/// `--timeout`: exit 5 with a clear line, in push and in pull, instead of
+/// a run that waits forever. Without it, the keepalives of a busy but
+/// live peer must not trip the timeout (checked by every other remote
+/// test passing --timeout... here: a slow transfer with a short timeout).
+#[test]
+fn a_silent_peer_times_out_and_a_slow_one_does_not() {
+    let Some(srv) = SshServer::start("a_silent_peer_times_out_and_a_slow_one_does_not") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("big");
+    fs::write(&src, bytes(9, 24 << 20)).unwrap();
+    let pidfile = d.path().join("remote.pid");
+    let wrapper = d.path().join("stoppable-ferry");
+    fs::write(
+        &wrapper,
+        format!(
+            // (stdin by way of fd 3: a background job's would be /dev/null.)
+            "#!/bin/sh\nexec 3<&0\n{} \"$@\" 0<&3 3<&- &\necho $! > {}\nwait $!\n",
+            bin.display(),
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    let remote_dir = d.path().join("remote");
+    fs::create_dir(&remote_dir).unwrap();
+    fs::write(remote_dir.join("big"), bytes(9, 24 << 20)).unwrap();
+
+    // Slow (about 4 s at 6 MB/s) but alive: a 1 s timeout must not trip.
+    let slow = d.path().join("slow");
+    let out = ferry(&remote_args(
+        &rsh,
+        p(&bin),
+        &[
+            "--timeout",
+            "1",
+            "--bwlimit",
+            "6M",
+            p(&src),
+            &srv.remote(&slow),
+        ],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(fs::read(&slow).unwrap(), fs::read(&src).unwrap());
+
+    for push in [true, false] {
+        let _ = fs::remove_file(&pidfile);
+        let local = d.path().join(format!("local-{push}"));
+        let (from, to) = if push {
+            (
+                p(&src).to_string(),
+                srv.remote(&remote_dir.join(format!("pushed-{push}"))),
+            )
+        } else {
+            (srv.remote(&remote_dir.join("big")), p(&local).to_string())
+        };
+        let child = std::process::Command::new(&bin)
+            .args(remote_args(&rsh, p(&wrapper), &[]))
+            .args(["--timeout", "2", "--bwlimit", "2M", &from, &to])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Stop the remote ferry once the transfer is under way.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let pid = loop {
+            if let Some(pid) = fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "remote never started");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let kill = |sig: &str| {
+            let _ = std::process::Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status();
+        };
+        kill("-STOP");
+        let stopped = std::time::Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let waited = stopped.elapsed();
+        kill("-KILL");
+        kill("-CONT");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "push={push}: {err}");
+        assert!(err.contains("timed out"), "push={push}: {err}");
+        assert_eq!(err.lines().count(), 1, "push={push}: one line: {err}");
+        assert!(
+            waited < std::time::Duration::from_secs(15),
+            "push={push}: noticed after {waited:?}"
+        );
+    }
+}

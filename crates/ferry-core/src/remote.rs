@@ -312,6 +312,7 @@ fn serve_args_with(
         (opts.force, "--force"),
         (opts.ignore_errors, "--ignore-errors"),
         (!opts.fsync, "--no-fsync"),
+        (opts.verify, "--verify"),
         (opts.checksum, "--checksum"),
         (opts.dry_run, "--dry-run"),
         (opts.inplace, "--inplace"),
@@ -332,6 +333,9 @@ fn serve_args_with(
     }
     if let Some(r) = opts.bwlimit {
         a.push(format!("--bwlimit={r}"));
+    }
+    if let Some(t) = opts.timeout {
+        a.push(format!("--timeout={}", t.as_secs_f64()));
     }
     a.push(format!("--compress={}", opts.compress));
     if let Some(d) = &opts.sig_cache {
@@ -464,7 +468,15 @@ impl Remote {
     /// ferry, or the remote's own error.
     fn finish<T>(mut self, res: Result<T>) -> Result<T> {
         drop(self.stdin.take());
-        let status = self.child.wait();
+        // A remote that timed out is not waited for (it may be stopped, or
+        // behind a dead link); any other gets a grace period to exit and
+        // say why, then ssh is killed.
+        let grace = match &res {
+            Err(Error::Link(LinkError::TimedOut(_))) => std::time::Duration::ZERO,
+            Err(_) => std::time::Duration::from_secs(10),
+            Ok(_) => std::time::Duration::MAX,
+        };
+        let status = wait_with_grace(&mut self.child, grace);
         if let Some(t) = self.stderr_thread.take() {
             let _ = t.join();
         }
@@ -506,6 +518,26 @@ impl Remote {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Wait for `child`, killing it if it is still running after `grace`.
+fn wait_with_grace(
+    child: &mut std::process::Child,
+    grace: std::time::Duration,
+) -> std::io::Result<std::process::ExitStatus> {
+    if grace != std::time::Duration::MAX {
+        let until = std::time::Instant::now().checked_add(grace);
+        while until.is_some_and(|u| std::time::Instant::now() < u) {
+            if let Some(st) = child.try_wait()? {
+                return Ok(st);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if child.try_wait()?.is_none() {
+            let _ = child.kill();
+        }
+    }
+    child.wait()
 }
 
 fn or_unknown(s: &str) -> &str {
@@ -567,10 +599,7 @@ pub fn sync_push(
     ropts: &RemoteOptions,
     stats: &Stats,
 ) -> Result<Report> {
-    let start = Instant::now();
-    crate::with_whole_retry(opts, stats, start, |o, s| {
-        push_pass(sources, dest, o, ropts, s, start)
-    })
+    push_pass(sources, dest, opts, ropts, stats, Instant::now())
 }
 
 fn push_pass(
@@ -613,10 +642,7 @@ pub fn sync_pull(
     ropts: &RemoteOptions,
     stats: &Stats,
 ) -> Result<Report> {
-    let start = Instant::now();
-    crate::with_whole_retry(opts, stats, start, |o, s| {
-        pull_pass(sources, dest, o, ropts, s, start)
-    })
+    pull_pass(sources, dest, opts, ropts, stats, Instant::now())
 }
 
 fn pull_pass(

@@ -20,6 +20,7 @@
 pub mod bufpool;
 pub mod codec;
 pub mod layout;
+pub mod liveness;
 pub mod msg;
 pub mod transport;
 
@@ -36,7 +37,7 @@ pub const NO_FILE: u32 = u32::MAX;
 
 /// Protocol version spoken by this build. Peers must agree exactly on the
 /// major version; see `docs/PROTOCOL.md`.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// The version this process announces in `Hello`: [`PROTOCOL_VERSION`].
 /// With the `test-hooks` feature (test builds only), the environment
 /// variable `FERRY_TEST_PROTOCOL_VERSION` may say otherwise, to exercise
@@ -53,6 +54,7 @@ pub fn announced_version() -> u32 {
 }
 
 /// Magic bytes at the start of a stream link, before the first frame.
-/// Its 7th byte is the framing's version: 3 since frames carry a checked
-/// header and a check (protocol version 3); 1 before.
-pub const MAGIC: &[u8; 8] = b"FERRY\x00\x03\n";
+/// Its 7th byte is the framing's version: 4 since an empty frame is a
+/// keepalive (protocol version 4); 3 since frames carry a checked header
+/// and a check; 1 before.
+pub const MAGIC: &[u8; 8] = b"FERRY\x00\x04\n";

@@ -16,10 +16,12 @@ use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::codec::{self, DecodeError, MAX_FRAME};
+use crate::liveness::{Liveness, KEEPALIVE, TICK};
 use crate::msg::Message;
 use crate::MAGIC;
 
@@ -44,6 +46,8 @@ pub enum LinkError {
         "protocol error: a frame failed its checksum (the byte stream was corrupted in transit)"
     )]
     Checksum,
+    #[error("connection timed out: the peer sent or took nothing for {0} s (--timeout)")]
+    TimedOut(u64),
 }
 
 /// The check a frame carries after its body on a byte pipe: the low 32
@@ -107,6 +111,8 @@ pub struct MsgTx {
     compress: Option<Arc<CompressShared>>,
     /// This clone's compressor and the zstd stream id it holds, if any.
     compressor: Option<Mutex<(ferry_compress::Compressor, Option<u16>)>>,
+    /// Stream links: when frames last left, and the idle timeout.
+    live: Option<Arc<Liveness>>,
 }
 
 impl Clone for MsgTx {
@@ -118,6 +124,7 @@ impl Clone for MsgTx {
             limit: self.limit.clone(),
             compress: self.compress.clone(),
             compressor: self.compress.as_ref().map(new_compressor),
+            live: self.live.clone(),
         }
     }
 }
@@ -235,6 +242,11 @@ impl MsgTx {
     }
 
     fn enqueue(&self, m: Message) -> Result<(), LinkError> {
+        if let Some(l) = self.live.as_ref().filter(|l| l.watching()) {
+            // The writer has been stuck in one write for too long: the
+            // peer takes nothing (whatever room the queue still has).
+            l.check_moved()?;
+        }
         if self.count_on_send.is_some() || self.limit.is_some() {
             let n = codec::encoded_len(&m) as u64;
             if let Some(c) = &self.count_on_send {
@@ -244,7 +256,24 @@ impl MsgTx {
                 l.take(n);
             }
         }
-        self.tx.send(m).map_err(|_| self.failure())
+        let Some(live) = self.live.as_ref().filter(|l| l.watching()) else {
+            return self.tx.send(m).map_err(|_| self.failure());
+        };
+        // The queue stays full only while the pipe takes nothing: a peer
+        // that stops reading is dead after the idle timeout.
+        let mut m = m;
+        loop {
+            match self.tx.send_timeout(m, TICK) {
+                Ok(()) => return Ok(()),
+                Err(crossbeam_channel::SendTimeoutError::Timeout(back)) => {
+                    live.check_moved()?;
+                    m = back;
+                }
+                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => {
+                    return Err(self.failure())
+                }
+            }
+        }
     }
 
     /// The same link, compressing data per block with `mode` (`--compress`);
@@ -294,6 +323,8 @@ pub struct MsgRx {
     /// The peer's zstd streams, by id. Held while a message is taken off
     /// the queue and decoded, so stream blocks decode in arrival order.
     streams: Mutex<Vec<Option<ferry_compress::StreamDecoder>>>,
+    /// Stream links: when frames last arrived, and the idle timeout.
+    live: Option<Arc<Liveness>>,
 }
 
 impl MsgRx {
@@ -311,13 +342,26 @@ impl MsgRx {
             .streams
             .lock()
             .map_err(|_| LinkError::Io("receiver state poisoned".into()))?;
-        let m = crossbeam_channel::select! {
-            recv(self.rx) -> m => m,
-            recv(wake) -> w => match w {
-                Ok(()) => return Ok(None),
-                // Nobody can wake us any more: wait for the peer alone.
-                Err(_) => self.rx.recv(),
-            },
+        let live = self.live.as_ref().filter(|l| l.watching());
+        let m = loop {
+            let tick = if live.is_some() { TICK } else { Duration::MAX };
+            break crossbeam_channel::select! {
+                recv(self.rx) -> m => m,
+                recv(wake) -> w => match w {
+                    Ok(()) => return Ok(None),
+                    // Nobody can wake us any more: wait for the peer alone.
+                    Err(_) => match live {
+                        None => self.rx.recv(),
+                        Some(_) => continue,
+                    },
+                },
+                default(tick) => {
+                    if let Some(l) = live {
+                        l.check_heard()?;
+                    }
+                    continue;
+                }
+            };
         };
         let m = match m {
             Ok(Message::Compressed {
@@ -396,6 +440,17 @@ pub struct Endpoint {
     pub link_rate: Arc<std::sync::atomic::AtomicU64>,
 }
 
+impl Endpoint {
+    /// Fail the link once the peer has sent nothing, or taken nothing, for
+    /// `idle` (`--timeout`); `None` waits forever. Stream links only: an
+    /// in-process peer cannot go silent without its thread ending.
+    pub fn set_idle_timeout(&self, idle: Option<Duration>) {
+        if let Some(l) = &self.rx.live {
+            l.set_idle(idle);
+        }
+    }
+}
+
 /// Messages queued per direction.
 const QUEUE: usize = 64;
 
@@ -413,11 +468,13 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             limit: None,
             compress: None,
             compressor: None,
+            live: None,
         },
         rx: MsgRx {
             rx: a_rx,
             failure: Arc::default(),
             streams: Mutex::default(),
+            live: None,
         },
         sent: a_sent.clone(),
         received: b_sent.clone(),
@@ -431,11 +488,13 @@ pub fn in_process() -> (Endpoint, Endpoint) {
             limit: None,
             compress: None,
             compressor: None,
+            live: None,
         },
         rx: MsgRx {
             rx: b_rx,
             failure: Arc::default(),
             streams: Mutex::default(),
+            live: None,
         },
         sent: b_sent,
         received: a_sent,
@@ -482,6 +541,8 @@ where
     let (rtx, rx) = bounded::<Message>(QUEUE);
     let rfailure: Arc<Mutex<Option<LinkError>>> = Arc::default();
 
+    let live = Arc::new(Liveness::default());
+    let wlive = live.clone();
     let wsent = sent.clone();
     let wfail = failure.clone();
     let link_rate: Arc<std::sync::atomic::AtomicU64> = Arc::default();
@@ -489,7 +550,7 @@ where
     let writer = thread::Builder::new()
         .name("ferry-writer".into())
         .spawn(move || {
-            if let Err(e) = write_loop(&mut w, &wrx, &wsent, &wrate) {
+            if let Err(e) = write_loop(&mut w, &wrx, &wsent, &wrate, &wlive) {
                 if let Ok(mut g) = wfail.lock() {
                     *g = Some(e);
                 }
@@ -499,10 +560,11 @@ where
 
     let rrecv = received.clone();
     let rfail = rfailure.clone();
+    let rlive = live.clone();
     let _ = thread::Builder::new()
         .name("ferry-reader".into())
         .spawn(move || {
-            if let Err(e) = read_loop(&mut r, &rtx, &rrecv) {
+            if let Err(e) = read_loop(&mut r, &rtx, &rrecv, &rlive) {
                 if let Ok(mut g) = rfail.lock() {
                     *g = Some(e);
                 }
@@ -518,11 +580,13 @@ where
             limit: None,
             compress: None,
             compressor: None,
+            live: Some(live.clone()),
         },
         rx: MsgRx {
             rx,
             failure: rfailure,
             streams: Mutex::default(),
+            live: Some(live),
         },
         sent,
         received,
@@ -545,6 +609,7 @@ fn write_loop<W: Write>(
     rx: &Receiver<Message>,
     sent: &WireCounter,
     link_rate: &std::sync::atomic::AtomicU64,
+    live: &Liveness,
 ) -> Result<(), LinkError> {
     w.write_all(MAGIC).map_err(io_err)?;
     sent.add(MAGIC.len() as u64);
@@ -560,9 +625,16 @@ fn write_loop<W: Write>(
             Ok(m) => m,
             Err(TryRecvError::Empty) => {
                 w.flush().map_err(io_err)?;
-                match rx.recv() {
+                live.moved();
+                match rx.recv_timeout(KEEPALIVE) {
                     Ok(m) => m,
-                    Err(_) => break,
+                    Err(RecvTimeoutError::Timeout) => {
+                        // Nothing to say: an empty frame says "alive".
+                        write_keepalive(w)?;
+                        live.moved();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             }
             Err(TryRecvError::Disconnected) => break,
@@ -576,7 +648,12 @@ fn write_loop<W: Write>(
         let check = frame_check(&buf);
         buf.extend_from_slice(&check.to_le_bytes());
         let t = std::time::Instant::now();
-        w.write_all(&buf).map_err(io_err)?;
+        // In pieces, so a slow but moving pipe is never taken for a dead
+        // one (see [`Liveness`]).
+        for piece in buf.chunks(PIECE) {
+            w.write_all(piece).map_err(io_err)?;
+            live.moved();
+        }
         win_busy += t.elapsed();
         win_bytes += buf.len() as u64;
         sent.add(buf.len() as u64);
@@ -608,10 +685,25 @@ fn write_loop<W: Write>(
     w.flush().map_err(io_err)
 }
 
+/// Frames are written and read in pieces of this size, each one proof that
+/// the link still moves.
+const PIECE: usize = 256 << 10;
+
+/// An empty frame: a keepalive, skipped by the reader.
+fn write_keepalive<W: Write>(w: &mut W) -> Result<(), LinkError> {
+    let mut f = [0u8; 12];
+    f[4..8].copy_from_slice(&(!0u32).to_le_bytes());
+    let check = frame_check(&f[..8]);
+    f[8..].copy_from_slice(&check.to_le_bytes());
+    w.write_all(&f).map_err(io_err)?;
+    w.flush().map_err(io_err)
+}
+
 fn read_loop<R: Read>(
     r: &mut R,
     tx: &Sender<Message>,
     received: &WireCounter,
+    live: &Liveness,
 ) -> Result<(), LinkError> {
     let mut magic = [0u8; 8];
     let mut got = 0;
@@ -666,12 +758,20 @@ fn read_loop<R: Read>(
         // Header, body and check, read as one.
         frame.resize(8 + n as usize + 4, 0);
         frame[..8].copy_from_slice(&len);
-        r.read_exact(&mut frame[8..]).map_err(io_err)?;
+        live.heard();
+        for piece in frame[8..].chunks_mut(PIECE) {
+            r.read_exact(piece).map_err(io_err)?;
+            live.heard();
+        }
         received.add(8 + n + 4);
         let (lb, check) = frame.split_at(8 + n as usize);
         let check = u32::from_le_bytes([check[0], check[1], check[2], check[3]]);
         if check != frame_check(lb) {
             return Err(LinkError::Checksum);
+        }
+        if n == 0 {
+            // A keepalive.
+            continue;
         }
         let m = codec::decode(&lb[8..])?;
         if tx.send(m).is_err() {
@@ -681,183 +781,5 @@ fn read_loop<R: Read>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::net::UnixStream;
-
-    #[test]
-    fn in_process_counts_encoded_bytes() {
-        let (a, b) = in_process();
-        let m = Message::Data {
-            file: 1,
-            offset: 0,
-            data: vec![7; 100],
-        };
-        let n = codec::encoded_len(&m) as u64;
-        a.tx.send(m.clone()).unwrap();
-        assert_eq!(b.rx.recv().unwrap(), m);
-        assert_eq!(a.sent.get(), n);
-        assert_eq!(b.received.get(), n);
-        drop(a);
-        assert_eq!(b.rx.recv(), Err(LinkError::Closed));
-    }
-
-    #[test]
-    fn stream_link_roundtrips_and_detects_garbage() {
-        // One socket per direction, as ssh's stdin and stdout are.
-        let (a_out, b_in) = UnixStream::pair().unwrap();
-        let (b_out, a_in) = UnixStream::pair().unwrap();
-        let a = stream_link(a_in, a_out);
-        let b = stream_link(b_in, b_out);
-        for i in 0..100u32 {
-            a.tx.send(Message::Zero {
-                file: i,
-                offset: 0,
-                len: 5,
-            })
-            .unwrap();
-        }
-        for i in 0..100u32 {
-            assert_eq!(
-                b.rx.recv().unwrap(),
-                Message::Zero {
-                    file: i,
-                    offset: 0,
-                    len: 5
-                }
-            );
-        }
-        drop(a);
-        assert_eq!(b.rx.recv(), Err(LinkError::Closed));
-
-        let (mut s1, s2) = UnixStream::pair().unwrap();
-        let (b_out, _keep) = UnixStream::pair().unwrap();
-        let b = stream_link(s2, b_out);
-        s1.write_all(b"Welcome to host!\nlast login...").unwrap();
-        drop(s1);
-        match b.rx.recv() {
-            Err(LinkError::BadMagic(t)) => assert!(t.starts_with("Welcome")),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// A ferry of the old framing is named as such, not as garbage.
-    #[test]
-    fn an_older_framing_is_a_version_mismatch() {
-        let old = b"FERRY\x00\x01\n\x05\x00\x00\x00hello".to_vec();
-        let (tx, _rx) = crossbeam_channel::unbounded();
-        let r = read_loop(&mut &old[..], &tx, &WireCounter::default());
-        assert!(matches!(r, Err(LinkError::Version(1))), "{r:?}");
-        let text = LinkError::Version(1).to_string();
-        assert!(
-            text.contains("version 1") && text.contains("this ferry's 3"),
-            "{text}"
-        );
-    }
-
-    /// Any single flipped bit of a frame (length, body or check) ends the
-    /// link with an error, never with a different message delivered.
-    #[test]
-    fn a_flipped_bit_anywhere_in_a_frame_is_an_error() {
-        let m = Message::Entry(Box::new(crate::Entry {
-            id: 3,
-            path: b"dir/file".to_vec(),
-            kind: Some(crate::EntryKind::File),
-            mode: 0o100644,
-            size: 1234,
-            mtime: 1_700_000_000,
-            ..Default::default()
-        }));
-        let mut frame = vec![0u8; 8];
-        codec::encode(&m, &mut frame);
-        let n = (frame.len() - 8) as u32;
-        frame[..4].copy_from_slice(&n.to_le_bytes());
-        frame[4..8].copy_from_slice(&(!n).to_le_bytes());
-        let check = frame_check(&frame);
-        frame.extend_from_slice(&check.to_le_bytes());
-        for bit in 0..frame.len() * 8 {
-            let mut bad = MAGIC.to_vec();
-            bad.extend_from_slice(&frame);
-            bad[MAGIC.len() + bit / 8] ^= 1 << (bit % 8);
-            let (tx, rx) = crossbeam_channel::unbounded();
-            let r = read_loop(&mut &bad[..], &tx, &WireCounter::default());
-            assert!(r.is_err(), "bit {bit}: {r:?}");
-            assert!(rx.try_recv().is_err(), "bit {bit}: a message was delivered");
-        }
-    }
-
-    /// Text that repeats every 3 MiB: only blocks that see earlier blocks
-    /// (zstd streams) can use that.
-    fn repeating_text(block: u64) -> Vec<u8> {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (block % 3);
-        let words = [
-            "ferry ", "moves ", "data ", "between ", "hosts ", "\n", "at ", "rate ",
-        ];
-        let mut v = Vec::with_capacity(1 << 20);
-        while v.len() < 1 << 20 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            v.extend_from_slice(words[(x % 8) as usize].as_bytes());
-            v.extend_from_slice((x % 1000).to_string().as_bytes());
-        }
-        v.truncate(1 << 20);
-        v
-    }
-
-    #[test]
-    fn compressed_link_streams_per_clone_and_decodes_in_order() {
-        let (a_out, b_in) = UnixStream::pair().unwrap();
-        let (b_out, a_in) = UnixStream::pair().unwrap();
-        let mut a = stream_link(a_in, a_out);
-        let b = stream_link(b_in, b_out);
-        let mode = ferry_compress::Mode::Fixed(ferry_compress::Codec::Zstd(3));
-        a.tx = a.tx.with_compression(mode, 2, Arc::default(), None);
-        let raw: u64 = 18 << 20;
-        let senders: Vec<_> = (0..2u32)
-            .map(|f| {
-                let tx = a.tx.clone();
-                thread::spawn(move || {
-                    for k in 0..9u64 {
-                        tx.send(Message::Data {
-                            file: f,
-                            offset: k << 20,
-                            data: repeating_text(k),
-                        })
-                        .unwrap();
-                    }
-                })
-            })
-            .collect();
-        let reader = thread::spawn(move || {
-            let mut got = 0;
-            while got < 18 {
-                match b.rx.recv().unwrap() {
-                    Message::Data { offset, data, .. } => {
-                        assert!(data == repeating_text(offset >> 20), "block at {offset}");
-                        got += 1;
-                    }
-                    m => panic!("{m:?}"),
-                }
-            }
-            b.received.get()
-        });
-        for s in senders {
-            s.join().unwrap();
-        }
-        let wire = reader.join().unwrap();
-        // Independent blocks: what each would cost alone.
-        let mut k = ferry_compress::Compressor::new(mode);
-        let mut indep = 0u64;
-        for blk in 0..9u64 {
-            let mut out = Vec::new();
-            k.compress_block(&repeating_text(blk), &mut out);
-            indep += 2 * out.len() as u64;
-        }
-        assert!(wire < raw / 2, "{wire}");
-        assert!(
-            wire * 2 < indep,
-            "streams {wire} vs independent blocks {indep}"
-        );
-    }
-}
+#[path = "transport_tests.rs"]
+mod tests;

@@ -1,0 +1,242 @@
+use super::*;
+use std::os::unix::net::UnixStream;
+
+#[test]
+fn in_process_counts_encoded_bytes() {
+    let (a, b) = in_process();
+    let m = Message::Data {
+        file: 1,
+        offset: 0,
+        data: vec![7; 100],
+    };
+    let n = codec::encoded_len(&m) as u64;
+    a.tx.send(m.clone()).unwrap();
+    assert_eq!(b.rx.recv().unwrap(), m);
+    assert_eq!(a.sent.get(), n);
+    assert_eq!(b.received.get(), n);
+    drop(a);
+    assert_eq!(b.rx.recv(), Err(LinkError::Closed));
+}
+
+#[test]
+fn stream_link_roundtrips_and_detects_garbage() {
+    // One socket per direction, as ssh's stdin and stdout are.
+    let (a_out, b_in) = UnixStream::pair().unwrap();
+    let (b_out, a_in) = UnixStream::pair().unwrap();
+    let a = stream_link(a_in, a_out);
+    let b = stream_link(b_in, b_out);
+    for i in 0..100u32 {
+        a.tx.send(Message::Zero {
+            file: i,
+            offset: 0,
+            len: 5,
+        })
+        .unwrap();
+    }
+    for i in 0..100u32 {
+        assert_eq!(
+            b.rx.recv().unwrap(),
+            Message::Zero {
+                file: i,
+                offset: 0,
+                len: 5
+            }
+        );
+    }
+    drop(a);
+    assert_eq!(b.rx.recv(), Err(LinkError::Closed));
+
+    let (mut s1, s2) = UnixStream::pair().unwrap();
+    let (b_out, _keep) = UnixStream::pair().unwrap();
+    let b = stream_link(s2, b_out);
+    s1.write_all(b"Welcome to host!\nlast login...").unwrap();
+    drop(s1);
+    match b.rx.recv() {
+        Err(LinkError::BadMagic(t)) => assert!(t.starts_with("Welcome")),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A ferry of the old framing is named as such, not as garbage.
+#[test]
+fn an_older_framing_is_a_version_mismatch() {
+    let old = b"FERRY\x00\x01\n\x05\x00\x00\x00hello".to_vec();
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let r = read_loop(
+        &mut &old[..],
+        &tx,
+        &WireCounter::default(),
+        &Liveness::default(),
+    );
+    assert!(matches!(r, Err(LinkError::Version(1))), "{r:?}");
+    let text = LinkError::Version(1).to_string();
+    assert!(
+        text.contains("version 1") && text.contains("this ferry's 4"),
+        "{text}"
+    );
+}
+
+/// Any single flipped bit of a frame (length, body or check) ends the
+/// link with an error, never with a different message delivered.
+#[test]
+fn a_flipped_bit_anywhere_in_a_frame_is_an_error() {
+    let m = Message::Entry(Box::new(crate::Entry {
+        id: 3,
+        path: b"dir/file".to_vec(),
+        kind: Some(crate::EntryKind::File),
+        mode: 0o100644,
+        size: 1234,
+        mtime: 1_700_000_000,
+        ..Default::default()
+    }));
+    let mut frame = vec![0u8; 8];
+    codec::encode(&m, &mut frame);
+    let n = (frame.len() - 8) as u32;
+    frame[..4].copy_from_slice(&n.to_le_bytes());
+    frame[4..8].copy_from_slice(&(!n).to_le_bytes());
+    let check = frame_check(&frame);
+    frame.extend_from_slice(&check.to_le_bytes());
+    for bit in 0..frame.len() * 8 {
+        let mut bad = MAGIC.to_vec();
+        bad.extend_from_slice(&frame);
+        bad[MAGIC.len() + bit / 8] ^= 1 << (bit % 8);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let r = read_loop(
+            &mut &bad[..],
+            &tx,
+            &WireCounter::default(),
+            &Liveness::default(),
+        );
+        assert!(r.is_err(), "bit {bit}: {r:?}");
+        assert!(rx.try_recv().is_err(), "bit {bit}: a message was delivered");
+    }
+}
+
+/// Text that repeats every 3 MiB: only blocks that see earlier blocks
+/// (zstd streams) can use that.
+fn repeating_text(block: u64) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (block % 3);
+    let words = [
+        "ferry ", "moves ", "data ", "between ", "hosts ", "\n", "at ", "rate ",
+    ];
+    let mut v = Vec::with_capacity(1 << 20);
+    while v.len() < 1 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(words[(x % 8) as usize].as_bytes());
+        v.extend_from_slice((x % 1000).to_string().as_bytes());
+    }
+    v.truncate(1 << 20);
+    v
+}
+
+#[test]
+fn compressed_link_streams_per_clone_and_decodes_in_order() {
+    let (a_out, b_in) = UnixStream::pair().unwrap();
+    let (b_out, a_in) = UnixStream::pair().unwrap();
+    let mut a = stream_link(a_in, a_out);
+    let b = stream_link(b_in, b_out);
+    let mode = ferry_compress::Mode::Fixed(ferry_compress::Codec::Zstd(3));
+    a.tx = a.tx.with_compression(mode, 2, Arc::default(), None);
+    let raw: u64 = 18 << 20;
+    let senders: Vec<_> = (0..2u32)
+        .map(|f| {
+            let tx = a.tx.clone();
+            thread::spawn(move || {
+                for k in 0..9u64 {
+                    tx.send(Message::Data {
+                        file: f,
+                        offset: k << 20,
+                        data: repeating_text(k),
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    let reader = thread::spawn(move || {
+        let mut got = 0;
+        while got < 18 {
+            match b.rx.recv().unwrap() {
+                Message::Data { offset, data, .. } => {
+                    assert!(data == repeating_text(offset >> 20), "block at {offset}");
+                    got += 1;
+                }
+                m => panic!("{m:?}"),
+            }
+        }
+        b.received.get()
+    });
+    for s in senders {
+        s.join().unwrap();
+    }
+    let wire = reader.join().unwrap();
+    // Independent blocks: what each would cost alone.
+    let mut k = ferry_compress::Compressor::new(mode);
+    let mut indep = 0u64;
+    for blk in 0..9u64 {
+        let mut out = Vec::new();
+        k.compress_block(&repeating_text(blk), &mut out);
+        indep += 2 * out.len() as u64;
+    }
+    assert!(wire < raw / 2, "{wire}");
+    assert!(
+        wire * 2 < indep,
+        "streams {wire} vs independent blocks {indep}"
+    );
+}
+
+#[test]
+fn keepalive_frames_are_skipped() {
+    let mut bytes = MAGIC.to_vec();
+    for _ in 0..3 {
+        write_keepalive(&mut bytes).unwrap();
+    }
+    let mut frame = vec![0u8; 8];
+    codec::encode(&Message::EndOfList, &mut frame);
+    let n = (frame.len() - 8) as u32;
+    frame[..4].copy_from_slice(&n.to_le_bytes());
+    frame[4..8].copy_from_slice(&(!n).to_le_bytes());
+    let check = frame_check(&frame);
+    frame.extend_from_slice(&check.to_le_bytes());
+    bytes.extend_from_slice(&frame);
+    write_keepalive(&mut bytes).unwrap();
+    let (tx, rx) = bounded(8);
+    let r = read_loop(
+        &mut &bytes[..],
+        &tx,
+        &WireCounter::default(),
+        &Liveness::default(),
+    );
+    assert_eq!(r, Err(LinkError::Closed), "clean end after the frames");
+    assert!(matches!(rx.try_recv(), Ok(Message::EndOfList)));
+    assert!(rx.try_recv().is_err(), "keepalives carry no message");
+}
+
+#[test]
+fn a_silent_peer_times_out_and_a_live_idle_one_does_not() {
+    // Two live links idle for longer than the timeout: keepalives hold.
+    let (a, b) = UnixStream::pair().unwrap();
+    let ea = stream_link(a.try_clone().unwrap(), a);
+    let eb = stream_link(b.try_clone().unwrap(), b);
+    ea.set_idle_timeout(Some(std::time::Duration::from_millis(2500)));
+    let (wake_tx, wake) = crossbeam_channel::bounded::<()>(1);
+    let waker = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        let _ = wake_tx.send(());
+    });
+    assert!(
+        matches!(ea.rx.recv_or_wake(&wake), Ok(None)),
+        "a live peer's keepalives must hold the link"
+    );
+    waker.join().unwrap();
+    drop(eb);
+    // A peer that never writes (a stopped process): timed out.
+    let (a, _silent) = UnixStream::pair().unwrap();
+    let ea = stream_link(a.try_clone().unwrap(), a);
+    ea.set_idle_timeout(Some(std::time::Duration::from_millis(300)));
+    let t = std::time::Instant::now();
+    assert!(matches!(ea.rx.recv(), Err(LinkError::TimedOut(_))));
+    assert!(t.elapsed() < std::time::Duration::from_secs(3));
+}
