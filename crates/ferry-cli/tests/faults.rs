@@ -11,6 +11,11 @@
 //! `error_writes`) gives, one layer down: ext4 and ferry above the loop
 //! device see a block device whose bios fail with an I/O error.
 //!
+//! The same disk can also lie instead of failing ([`Rot`]): every request
+//! succeeds, but a block of data written while the lie is on reads back
+//! with one bit flipped, as a disk with bit rot (or a controller that
+//! acknowledges what it never stored) does. That is for `--verify`.
+//!
 //! Needs root (mount, losetup), `/dev/fuse`, and e2fsprogs (`mkfs.ext4`,
 //! `filefrag`); without them each test prints SKIPPED, and fails under CI.
 
@@ -39,6 +44,68 @@ struct Faults {
     /// Requests answered with EIO so far.
     eio_reads: u64,
     eio_writes: u64,
+    /// Data that reads back other than it was written.
+    rot: Option<Rot>,
+}
+
+/// Bit rot: wherever on the device the 4 KiB `block` of data is written
+/// (at a 4 KiB-aligned offset, as ext4 places file data) while this is
+/// set, every read of it that reaches the disk gets byte `ROT_BYTE` of it
+/// with bit `ROT_MASK` flipped; writes and flushes all succeed. The
+/// block is chosen by its contents, pseudo-random bytes of one file, so
+/// nothing but that file's data ever rots: no ext4 metadata or journal
+/// block looks like it, and the test need not know in advance where ext4
+/// will put the file.
+struct Rot {
+    block: Vec<u8>,
+    /// Device offsets that hold `block` now, written since the lie began.
+    at: Vec<u64>,
+    /// Reads answered with the bit flipped.
+    flipped_reads: u64,
+}
+
+const ROT_BYTE: u64 = 1234;
+const ROT_MASK: u8 = 0x10;
+
+impl Rot {
+    fn new(block: &[u8]) -> Rot {
+        assert_eq!(block.len(), 4096);
+        Rot {
+            block: block.to_vec(),
+            at: Vec::new(),
+            flipped_reads: 0,
+        }
+    }
+
+    /// `[off, off + len)` of `store` was just written: note where it now
+    /// holds the block, and forget where it no longer does.
+    fn written(&mut self, store: &File, off: u64, len: u64) {
+        let mut b = off / 4096 * 4096;
+        let mut cur = vec![0u8; 4096];
+        while b < off + len {
+            let holds = store.read_exact_at(&mut cur, b).is_ok() && cur == self.block;
+            self.at.retain(|&x| x != b);
+            if holds {
+                self.at.push(b);
+            }
+            b += 4096;
+        }
+    }
+
+    /// `data`, read from `off`, as the rotten disk returns it.
+    fn read(&mut self, off: u64, data: &mut [u8]) {
+        let mut flipped = false;
+        for &b in &self.at {
+            let x = b + ROT_BYTE;
+            if off <= x && x < off + data.len() as u64 {
+                data[(x - off) as usize] ^= ROT_MASK;
+                flipped = true;
+            }
+        }
+        if flipped {
+            self.flipped_reads += 1;
+        }
+    }
 }
 
 /// A loop device whose reads and writes go to an in-process FUSE server,
@@ -238,6 +305,14 @@ impl FaultyDisk {
         (f.eio_reads, f.eio_writes)
     }
 
+    /// With bit rot on: how many places hold the rotting block, and how
+    /// many reads came back with its bit flipped.
+    fn rot_counts(&self) -> (usize, u64) {
+        let f = self.faults.lock().unwrap();
+        let r = f.rot.as_ref().expect("bit rot is on");
+        (r.at.len(), r.flipped_reads)
+    }
+
     /// Where on the device the bytes `[start, end)` of `file` (on the
     /// mounted filesystem) live, from `filefrag -e`.
     fn device_ranges(&self, file: &Path, start: u64, end: u64) -> Vec<(u64, u64)> {
@@ -291,6 +366,7 @@ impl Drop for FaultyDisk {
             let mut f = lock(&self.faults);
             f.bad_reads.clear();
             f.writes_fail = false;
+            f.rot = None;
         }
         let mut clean = true;
         if self.fs_mounted {
@@ -480,10 +556,14 @@ fn serve(dev: File, store: File, size: u64, faults: Arc<Mutex<Faults>>) {
                     f.eio_reads += 1;
                     Err(EIO)
                 } else {
-                    drop(f);
                     let mut data = vec![0u8; end.saturating_sub(off) as usize];
                     match store.read_exact_at(&mut data, off) {
-                        Ok(()) => Ok(data),
+                        Ok(()) => {
+                            if let Some(r) = &mut f.rot {
+                                r.read(off, &mut data);
+                            }
+                            Ok(data)
+                        }
                         Err(_) => Err(EIO),
                     }
                 }
@@ -497,9 +577,11 @@ fn serve(dev: File, store: File, size: u64, faults: Arc<Mutex<Faults>>) {
                 } else if off + len as u64 > size || body.len() < 40 + len {
                     Err(EIO)
                 } else {
-                    drop(f);
                     match store.write_all_at(&body[40..40 + len], off) {
                         Ok(()) => {
+                            if let Some(r) = &mut f.rot {
+                                r.written(&store, off, len as u64);
+                            }
                             let mut o = (len as u32).to_le_bytes().to_vec();
                             o.extend_from_slice(&[0u8; 4]);
                             Ok(o)
@@ -924,4 +1006,163 @@ fn failing_destination_disk_is_an_error_and_keeps_the_old_files() {
         .collect();
     names.sort();
     assert_eq!(names, ["f.txt", "keep.bin"]);
+}
+
+/// The file's bytes as they are on the disk now: read with `O_DIRECT`,
+/// past any page cache, so every read reaches the (lying) disk.
+fn read_from_disk(file: &Path) -> Vec<u8> {
+    let out = run(Command::new("dd")
+        .arg(format!("if={}", file.display()))
+        .args(["iflag=direct", "bs=1M", "status=none"]));
+    assert!(
+        out.status.success(),
+        "dd {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// README, `--verify`: "read it back from the disk past the page cache and
+/// check it against the sender's segment digests again; a file that reads
+/// back different keeps its old version and the run exits 2".
+///
+/// The destination's disk rots: every write and flush succeeds, but one
+/// 4 KiB block of the new file (in its second 8 MiB segment, so checking
+/// only the first would not do) reads back with a bit flipped. With
+/// `--verify` (`O_DIRECT` writes and `--buffered-io`), that file fails in
+/// one line naming it and the range that differs, the old copy stays, no
+/// temp file is left, the healthy file beside it is copied, exit 2; the
+/// disk was really read (the flipped bit was served). The control: the
+/// same runs without `--verify` believe the disk, exit 0, and never read
+/// the file back, although it reads back wrong.
+#[test]
+fn verify_catches_a_disk_that_returns_other_bytes_than_were_written() {
+    let Some(mut disk) = FaultyDisk::new(
+        "verify_catches_a_disk_that_returns_other_bytes_than_were_written",
+        64 * MIB,
+    ) else {
+        return;
+    };
+    disk.mkfs_and_mount();
+    let size = 9 * MIB as usize + 4321;
+    let data = bytes(7, size);
+    // File offset of the block that rots, and of its bad bit.
+    let rotten = 8 * MIB + (512 << 10);
+    let bad_byte = rotten + ROT_BYTE;
+    let block = &data[rotten as usize..rotten as usize + 4096];
+    let s = tempfile::tempdir().unwrap();
+    let src = s.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("big.bin"), &data).unwrap();
+    fs::write(src.join("small.txt"), b"new small\n").unwrap();
+
+    let old = bytes(9, 3 * MIB as usize);
+    let cases = [
+        (true, None),
+        (true, Some("--buffered-io")),
+        (false, None),
+        (false, Some("--buffered-io")),
+    ];
+    let dsts: Vec<PathBuf> = (0..cases.len())
+        .map(|i| disk.fs_mnt.join(format!("dst{i}")))
+        .collect();
+    for dst in &dsts {
+        fs::create_dir(dst).unwrap();
+        fs::write(dst.join("big.bin"), &old).unwrap();
+        fs::write(dst.join("small.txt"), b"old small\n").unwrap();
+        set_mtime(&dst.join("big.bin"), 1_000_000_000);
+        set_mtime(&dst.join("small.txt"), 1_000_000_000);
+    }
+    // All of it on the disk, nothing cached or left to write back.
+    disk.umount();
+    disk.mount("rw");
+
+    for ((verify, extra), dst) in cases.into_iter().zip(&dsts) {
+        let mut args = vec!["sync"];
+        args.extend(verify.then_some("--verify"));
+        args.extend(extra);
+        let s = slash(&src);
+        args.extend([s.as_str(), p(dst)]);
+        disk.set(|f| f.rot = Some(Rot::new(block)));
+        let out = ferry(&args);
+        let err = stderr_of(&out);
+        no_panic(&err);
+        let (places, flipped) = disk.rot_counts();
+        assert!(places >= 1, "{args:?}: the new data never reached the disk");
+        let big = dst.join("big.bin");
+        if verify {
+            assert_eq!(out.status.code(), Some(2), "{args:?}:\n{err}");
+            assert!(
+                flipped >= 1,
+                "{args:?}: nothing was read back from the disk"
+            );
+            let l = lines(&err);
+            assert_eq!(l.len(), 1, "{args:?}: one error line expected:\n{err}");
+            assert!(
+                l[0].starts_with("ferry: ") && l[0].contains("--verify") && l[0].contains(p(&big)),
+                "{args:?}: the line names --verify and {}:\n{err}",
+                big.display()
+            );
+            // "bytes A..B differ from the source": the range holds the bad bit.
+            let range = l[0]
+                .split("--verify: read back from the disk, bytes ")
+                .nth(1)
+                .and_then(|r| r.split_once(" differ from the source"))
+                .and_then(|(r, _)| r.split_once(".."))
+                .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+                .unwrap_or_else(|| panic!("{args:?}: no range in:\n{err}"));
+            assert!(
+                range.0 <= bad_byte && bad_byte < range.1 && range.1 <= size as u64,
+                "{args:?}: byte {bad_byte} is bad, not in {range:?}:\n{err}"
+            );
+            assert!(
+                fs::read(&big).unwrap() == old,
+                "{args:?}: the old copy changed"
+            );
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{args:?}:\n{err}");
+            assert!(
+                !err.contains("--verify"),
+                "{args:?}: --verify is off:\n{err}"
+            );
+            assert_eq!(flipped, 0, "{args:?}: read back without --verify");
+            // The disk lies, and ferry believed it: what it put in place
+            // reads back with one bit flipped.
+            let mut want = data.clone();
+            want[bad_byte as usize] ^= ROT_MASK;
+            assert!(
+                read_from_disk(&big) == want,
+                "{args:?}: the disk does not lie as it should"
+            );
+            assert!(disk.rot_counts().1 >= 1);
+        }
+        assert_eq!(fs::read(dst.join("small.txt")).unwrap(), b"new small\n");
+        assert!(
+            temp_files(dst).is_empty(),
+            "{args:?}: {:?}",
+            temp_files(dst)
+        );
+        disk.set(|f| f.rot = None);
+    }
+
+    // What is on the disk itself, read afresh: the old copy where --verify
+    // failed, the (correctly stored) new one where ferry believed the disk.
+    disk.umount();
+    disk.mount("ro");
+    for ((verify, _), dst) in cases.into_iter().zip(&dsts) {
+        let big = fs::read(dst.join("big.bin")).unwrap();
+        if verify {
+            assert!(big == old, "{}: the old copy changed", dst.display());
+        } else {
+            assert!(big == data, "{}", dst.display());
+        }
+        assert_eq!(fs::read(dst.join("small.txt")).unwrap(), b"new small\n");
+        let mut names: Vec<_> = fs::read_dir(dst)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["big.bin", "small.txt"], "{}", dst.display());
+    }
 }
