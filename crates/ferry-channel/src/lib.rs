@@ -1,36 +1,33 @@
 //! An authenticated, encrypted, framed byte channel over any `Read + Write`
 //! pair (a TCP stream, ssh's stdin/stdout), keyed by a pre-shared key.
 //!
-//! # Wire format (version 1)
+//! # Wire format (version 2)
 //!
-//! **Handshake.** Both sides send, without waiting for the peer, a 44-byte
-//! hello:
+//! **Handshake** (see the `handshake` module): the Noise pattern
+//! `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s` (run by the `snow` crate), after
+//! a plain 12-byte hello both sides send at once:
 //!
 //! ```text
-//! magic   8  "FERRYCH1"
+//! magic   8  "FERRYCH2"
 //! role    1  0 = initiator (the side that connected), 1 = responder
-//! flags   1  bit 0: this side has hardware AES (AES-NI)
-//! rsvd    2  zero
-//! nonce  32  fresh random bytes
+//! rsvd    3  zero
 //! ```
 //!
-//! The *transcript* is the initiator's hello followed by the responder's.
-//! From `ikm = len(psk) as u64 LE || psk || transcript` each side derives,
-//! with BLAKE3 `derive_key`, four 32-byte keys under the contexts
-//! `"ferry-channel v1 initiator->responder data"`,
-//! `"ferry-channel v1 responder->initiator data"`,
-//! `"ferry-channel v1 initiator confirm"` and
-//! `"ferry-channel v1 responder confirm"`. A proof is
-//! `blake3::keyed_hash(confirm_key_of_its_role, transcript)`, 32 bytes. The
-//! initiator sends its proof first; the responder checks it (constant-time)
-//! and only then sends its own, which the initiator checks. A mismatch means
-//! the keys differ: the responder closes without sending anything derived
-//! from the key (a client that does not hold it gets nothing to test
-//! guesses against), both sides fail with [`ChannelError::WrongKey`], and no
-//! data frame is ever accepted. Roles must differ (two initiators fail).
-//! The cipher is AES-256-GCM when both hellos have the AES flag, otherwise
-//! ChaCha20-Poly1305; the flags are in the MACed transcript, so a
-//! man-in-the-middle cannot downgrade it.
+//! The prologue is the initiator's hello followed by the responder's, so
+//! both are authenticated. The initiator then sends Noise message 1
+//! (`psk, e`) and the responder message 2 (`e, ee`), each as a `u16`
+//! big-endian length and the message; each message's payload is one flags
+//! byte (bit 0: this side has hardware AES). The pre-shared key enters as
+//! the 32-byte BLAKE3 `derive_key("ferry-channel v2 psk", key)`. Message 1
+//! is sealed under the key, so the responder checks it before it sends
+//! anything: a mismatch closes the connection with nothing sent (a client
+//! without the key gets nothing to test guesses against), and both sides
+//! fail with [`ChannelError::WrongKey`]. Roles must differ (two initiators
+//! fail at the hello). The Noise split gives the two directions' 32-byte
+//! keys (initiator to responder first); the frame cipher is AES-256-GCM
+//! when both flags say AES, otherwise ChaCha20-Poly1305 (the flags travel
+//! inside the authenticated handshake, so a man in the middle cannot
+//! downgrade it).
 //!
 //! **Frames.** Each direction is a sequence of frames:
 //!
@@ -51,6 +48,9 @@
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
+mod handshake;
+pub use handshake::handshake;
+
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
 
 /// Largest payload of one frame.
@@ -62,8 +62,7 @@ pub const MAX_BODY: usize = MAX_PAYLOAD + 1 + TAG;
 /// Bytes a frame adds to its payload on the wire.
 pub const FRAME_OVERHEAD: usize = 4 + 1 + TAG;
 /// Hello magic.
-pub const MAGIC: &[u8; 8] = b"FERRYCH1";
-const HELLO_LEN: usize = 44;
+pub const MAGIC: &[u8; 8] = b"FERRYCH2";
 const AAD_PREFIX: &[u8; 8] = b"FERRYFRM";
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;
@@ -116,6 +115,8 @@ pub enum ChannelError {
     Random(String),
     #[error("cipher refused its key")]
     Cipher,
+    #[error("handshake failed: {0}")]
+    Handshake(String),
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -165,6 +166,13 @@ impl Psk {
         let mut b = [0u8; 16];
         getrandom::fill(&mut b).map_err(|e| ChannelError::Random(e.to_string()))?;
         Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    }
+}
+
+impl Psk {
+    /// The key's bytes (whitespace trimmed).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
     }
 }
 
@@ -253,7 +261,7 @@ pub struct Session {
 }
 
 impl Session {
-    fn with_keys(
+    pub(crate) fn with_keys(
         suite: Suite,
         send_key: &[u8; 32],
         recv_key: &[u8; 32],
@@ -264,18 +272,6 @@ impl Session {
             recv: Arc::new(Cipher::new(suite, recv_key)?),
         })
     }
-}
-
-fn hello(role: Role, nonce: &[u8; 32], aes: bool) -> [u8; HELLO_LEN] {
-    let mut h = [0u8; HELLO_LEN];
-    h[..8].copy_from_slice(MAGIC);
-    h[8] = match role {
-        Role::Initiator => 0,
-        Role::Responder => 1,
-    };
-    h[9] = u8::from(aes);
-    h[12..].copy_from_slice(nonce);
-    h
 }
 
 /// Read until `buf` is full or the input ends; returns the bytes read
@@ -293,110 +289,11 @@ pub fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, io::Error>
     Ok(got)
 }
 
-fn derive(ctx: &str, psk: &Psk, transcript: &[u8]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new_derive_key(ctx);
-    h.update(&(psk.0.len() as u64).to_le_bytes());
-    h.update(&psk.0);
-    h.update(transcript);
-    *h.finalize().as_bytes()
-}
-
 /// A new random 256-bit key as 64 hex digits (`ferry keygen`).
 pub fn generate_key_hex() -> Result<String, ChannelError> {
     let mut k = [0u8; 32];
     getrandom::fill(&mut k).map_err(|e| ChannelError::Random(e.to_string()))?;
     Ok(k.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Run the handshake over `r`/`w` as `role`. Returns the session once the
-/// peer has proven it holds the same key.
-pub fn handshake<R: Read, W: Write>(
-    r: &mut R,
-    w: &mut W,
-    psk: &Psk,
-    role: Role,
-) -> Result<Session, ChannelError> {
-    let mut nonce = [0u8; 32];
-    getrandom::fill(&mut nonce).map_err(|e| ChannelError::Random(e.to_string()))?;
-    let aes = has_hw_aes();
-    let mine = hello(role, &nonce, aes);
-    w.write_all(&mine)?;
-    w.flush()?;
-
-    let mut theirs = [0u8; HELLO_LEN];
-    let got = read_full(r, &mut theirs)?;
-    if got == 0 {
-        return Err(ChannelError::Io(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed by the peer during the handshake",
-        )));
-    }
-    let want_role = match role {
-        Role::Initiator => 1,
-        Role::Responder => 0,
-    };
-    if got < HELLO_LEN
-        || &theirs[..8] != MAGIC
-        || theirs[8] != want_role
-        || theirs[10..12] != [0, 0]
-    {
-        // Show what arrived: often a shell banner or an error text.
-        return Err(ChannelError::BadHello(
-            String::from_utf8_lossy(&theirs[..got]).trim().to_string(),
-        ));
-    }
-    let mut transcript = Vec::with_capacity(2 * HELLO_LEN);
-    match role {
-        Role::Initiator => {
-            transcript.extend_from_slice(&mine);
-            transcript.extend_from_slice(&theirs);
-        }
-        Role::Responder => {
-            transcript.extend_from_slice(&theirs);
-            transcript.extend_from_slice(&mine);
-        }
-    }
-    let suite = if aes && theirs[9] & 1 == 1 {
-        Suite::Aes256Gcm
-    } else {
-        Suite::ChaCha20Poly1305
-    };
-    let i2r = derive(
-        "ferry-channel v1 initiator->responder data",
-        psk,
-        &transcript,
-    );
-    let r2i = derive(
-        "ferry-channel v1 responder->initiator data",
-        psk,
-        &transcript,
-    );
-    let ic = derive("ferry-channel v1 initiator confirm", psk, &transcript);
-    let rc = derive("ferry-channel v1 responder confirm", psk, &transcript);
-    let (my_confirm, their_confirm, send_key, recv_key) = match role {
-        Role::Initiator => (ic, rc, i2r, r2i),
-        Role::Responder => (rc, ic, r2i, i2r),
-    };
-    let proof = blake3::keyed_hash(&my_confirm, &transcript);
-    let expect = blake3::keyed_hash(&their_confirm, &transcript);
-    let mut peer = [0u8; 32];
-    // The initiator proves the key first; the responder checks that proof
-    // before it sends anything derived from the key, so a client that does
-    // not hold it learns nothing it could test guesses against.
-    if role == Role::Initiator {
-        w.write_all(proof.as_bytes())?;
-        w.flush()?;
-    }
-    let got = read_full(r, &mut peer)?;
-    if got < 32 || expect != blake3::Hash::from_bytes(peer) {
-        // A responder that saw our proof fail closes without sending more.
-        return Err(ChannelError::WrongKey);
-    }
-    if role == Role::Responder {
-        w.write_all(proof.as_bytes())?;
-        w.flush()?;
-    }
-    Session::with_keys(suite, &send_key, &recv_key)
 }
 
 /// Seal one frame (`kind`, payload = `head` + `body`) with frame number

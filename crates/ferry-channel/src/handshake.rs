@@ -1,0 +1,199 @@
+//! The channel's handshake: a Noise `NNpsk0` exchange (the `snow` crate, a
+//! reviewed implementation of a reviewed pattern) keyed by the pre-shared
+//! key, after a plain hello that names the roles. See the crate docs for
+//! the bytes.
+
+use std::io::{self, Read, Write};
+
+use crate::{has_hw_aes, read_full, ChannelError, Psk, Role, Session, Suite, MAGIC};
+
+/// The Noise protocol name: pre-shared key first, ephemeral keys only.
+const NOISE: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+const HELLO_LEN: usize = 12;
+/// A handshake message here is 49 bytes; anything much longer is not one.
+const MAX_MSG: usize = 256;
+
+fn hello(role: Role) -> [u8; HELLO_LEN] {
+    let mut h = [0u8; HELLO_LEN];
+    h[..8].copy_from_slice(MAGIC);
+    h[8] = match role {
+        Role::Initiator => 0,
+        Role::Responder => 1,
+    };
+    h
+}
+
+fn noise_err(e: snow::Error) -> ChannelError {
+    ChannelError::Handshake(e.to_string())
+}
+
+fn send_msg<W: Write>(w: &mut W, msg: &[u8]) -> Result<(), ChannelError> {
+    let len = u16::try_from(msg.len()).map_err(|_| ChannelError::TooLarge(msg.len()))?;
+    w.write_all(&len.to_be_bytes())?;
+    w.write_all(msg)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// The peer's next handshake message; `None` if it closed the connection
+/// instead (a responder does that when the key is wrong).
+fn recv_msg<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>, ChannelError> {
+    let mut len = [0u8; 2];
+    match read_full(r, &mut len)? {
+        0 => return Ok(None),
+        2 => {}
+        _ => return Err(ChannelError::BadHello("a cut handshake message".into())),
+    }
+    let n = u16::from_be_bytes(len) as usize;
+    if n > MAX_MSG {
+        return Err(ChannelError::BadLength(n as u64));
+    }
+    let mut m = vec![0u8; n];
+    if read_full(r, &mut m)? < n {
+        return Ok(None);
+    }
+    Ok(Some(m))
+}
+
+/// Run the handshake over `r`/`w` as `role`. Returns the session once the
+/// peer has proven it holds the same key.
+pub fn handshake<R: Read, W: Write>(
+    r: &mut R,
+    w: &mut W,
+    psk: &Psk,
+    role: Role,
+) -> Result<Session, ChannelError> {
+    let mine = hello(role);
+    w.write_all(&mine)?;
+    w.flush()?;
+    let mut theirs = [0u8; HELLO_LEN];
+    let got = read_full(r, &mut theirs)?;
+    if got == 0 {
+        return Err(ChannelError::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed by the peer during the handshake",
+        )));
+    }
+    let want_role = match role {
+        Role::Initiator => 1,
+        Role::Responder => 0,
+    };
+    if got < HELLO_LEN || &theirs[..8] != MAGIC || theirs[8] != want_role || theirs[9..] != [0; 3] {
+        // Show what arrived: often a shell banner or an error text.
+        return Err(ChannelError::BadHello(
+            String::from_utf8_lossy(&theirs[..got]).trim().to_string(),
+        ));
+    }
+    let mut prologue = Vec::with_capacity(2 * HELLO_LEN);
+    match role {
+        Role::Initiator => prologue.extend_from_slice(&[mine, theirs].concat()),
+        Role::Responder => prologue.extend_from_slice(&[theirs, mine].concat()),
+    }
+    let key = blake3::derive_key("ferry-channel v2 psk", psk.bytes());
+    let params = NOISE
+        .parse()
+        .map_err(|e: snow::Error| ChannelError::Handshake(e.to_string()))?;
+    let builder = snow::Builder::new(params)
+        .prologue(&prologue)
+        .map_err(noise_err)?
+        .psk(0, &key)
+        .map_err(noise_err)?;
+    let mut hs = match role {
+        Role::Initiator => builder.build_initiator(),
+        Role::Responder => builder.build_responder(),
+    }
+    .map_err(noise_err)?;
+    let flags = [u8::from(has_hw_aes())];
+    let mut buf = [0u8; MAX_MSG];
+    let mut payload = [0u8; MAX_MSG];
+    let peer_flags = match role {
+        Role::Initiator => {
+            let n = hs.write_message(&flags, &mut buf).map_err(noise_err)?;
+            send_msg(w, &buf[..n])?;
+            // A responder that could not open message 1 sends nothing.
+            let m = recv_msg(r)?.ok_or(ChannelError::WrongKey)?;
+            let n = hs
+                .read_message(&m, &mut payload)
+                .map_err(|_| ChannelError::WrongKey)?;
+            payload[..n].first().copied().unwrap_or(0)
+        }
+        Role::Responder => {
+            let m = recv_msg(r)?.ok_or_else(|| {
+                ChannelError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed by the peer during the handshake",
+                ))
+            })?;
+            // Checked before anything derived from the key is sent.
+            let n = hs
+                .read_message(&m, &mut payload)
+                .map_err(|_| ChannelError::WrongKey)?;
+            let peer = payload[..n].first().copied().unwrap_or(0);
+            let n = hs.write_message(&flags, &mut buf).map_err(noise_err)?;
+            send_msg(w, &buf[..n])?;
+            peer
+        }
+    };
+    if !hs.is_handshake_finished() {
+        return Err(ChannelError::Handshake("handshake did not finish".into()));
+    }
+    let suite = if flags[0] & 1 == 1 && peer_flags & 1 == 1 {
+        Suite::Aes256Gcm
+    } else {
+        Suite::ChaCha20Poly1305
+    };
+    // Initiator to responder first.
+    let (i2r, r2i) = hs.dangerously_get_raw_split();
+    let (send, recv) = match role {
+        Role::Initiator => (i2r, r2i),
+        Role::Responder => (r2i, i2r),
+    };
+    Session::with_keys(suite, &send, &recv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// A client holding another key sends its hello and message 1; the
+    /// responder fails with `WrongKey` having sent only its plain hello:
+    /// nothing derived from the key to test guesses against.
+    #[test]
+    fn a_responder_sends_nothing_keyed_to_a_client_without_the_key() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let t = std::thread::spawn(move || {
+            let psk = Psk::new(b"the responder's key 0123").unwrap();
+            handshake(
+                &mut server.try_clone().unwrap(),
+                &mut &server,
+                &psk,
+                Role::Responder,
+            )
+        });
+        let mine = hello(Role::Initiator);
+        client.write_all(&mine).unwrap();
+        let mut theirs = [0u8; HELLO_LEN];
+        client.read_exact(&mut theirs).unwrap();
+        let prologue = [mine, theirs].concat();
+        let key = blake3::derive_key("ferry-channel v2 psk", b"a guessed key 0123456789");
+        let mut hs = snow::Builder::new(NOISE.parse().unwrap())
+            .prologue(&prologue)
+            .unwrap()
+            .psk(0, &key)
+            .unwrap()
+            .build_initiator()
+            .unwrap();
+        let mut buf = [0u8; MAX_MSG];
+        let n = hs.write_message(&[0], &mut buf).unwrap();
+        send_msg(&mut client, &buf[..n]).unwrap();
+        assert!(matches!(t.join().unwrap(), Err(ChannelError::WrongKey)));
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).unwrap();
+        assert!(
+            rest.is_empty(),
+            "the responder sent {} more bytes",
+            rest.len()
+        );
+    }
+}
