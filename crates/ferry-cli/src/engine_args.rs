@@ -86,11 +86,14 @@ impl EngineArgs {
         let excludes = Excludes::new(&self.exclude).map_err(|e| e.to_string())?;
         let timeout = match self.timeout {
             None => None,
-            Some(t) if (0.0..1e9).contains(&t) => {
-                // 0 means no timeout, as in rsync.
-                (t > 0.0).then(|| std::time::Duration::from_secs_f64(t))
+            // 0 means no timeout, as in rsync.
+            Some(0.0) => None,
+            // Keepalives go every second: a shorter timeout would fire on
+            // a healthy link.
+            Some(t) if (2.0..1e9).contains(&t) => Some(std::time::Duration::from_secs_f64(t)),
+            Some(_) => {
+                return Err("--timeout takes a number of seconds, at least 2 (0: none)".into())
             }
-            Some(_) => return Err("--timeout takes a number of seconds (0: none)".into()),
         };
         Ok(SyncOptions {
             checksum: self.checksum,

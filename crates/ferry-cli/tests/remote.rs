@@ -420,14 +420,14 @@ fn a_silent_peer_times_out_and_a_slow_one_does_not() {
     fs::create_dir(&remote_dir).unwrap();
     fs::write(remote_dir.join("big"), bytes(9, 24 << 20)).unwrap();
 
-    // Slow (about 4 s at 6 MB/s) but alive: a 1 s timeout must not trip.
+    // Slow (about 4 s at 6 MB/s) but alive: a 2 s timeout must not trip.
     let slow = d.path().join("slow");
     let out = ferry(&remote_args(
         &rsh,
         p(&bin),
         &[
             "--timeout",
-            "1",
+            "2",
             "--bwlimit",
             "6M",
             p(&src),

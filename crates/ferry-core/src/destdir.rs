@@ -137,7 +137,15 @@ impl DestDir {
         }
         let dir = match self.dir(parent) {
             Ok(d) => Some(d),
-            Err(e) if dry && e.kind() == io::ErrorKind::NotFound => None,
+            // A dry run has not made the parent: missing, or still a file
+            // or symlink that the real run would replace.
+            Err(e)
+                if dry
+                    && (e.kind() == io::ErrorKind::NotFound
+                        || matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP))) =>
+            {
+                None
+            }
             Err(e) => return Err(e),
         };
         Ok(Loc {
@@ -320,12 +328,18 @@ impl Loc {
         )?)
     }
 
-    /// Open an existing non-directory: read-only, or read-write (`write`).
-    /// A symlink is refused (`ELOOP`), nothing is created, and a terminal
-    /// never becomes the controlling one.
+    /// Open an existing regular file: read-only, or read-write (`write`).
+    /// A symlink is refused (`ELOOP`), nothing is created, and anything but
+    /// a regular file (a FIFO swapped in since it was looked at, whose open
+    /// would wait for a writer) is refused without waiting.
     pub fn open(&self, write: bool) -> io::Result<File> {
         let mode = if write { OFlags::RDWR } else { OFlags::RDONLY };
-        self.open_with(mode)
+        let f = self.open_with(mode | OFlags::NONBLOCK)?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        rustix::fs::fcntl_setfl(&f, rustix::fs::fcntl_getfl(&f)? - OFlags::NONBLOCK)?;
+        Ok(f)
     }
 
     /// Open for writing only (devices and FIFOs, which may refuse reads).
@@ -341,8 +355,10 @@ impl Loc {
 
     /// Create a new file (never an existing one, never through a symlink).
     pub fn create_new(&self, mode: u32) -> io::Result<File> {
+        // Read-write: `--verify` reads it back through this descriptor
+        // (whatever mode the file is given meanwhile).
         let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(
             self.parent()?,
             &self.name,
@@ -415,23 +431,51 @@ impl Loc {
         Ok(fd)
     }
 
-    /// Set permission bits of the entry (never of what a symlink points at).
+    /// The entry opened for its metadata calls (`fchmod`, `fsetxattr`),
+    /// never through a symlink and never waiting (a FIFO); `None` when it
+    /// cannot be opened so (no read permission, a socket).
+    fn meta_fd(&self) -> Option<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+        rustix::fs::openat(
+            self.parent().ok()?,
+            &self.name,
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    }
+
+    /// Set permission bits of the entry (never of what a symlink points at):
+    /// `fchmod` on the entry opened without following, else `chmod` of
+    /// the inode an `O_PATH` handle pins, through `/proc/self/fd`.
     pub fn chmod(&self, mode: u32) -> io::Result<()> {
+        let mode = Mode::from_raw_mode(mode & 0o7777);
+        if let Some(fd) = self.meta_fd() {
+            return Ok(rustix::fs::fchmod(&fd, mode)?);
+        }
         let fd = self.pinned()?;
         Ok(rustix::fs::chmodat(
             CWD,
             proc_path(&fd),
-            Mode::from_raw_mode(mode & 0o7777),
+            mode,
             AtFlags::empty(),
         )?)
     }
 
-    /// Set extended attributes of the entry (never through a symlink).
+    /// Set extended attributes of the entry (never through a symlink), as
+    /// [`Loc::chmod`] does.
     pub fn write_xattrs(&self, xattrs: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+        let flags = rustix::fs::XattrFlags::empty();
+        if let Some(fd) = self.meta_fd() {
+            for (k, v) in xattrs {
+                rustix::fs::fsetxattr(&fd, OsStr::from_bytes(k), v, flags)?;
+            }
+            return Ok(());
+        }
         let fd = self.pinned()?;
         let p = proc_path(&fd);
         for (k, v) in xattrs {
-            rustix::fs::setxattr(&p, OsStr::from_bytes(k), v, rustix::fs::XattrFlags::empty())?;
+            rustix::fs::setxattr(&p, OsStr::from_bytes(k), v, flags)?;
         }
         Ok(())
     }

@@ -733,8 +733,9 @@ pub fn serve_stdio(
         };
         receiver::run_receiver(ep, &dest, opts, &stats).map(|_| ())
     };
-    // Our last message (the report, or the error) must leave before exit.
-    flushed.wait();
+    // Our last message (the report, or the error) must leave before exit;
+    // with --timeout, a peer that stopped reading is not waited for.
+    flushed.wait_for(opts.timeout);
     res
 }
 

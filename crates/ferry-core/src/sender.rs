@@ -198,9 +198,10 @@ pub fn run_sender(
     progress: bool,
 ) -> Result<ReceiverReport> {
     let progress = progress.then_some(stats);
-    ep.set_idle_timeout(opts.timeout);
     let Endpoint { tx, rx, .. } = ep;
     crate::hello(&tx, &rx)?;
+    // From here on a silent peer is a dead one (not during an ssh login).
+    rx.set_idle_timeout(opts.timeout);
 
     let table: Table = Arc::default();
     let (job_tx, job_rx) = unbounded::<Job>();

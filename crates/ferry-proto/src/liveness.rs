@@ -67,23 +67,29 @@ impl Liveness {
         self.idle_ms.load(Ordering::Relaxed) > 0
     }
 
-    fn check(&self, since: &AtomicU64) -> Result<(), LinkError> {
+    fn check(&self, last: u64) -> Result<(), LinkError> {
         let idle = self.idle_ms.load(Ordering::Relaxed);
-        let quiet = self.now_ms().saturating_sub(since.load(Ordering::Relaxed));
+        let quiet = self.now_ms().saturating_sub(last);
         if idle > 0 && quiet > idle {
-            return Err(LinkError::TimedOut(quiet.div_ceil(1000)));
+            return Err(LinkError::TimedOut(idle.div_ceil(1000)));
         }
         Ok(())
     }
 
     /// An error once the peer has sent nothing for longer than the timeout.
     pub fn check_heard(&self) -> Result<(), LinkError> {
-        self.check(&self.heard_ms)
+        self.check(self.heard_ms.load(Ordering::Relaxed))
     }
 
-    /// An error once the peer has taken nothing for longer than the timeout.
+    /// An error once the peer has neither taken anything nor sent anything
+    /// (not even a keepalive) for longer than the timeout. A peer that is
+    /// busy and not reading still sends keepalives: that is not a dead one.
     pub fn check_moved(&self) -> Result<(), LinkError> {
-        self.check(&self.moved_ms)
+        let last = self
+            .moved_ms
+            .load(Ordering::Relaxed)
+            .max(self.heard_ms.load(Ordering::Relaxed));
+        self.check(last)
     }
 }
 
@@ -98,11 +104,14 @@ mod tests {
         l.set_idle(Some(Duration::from_millis(30)));
         assert!(l.check_heard().is_ok() && l.check_moved().is_ok());
         std::thread::sleep(Duration::from_millis(60));
+        assert!(matches!(l.check_moved(), Err(LinkError::TimedOut(_))));
         l.moved();
         assert!(matches!(l.check_heard(), Err(LinkError::TimedOut(_))));
         assert!(l.check_moved().is_ok());
+        std::thread::sleep(Duration::from_millis(60));
         l.heard();
         assert!(l.check_heard().is_ok());
+        assert!(l.check_moved().is_ok(), "a peer heard from is not dead");
         l.set_idle(None);
         std::thread::sleep(Duration::from_millis(40));
         assert!(l.check_heard().is_ok() && l.check_moved().is_ok());

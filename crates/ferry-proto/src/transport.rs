@@ -328,6 +328,13 @@ pub struct MsgRx {
 }
 
 impl MsgRx {
+    /// See [`Endpoint::set_idle_timeout`]; the clock starts now.
+    pub fn set_idle_timeout(&self, idle: Option<Duration>) {
+        if let Some(l) = &self.live {
+            l.set_idle(idle);
+        }
+    }
+
     /// Next message from the peer; an error once the peer hung up or sent
     /// garbage.
     pub fn recv(&self) -> Result<Message, LinkError> {
@@ -445,9 +452,7 @@ impl Endpoint {
     /// `idle` (`--timeout`); `None` waits forever. Stream links only: an
     /// in-process peer cannot go silent without its thread ending.
     pub fn set_idle_timeout(&self, idle: Option<Duration>) {
-        if let Some(l) = &self.rx.live {
-            l.set_idle(idle);
-        }
+        self.rx.set_idle_timeout(idle);
     }
 }
 
@@ -510,10 +515,27 @@ impl Flushed {
     /// Block until every sender handle is gone and the writer has flushed
     /// and closed its pipe. A process must call this before it exits, or
     /// its last messages may never leave.
-    pub fn wait(mut self) {
-        if let Some(h) = self.0.take() {
+    pub fn wait(self) {
+        self.wait_for(None);
+    }
+
+    /// [`Flushed::wait`], giving up after `limit`: a peer that stopped
+    /// reading must not keep this process alive (its writer may be stuck
+    /// in a write for ever).
+    pub fn wait_for(mut self, limit: Option<Duration>) {
+        let Some(h) = self.0.take() else { return };
+        let Some(limit) = limit else {
             let _ = h.join();
+            return;
+        };
+        let until = std::time::Instant::now() + limit;
+        while !h.is_finished() {
+            if std::time::Instant::now() >= until {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
         }
+        let _ = h.join();
     }
 }
 
@@ -648,12 +670,9 @@ fn write_loop<W: Write>(
         let check = frame_check(&buf);
         buf.extend_from_slice(&check.to_le_bytes());
         let t = std::time::Instant::now();
-        // In pieces, so a slow but moving pipe is never taken for a dead
-        // one (see [`Liveness`]).
-        for piece in buf.chunks(PIECE) {
-            w.write_all(piece).map_err(io_err)?;
-            live.moved();
-        }
+        // Each write that takes bytes is progress: a slow but moving pipe
+        // is never taken for a dead one (see [`Liveness`]).
+        write_all_live(w, &buf, live)?;
         win_busy += t.elapsed();
         win_bytes += buf.len() as u64;
         sent.add(buf.len() as u64);
@@ -685,9 +704,41 @@ fn write_loop<W: Write>(
     w.flush().map_err(io_err)
 }
 
-/// Frames are written and read in pieces of this size, each one proof that
-/// the link still moves.
-const PIECE: usize = 256 << 10;
+/// `write_all`, noting each write that the pipe took as progress.
+fn write_all_live<W: Write>(w: &mut W, mut buf: &[u8], live: &Liveness) -> Result<(), LinkError> {
+    while !buf.is_empty() {
+        match w.write(buf) {
+            Ok(0) => return Err(LinkError::Closed),
+            Ok(n) => {
+                buf = &buf[n..];
+                live.moved();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    Ok(())
+}
+
+/// `read_exact`, noting each read that brought bytes as progress.
+fn read_exact_live<R: Read>(
+    r: &mut R,
+    mut buf: &mut [u8],
+    live: &Liveness,
+) -> Result<(), LinkError> {
+    while !buf.is_empty() {
+        match r.read(buf) {
+            Ok(0) => return Err(LinkError::Closed),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                live.heard();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    Ok(())
+}
 
 /// An empty frame: a keepalive, skipped by the reader.
 fn write_keepalive<W: Write>(w: &mut W) -> Result<(), LinkError> {
@@ -759,10 +810,7 @@ fn read_loop<R: Read>(
         frame.resize(8 + n as usize + 4, 0);
         frame[..8].copy_from_slice(&len);
         live.heard();
-        for piece in frame[8..].chunks_mut(PIECE) {
-            r.read_exact(piece).map_err(io_err)?;
-            live.heard();
-        }
+        read_exact_live(r, &mut frame[8..], live)?;
         received.add(8 + n + 4);
         let (lb, check) = frame.split_at(8 + n as usize);
         let check = u32::from_le_bytes([check[0], check[1], check[2], check[3]]);

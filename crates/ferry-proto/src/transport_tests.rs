@@ -240,3 +240,36 @@ fn a_silent_peer_times_out_and_a_live_idle_one_does_not() {
     assert!(matches!(ea.rx.recv(), Err(LinkError::TimedOut(_))));
     assert!(t.elapsed() < std::time::Duration::from_secs(3));
 }
+
+/// A peer that is busy (not reading: its queue is full) but alive (its
+/// keepalives arrive) is not a dead one: the sender waits past the
+/// timeout instead of failing; once the peer goes away it fails.
+#[test]
+fn a_busy_peer_that_sends_keepalives_does_not_time_out() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let ea = stream_link(a.try_clone().unwrap(), a);
+    let eb = stream_link(b.try_clone().unwrap(), b);
+    ea.set_idle_timeout(Some(std::time::Duration::from_millis(2000)));
+    let (done_tx, done) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let r = (0..400u32).try_for_each(|i| {
+            ea.tx.send(Message::Data {
+                file: 0,
+                offset: u64::from(i) << 20,
+                data: vec![7; 1 << 20],
+            })
+        });
+        let _ = done_tx.send(r);
+    });
+    // Nobody reads eb: its queue and the pipe fill, and a's sends block.
+    assert!(
+        done.recv_timeout(std::time::Duration::from_secs(5))
+            .is_err(),
+        "the sender gave up on a live peer"
+    );
+    drop(eb);
+    let r = done
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    assert!(r.is_err(), "{r:?}");
+}

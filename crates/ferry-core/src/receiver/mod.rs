@@ -92,11 +92,12 @@ pub fn run_receiver(
     opts: &SyncOptions,
     stats: &Stats,
 ) -> Result<ReceiverReport> {
-    ep.set_idle_timeout(opts.timeout);
     let Endpoint {
         tx, rx, received, ..
     } = ep;
     crate::hello(&tx, &rx)?;
+    // From here on a silent peer is a dead one (not during an ssh login).
+    rx.set_idle_timeout(opts.timeout);
     // A file-or-directory destination that is an existing directory is a
     // directory; otherwise the first entry decides.
     let nbd = match dest {

@@ -27,12 +27,21 @@ pub(super) fn verify_on_disk(f: &DstFile, file: &File) -> io::Result<Option<Stri
     };
     let mut digests = digests.lock().map(|v| v.clone()).unwrap_or_default();
     digests.sort_unstable();
-    // A second descriptor that may read (temp files are opened write-only);
-    // the page cache's clean pages are dropped so that the reads reach the
-    // device.
-    let r = File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).op("read back")?;
+    // The file's own descriptor where it may read (temp files and files
+    // written in place are opened read-write), else a second one (a device
+    // opened write-only). The page cache's clean pages are dropped so that
+    // the reads reach the device.
+    let write_only = rustix::fs::fcntl_getfl(file)
+        .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY);
+    let reopened;
+    let r = if write_only {
+        reopened = File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).op("read back")?;
+        &reopened
+    } else {
+        file
+    };
     let size = f.entry.size;
-    let _ = rustix::fs::fadvise(&r, 0, NonZeroU64::new(size), rustix::fs::Advice::DontNeed);
+    let _ = rustix::fs::fadvise(r, 0, NonZeroU64::new(size), rustix::fs::Advice::DontNeed);
     let block = f.block.load(Ordering::SeqCst);
     let mut buf = vec![0u8; 1 << 20];
     for (seg, want) in digests {
