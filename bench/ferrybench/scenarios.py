@@ -329,6 +329,10 @@ def scen_tree(ctx: Ctx):
         Tool("ferry sync --no-fsync (ssh)", "ferry",
              lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
              form="remote"),
+        # What reading every written file back costs (--verify).
+        Tool("ferry sync --verify (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
+             form="remote"),
         # The yardstick for the unchanged re-run: a bare login over
         # the same link, same ssh command and options. A baseline, not a peer.
         Tool("ssh host true", "baseline", lambda s, d: ssh_true(ctx), NS_A, needs=("ssh",),
@@ -374,6 +378,9 @@ def scen_bigfile(ctx: Ctx):
         # What durability costs: ferry fsyncs by default (rsync does not).
         Tool("ferry sync --no-fsync (ssh)", "ferry",
              lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s} {ADDR_B}:{d}", ctx.link), NS_A,
+             form="remote"),
+        Tool("ferry sync --verify (ssh)", "ferry",
+             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s} {ADDR_B}:{d}", ctx.link), NS_A,
              form="remote"),
     ]
     pct = ctx.sizes["mangle_pct"]
