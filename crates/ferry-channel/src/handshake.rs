@@ -23,6 +23,13 @@ fn hello(role: Role) -> [u8; HELLO_LEN] {
     h
 }
 
+/// The initiator's key confirmation: the handshake hash MACed under a key
+/// derived from the initiator-to-responder split key.
+fn confirmation(i2r: &[u8; 32], handshake_hash: &[u8]) -> blake3::Hash {
+    let key = blake3::derive_key("ferry-channel v2 initiator confirm", i2r);
+    blake3::keyed_hash(&key, handshake_hash)
+}
+
 fn noise_err(e: snow::Error) -> ChannelError {
     ChannelError::Handshake(e.to_string())
 }
@@ -137,13 +144,38 @@ pub fn handshake<R: Read, W: Write>(
     if !hs.is_handshake_finished() {
         return Err(ChannelError::Handshake("handshake did not finish".into()));
     }
+    // Initiator to responder first.
+    let (i2r, r2i) = hs.dangerously_get_raw_split();
+    // Key confirmation. Message 1 alone proves nothing to the responder:
+    // the hellos carry no nonce, so one recorded from an earlier session
+    // opens again. Only the live initiator has the split keys (its
+    // ephemeral key is in them), so the responder returns only after the
+    // initiator has shown it holds them.
+    let confirm = confirmation(&i2r, hs.get_handshake_hash());
+    match role {
+        Role::Initiator => send_msg(w, confirm.as_bytes())?,
+        Role::Responder => {
+            let m = recv_msg(r)?.ok_or_else(|| {
+                ChannelError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed by the peer during the handshake",
+                ))
+            })?;
+            let got: [u8; 32] = m
+                .as_slice()
+                .try_into()
+                .map_err(|_| ChannelError::WrongKey)?;
+            // blake3::Hash compares in constant time.
+            if blake3::Hash::from_bytes(got) != confirm {
+                return Err(ChannelError::WrongKey);
+            }
+        }
+    }
     let suite = if flags[0] & 1 == 1 && peer_flags & 1 == 1 {
         Suite::Aes256Gcm
     } else {
         Suite::ChaCha20Poly1305
     };
-    // Initiator to responder first.
-    let (i2r, r2i) = hs.dangerously_get_raw_split();
     let (send, recv) = match role {
         Role::Initiator => (i2r, r2i),
         Role::Responder => (r2i, i2r),
@@ -195,5 +227,52 @@ mod tests {
             "the responder sent {} more bytes",
             rest.len()
         );
+    }
+
+    /// A writer that keeps a copy of what goes through it.
+    struct Tee(UnixStream, std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Tee {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.1.lock().unwrap().extend_from_slice(b);
+            self.0.write_all(b)?;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What a real initiator holding the key said in a whole handshake,
+    /// replayed to a fresh responder (found by `fuzz/`'s
+    /// `channel_handshake`, replay mode): it proves nothing, so the
+    /// responder must not call the peer authenticated (`ferry recv` would
+    /// open its output for whoever recorded a handshake).
+    #[test]
+    fn a_replayed_handshake_authenticates_nothing() {
+        let psk = Psk::new(b"the shared key 0123456789").unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tee = Tee(a.try_clone().unwrap(), said.clone());
+        let key = psk.clone();
+        let t = std::thread::spawn(move || {
+            handshake(&mut b.try_clone().unwrap(), &mut &b, &key, Role::Responder).map(|_| ())
+        });
+        let mut w = tee;
+        handshake(&mut a.try_clone().unwrap(), &mut w, &psk, Role::Initiator).unwrap();
+        t.join().unwrap().unwrap();
+        let recorded = said.lock().unwrap().clone();
+        let mut out = Vec::new();
+        let res = handshake(&mut &recorded[..], &mut out, &psk, Role::Responder);
+        assert!(
+            matches!(res, Err(ChannelError::WrongKey)),
+            "a replay of {} recorded bytes gave {:?}",
+            recorded.len(),
+            res.map(|_| ())
+        );
+        // Without the confirmation (message 1 alone), the end of input.
+        let cut = &recorded[..recorded.len() - 34];
+        let res = handshake(&mut &cut[..], &mut Vec::new(), &psk, Role::Responder);
+        assert!(res.is_err(), "message 1 alone authenticated");
     }
 }

@@ -24,10 +24,16 @@
 //! without the key gets nothing to test guesses against), and both sides
 //! fail with [`ChannelError::WrongKey`]. Roles must differ (two initiators
 //! fail at the hello). The Noise split gives the two directions' 32-byte
-//! keys (initiator to responder first); the frame cipher is AES-256-GCM
-//! when both flags say AES, otherwise ChaCha20-Poly1305 (the flags travel
-//! inside the authenticated handshake, so a man in the middle cannot
-//! downgrade it).
+//! keys (initiator to responder first). The initiator then sends its key
+//! confirmation, as message 3 in the same form: BLAKE3
+//! `keyed_hash(derive_key("ferry-channel v2 initiator confirm", i2r key),
+//! handshake hash)`, 32 bytes; the responder checks it (constant time)
+//! before it calls the peer authenticated, since message 1 alone proves
+//! nothing (a recorded one opens again: the hellos carry no nonce), and
+//! fails with [`ChannelError::WrongKey`] otherwise. The frame cipher is
+//! AES-256-GCM when both flags say AES, otherwise ChaCha20-Poly1305 (the
+//! flags travel inside the authenticated handshake, so a man in the middle
+//! cannot downgrade it).
 //!
 //! **Frames.** Each direction is a sequence of frames:
 //!
