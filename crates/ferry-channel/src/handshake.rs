@@ -30,6 +30,14 @@ fn confirmation(i2r: &[u8; 32], handshake_hash: &[u8]) -> blake3::Hash {
     blake3::keyed_hash(&key, handshake_hash)
 }
 
+/// The peer hung up before the handshake was done.
+fn closed_early() -> ChannelError {
+    ChannelError::Io(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "connection closed by the peer during the handshake",
+    ))
+}
+
 fn noise_err(e: snow::Error) -> ChannelError {
     ChannelError::Handshake(e.to_string())
 }
@@ -76,10 +84,7 @@ pub fn handshake<R: Read, W: Write>(
     let mut theirs = [0u8; HELLO_LEN];
     let got = read_full(r, &mut theirs)?;
     if got == 0 {
-        return Err(ChannelError::Io(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed by the peer during the handshake",
-        )));
+        return Err(closed_early());
     }
     let want_role = match role {
         Role::Initiator => 1,
@@ -125,12 +130,7 @@ pub fn handshake<R: Read, W: Write>(
             payload[..n].first().copied().unwrap_or(0)
         }
         Role::Responder => {
-            let m = recv_msg(r)?.ok_or_else(|| {
-                ChannelError::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed by the peer during the handshake",
-                ))
-            })?;
+            let m = recv_msg(r)?.ok_or_else(closed_early)?;
             // Checked before anything derived from the key is sent.
             let n = hs
                 .read_message(&m, &mut payload)
@@ -155,12 +155,7 @@ pub fn handshake<R: Read, W: Write>(
     match role {
         Role::Initiator => send_msg(w, confirm.as_bytes())?,
         Role::Responder => {
-            let m = recv_msg(r)?.ok_or_else(|| {
-                ChannelError::Io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed by the peer during the handshake",
-                ))
-            })?;
+            let m = recv_msg(r)?.ok_or_else(closed_early)?;
             let got: [u8; 32] = m
                 .as_slice()
                 .try_into()

@@ -499,7 +499,7 @@ fn a_failed_delta_is_asked_for_again_whole_in_the_same_session() {
                     Some(Message::Want { file, mode }) => {
                         wants += 1;
                         if wants == 1 || whole_fails_too {
-                            send_corrupted(p, file, mode);
+                            p.send_file_as(file, mode, true);
                         } else {
                             p.send_file(file, mode);
                         }
@@ -539,31 +539,4 @@ fn a_failed_delta_is_asked_for_again_whole_in_the_same_session() {
         note(&mut fails, &label, p, &l, &[]);
     }
     verdict("in-session whole-file retry", fails);
-}
-
-/// Send `file` with one byte flipped in each segment but the digests of the
-/// real content: what a source or old copy changed mid-transfer looks like.
-fn send_corrupted(p: &mut Peer, file: u32, mode: WantMode) {
-    let size = p.sizes[&file];
-    let data = content(file, size);
-    let block = match mode {
-        WantMode::Whole => layout::grid_block(size),
-        _ => layout::delta_block(size),
-    };
-    for seg in 0..layout::segment_count(size) {
-        let (a, b) = layout::segment_range(size, seg);
-        let mut h = layout::SegmentHasher::new(block);
-        h.data(&data[a as usize..b as usize]);
-        let mut bad = data[a as usize..b as usize].to_vec();
-        bad[0] ^= 1;
-        for (i, chunk) in bad.chunks(1 << 20).enumerate() {
-            p.send(data_msg(file, a + (i as u64) * (1 << 20), chunk));
-        }
-        let digest = h.finish().0;
-        p.send(Message::SegmentDone {
-            file,
-            segment: seg as u32,
-            digest,
-        });
-    }
 }

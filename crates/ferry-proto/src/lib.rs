@@ -19,6 +19,7 @@
 
 pub mod bufpool;
 pub mod codec;
+mod framing;
 pub mod layout;
 pub mod liveness;
 pub mod msg;

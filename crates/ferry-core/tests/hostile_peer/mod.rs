@@ -145,6 +145,13 @@ impl Peer {
 
     /// Send file `file` honestly: every segment's data, then its digest.
     pub fn send_file(&mut self, file: u32, mode: WantMode) {
+        self.send_file_as(file, mode, false)
+    }
+
+    /// [`Peer::send_file`]; with `flip`, the first byte of each segment is
+    /// sent flipped under the digest of the real bytes: what a source or old
+    /// copy changed mid-transfer looks like.
+    pub fn send_file_as(&mut self, file: u32, mode: WantMode, flip: bool) {
         let Some(&size) = self.sizes.get(&file) else {
             return self.log.lock().unwrap().push(format!("<Want {file}?>"));
         };
@@ -162,7 +169,11 @@ impl Peer {
             for off in (a..b).step_by(1 << 20) {
                 let chunk = &data[off as usize..(off + (1 << 20)).min(b) as usize];
                 h.data(chunk);
-                self.send(data_msg(file, off, chunk));
+                let mut sent = chunk.to_vec();
+                if flip && off == a {
+                    sent[0] ^= 1;
+                }
+                self.send(data_msg(file, off, &sent));
             }
             let digest = h.finish().0;
             let segment = seg as u32;

@@ -1,0 +1,225 @@
+//! The byte-pipe side of a stream link: the magic, then frames (length,
+//! its complement, body, XXH3 check) written by one thread and read by
+//! another; keepalive frames when the writer is idle, and every read or
+//! write that moves bytes noted as progress (see [`crate::liveness`]).
+
+use std::io::{Read, Write};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+
+use crate::codec::{self, MAX_FRAME};
+use crate::liveness::{Liveness, KEEPALIVE};
+use crate::msg::Message;
+use crate::transport::{frame_check, LinkError, WireCounter};
+use crate::MAGIC;
+
+fn io_err(e: std::io::Error) -> LinkError {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe
+        | std::io::ErrorKind::UnexpectedEof
+        | std::io::ErrorKind::ConnectionReset => LinkError::Closed,
+        _ => LinkError::Io(e.to_string()),
+    }
+}
+
+pub(crate) fn write_loop<W: Write>(
+    w: &mut W,
+    rx: &Receiver<Message>,
+    sent: &WireCounter,
+    link_rate: &std::sync::atomic::AtomicU64,
+    live: &Liveness,
+) -> Result<(), LinkError> {
+    w.write_all(MAGIC).map_err(io_err)?;
+    sent.add(MAGIC.len() as u64);
+    let mut buf = Vec::with_capacity(1 << 20);
+    // Drain-rate estimate: over windows of ~200 ms, bytes written divided by
+    // the time spent blocked writing them, when writing took most of the
+    // window (the pipe is the bottleneck); otherwise unknown.
+    let mut win_start = std::time::Instant::now();
+    let mut win_bytes = 0u64;
+    let mut win_busy = std::time::Duration::ZERO;
+    loop {
+        let m = match rx.try_recv() {
+            Ok(m) => m,
+            Err(TryRecvError::Empty) => {
+                w.flush().map_err(io_err)?;
+                live.moved();
+                match rx.recv_timeout(KEEPALIVE) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => {
+                        // Nothing to say: an empty frame says "alive".
+                        write_keepalive(w)?;
+                        live.moved();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
+        buf.clear();
+        buf.extend_from_slice(&[0; 8]);
+        codec::encode(&m, &mut buf);
+        let body = (buf.len() - 8) as u32;
+        buf[..4].copy_from_slice(&body.to_le_bytes());
+        buf[4..8].copy_from_slice(&(!body).to_le_bytes());
+        let check = frame_check(&buf);
+        buf.extend_from_slice(&check.to_le_bytes());
+        let t = std::time::Instant::now();
+        // Each write that takes bytes is progress: a slow but moving pipe
+        // is never taken for a dead one (see [`Liveness`]).
+        write_all_live(w, &buf, live)?;
+        win_busy += t.elapsed();
+        win_bytes += buf.len() as u64;
+        sent.add(buf.len() as u64);
+        let span = win_start.elapsed();
+        if span >= std::time::Duration::from_millis(200) {
+            let prev = f64::from_bits(link_rate.load(std::sync::atomic::Ordering::Relaxed));
+            let rate = if win_busy.as_secs_f64() > 0.5 * span.as_secs_f64() {
+                win_bytes as f64 / win_busy.as_secs_f64()
+            } else if prev > 0.0 {
+                // Not the bottleneck: the link is at least this fast, and
+                // maybe faster. Let the estimate rise, not jump to
+                // "unlimited": a jump makes the compressor drop to a fast
+                // codec, which floods the link, which measures slow again
+                // (seen over ssh, whose buffers hide the link for a while).
+                // Nor above 1.25x what went through: when the CPU is the
+                // bottleneck a rate compounded from nothing would make the
+                // compressor trade ratio for speed it cannot use.
+                let pushed = win_bytes as f64 / span.as_secs_f64();
+                (prev * 1.25).min(pushed * 1.25).max(pushed)
+            } else {
+                0.0 // unknown yet
+            };
+            link_rate.store(rate.to_bits(), std::sync::atomic::Ordering::Relaxed);
+            win_start = std::time::Instant::now();
+            win_bytes = 0;
+            win_busy = std::time::Duration::ZERO;
+        }
+    }
+    w.flush().map_err(io_err)
+}
+
+/// `write_all`, noting each write that the pipe took as progress.
+fn write_all_live<W: Write>(w: &mut W, mut buf: &[u8], live: &Liveness) -> Result<(), LinkError> {
+    while !buf.is_empty() {
+        match w.write(buf) {
+            Ok(0) => return Err(LinkError::Closed),
+            Ok(n) => {
+                buf = &buf[n..];
+                live.moved();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    Ok(())
+}
+
+/// `read_exact`, noting each read that brought bytes as progress.
+fn read_exact_live<R: Read>(
+    r: &mut R,
+    mut buf: &mut [u8],
+    live: &Liveness,
+) -> Result<(), LinkError> {
+    while !buf.is_empty() {
+        match r.read(buf) {
+            Ok(0) => return Err(LinkError::Closed),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                live.heard();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    Ok(())
+}
+
+/// An empty frame: a keepalive, skipped by the reader.
+pub(crate) fn write_keepalive<W: Write>(w: &mut W) -> Result<(), LinkError> {
+    let mut f = [0u8; 12];
+    f[4..8].copy_from_slice(&(!0u32).to_le_bytes());
+    let check = frame_check(&f[..8]);
+    f[8..].copy_from_slice(&check.to_le_bytes());
+    w.write_all(&f).map_err(io_err)?;
+    w.flush().map_err(io_err)
+}
+
+pub(crate) fn read_loop<R: Read>(
+    r: &mut R,
+    tx: &Sender<Message>,
+    received: &WireCounter,
+    live: &Liveness,
+) -> Result<(), LinkError> {
+    let mut magic = [0u8; 8];
+    let mut got = 0;
+    while got < magic.len() {
+        match r.read(&mut magic[got..]) {
+            Ok(0) if got == 0 => return Err(LinkError::Closed),
+            Ok(0) => {
+                return Err(LinkError::BadMagic(
+                    String::from_utf8_lossy(&magic[..got]).into(),
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    if magic[..6] == MAGIC[..6] && magic[7] == b'\n' && magic[6] != MAGIC[6] {
+        return Err(LinkError::Version(magic[6]));
+    }
+    if &magic != MAGIC {
+        // Show what arrived: often a shell's banner or an error text.
+        let mut more = [0u8; 120];
+        let n = r.read(&mut more).unwrap_or(0);
+        let mut text = magic.to_vec();
+        text.extend_from_slice(&more[..n]);
+        return Err(LinkError::BadMagic(
+            String::from_utf8_lossy(&text).trim().to_string(),
+        ));
+    }
+    received.add(MAGIC.len() as u64);
+    let mut frame = Vec::new();
+    loop {
+        let mut len = [0u8; 8];
+        match r.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(LinkError::Closed)
+            }
+            Err(e) => return Err(io_err(e)),
+        }
+        let n = u32::from_le_bytes([len[0], len[1], len[2], len[3]]);
+        let not_n = u32::from_le_bytes([len[4], len[5], len[6], len[7]]);
+        // A damaged length is caught here, before waiting for a body that
+        // may never come.
+        if not_n != !n {
+            return Err(LinkError::Checksum);
+        }
+        let n = n as u64;
+        if n > MAX_FRAME as u64 {
+            return Err(LinkError::FrameTooLarge(n));
+        }
+        // Header, body and check, read as one.
+        frame.resize(8 + n as usize + 4, 0);
+        frame[..8].copy_from_slice(&len);
+        live.heard();
+        read_exact_live(r, &mut frame[8..], live)?;
+        received.add(8 + n + 4);
+        let (lb, check) = frame.split_at(8 + n as usize);
+        let check = u32::from_le_bytes([check[0], check[1], check[2], check[3]]);
+        if check != frame_check(lb) {
+            return Err(LinkError::Checksum);
+        }
+        if n == 0 {
+            // A keepalive.
+            continue;
+        }
+        let m = codec::decode(&lb[8..])?;
+        if tx.send(m).is_err() {
+            return Ok(());
+        }
+    }
+}
