@@ -336,9 +336,12 @@ struct Dispatcher<'a, 'b> {
 }
 
 /// How many files may be open for writing at once: each holds a temp file,
-/// its direct twin and an old copy, and the file list runs far ahead of the
-/// data. A quarter of the open-file limit, less a margin for everything
-/// else, and at most 4096.
+/// its direct twin, an old copy and (shared with its siblings) its parent
+/// directory's handle, and the file list runs far ahead of the data. A
+/// quarter of the open-file limit, less a margin for everything else, and
+/// at most 4096. The destination's cached directory handles (up to 64)
+/// come on top; the CLI raises the soft limit to the hard one first, which
+/// leaves room for them.
 fn max_in_flight() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
