@@ -10,9 +10,11 @@
 //!   that frame number (so nothing is accepted that the key holder did not
 //!   seal), and the reader's `Read` side agrees with its frames.
 //! * `sel & 2 != 0`: the rest is records, sealed as data frames and ended;
-//!   with `sel & 4` one bit at `flip` is flipped. Untouched, every frame
+//!   with `sel & 8` a keepalive frame goes before each, and with
+//!   `sel & 4` one bit at `flip` is flipped. Untouched, every frame
 //!   comes back as sent and then the end; touched, every frame before the
-//!   damaged one comes back, and the stream fails, never ends.
+//!   damaged one (a damaged keepalive counts as the frame after it) comes
+//!   back, and the stream fails, never ends.
 
 use std::io::Read;
 
@@ -38,7 +40,7 @@ pub fn run(data: &[u8]) {
     if sel & 2 == 0 {
         raw(suite(sel), rest);
     } else {
-        sealed(suite(sel), sel & 4 != 0, flip, rest);
+        sealed(suite(sel), sel & 4 != 0, sel & 8 != 0, flip, rest);
     }
 }
 
@@ -50,17 +52,25 @@ fn raw(suite: Suite, bytes: &[u8]) {
     for _ in 0..4096 {
         let before = r.wire_bytes as usize;
         let at = w.get_ref().len();
-        match r.next_frame() {
-            Ok(Frame::Data(d)) => {
-                let d = d.to_vec();
+        let kas = r.keepalives_seen();
+        let got = match r.next_frame() {
+            Ok(Frame::Data(d)) => Some(d.to_vec()),
+            Ok(Frame::End) => None,
+            Err(_) => break,
+        };
+        // The keepalives the reader skipped on the way, sealed again.
+        for _ in kas..r.keepalives_seen() {
+            w.keepalive().expect("keepalive");
+        }
+        match got {
+            Some(d) => {
                 w.send_frame(&d).expect("seal");
                 frames.push(d);
             }
-            Ok(Frame::End) => {
+            None => {
                 w.finish().expect("finish");
                 ended = true;
             }
-            Err(_) => break,
         }
         assert_eq!(
             &bytes[before..r.wire_bytes as usize],
@@ -82,11 +92,14 @@ fn raw(suite: Suite, bytes: &[u8]) {
     }
 }
 
-fn sealed(suite: Suite, damage: bool, flip: usize, rest: &[u8]) {
+fn sealed(suite: Suite, damage: bool, keepalives: bool, flip: usize, rest: &[u8]) {
     let chunks: Vec<&[u8]> = records(rest).take(256).collect();
     let mut w = ChannelWriter::with_key(Vec::new(), suite, KEY).expect("32-byte key");
     let mut ends = Vec::new();
     for c in &chunks {
+        if keepalives {
+            w.keepalive().expect("keepalive");
+        }
         w.send_frame(c).expect("seal");
         ends.push(w.get_ref().len());
     }

@@ -53,6 +53,7 @@ fn kind_of(code: u8) -> ErrorKind {
         PeerKilled,
         Integrity,
         Io,
+        TimedOut,
     ]
     .get(code as usize)
     .copied()

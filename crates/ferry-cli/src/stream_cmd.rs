@@ -56,9 +56,10 @@ pub struct StreamOpts {
     /// Print one JSON object with the result at the end.
     #[arg(long)]
     pub json: bool,
-    /// A peer that moves nothing for this many seconds is dead; recv also
-    /// waits at most this long for a sender that proves the key. Default:
-    /// no limit (a producer may pause for as long as it likes).
+    /// A peer that sends nothing, not even a keepalive (each side sends one
+    /// after 1 s with nothing to say), for this many seconds is dead (exit
+    /// 5); at least 2. recv also waits at most this long for a sender that
+    /// proves the key. Default: no limit.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
 }
@@ -166,8 +167,10 @@ fn options(o: &StreamOpts, key: Psk) -> Result<Options, String> {
         return Err("--block-size must be between 4K and 1M".into());
     }
     if let Some(t) = o.timeout {
-        if !(t > 0.0 && t <= 1e6) {
-            return Err("--timeout takes a number of seconds above 0".into());
+        // Keepalives go out after 1 s of silence: a shorter timeout would
+        // take a live peer for a dead one.
+        if !(2.0..=1e6).contains(&t) {
+            return Err("--timeout takes a number of seconds, at least 2".into());
         }
         opts.wait = Some(Duration::from_secs_f64(t));
         opts.idle = Some(Duration::from_secs_f64(t));
@@ -190,7 +193,10 @@ fn exit_code(e: &StreamError, receiving: bool) -> i32 {
         ErrorKind::Integrity => code::PROTOCOL,
         ErrorKind::PeerKilled if receiving => code::PROTOCOL,
         ErrorKind::WrongKey => code::AUTH,
-        ErrorKind::PeerKilled | ErrorKind::AddrInUse | ErrorKind::Unreachable => code::CONNECTION,
+        ErrorKind::PeerKilled
+        | ErrorKind::TimedOut
+        | ErrorKind::AddrInUse
+        | ErrorKind::Unreachable => code::CONNECTION,
     }
 }
 
@@ -206,6 +212,7 @@ fn kind_name(k: ErrorKind) -> &'static str {
         ErrorKind::PeerKilled => "peer_lost",
         ErrorKind::Integrity => "integrity",
         ErrorKind::Io => "io",
+        ErrorKind::TimedOut => "timeout",
     }
 }
 
@@ -707,8 +714,11 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         a.o.buffer.clone(),
         "--block-size".into(),
         a.o.block_size.clone(),
-        "--".into(),
     ];
+    if let Some(t) = a.o.timeout {
+        remote.extend(["--timeout".into(), t.to_string()]);
+    }
+    remote.push("--".into());
     remote.extend(a.command.iter().cloned());
     let remote_line = remote
         .iter()

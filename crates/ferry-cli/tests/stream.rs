@@ -8,6 +8,9 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "stream/liveness.rs"]
+mod liveness;
+
 const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
 const KEY: &str = "00112233445566778899aabbccddeeff";
 

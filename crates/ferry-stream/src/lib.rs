@@ -38,16 +38,25 @@
 //! ACK is sent only after the output was flushed and closed (and, for
 //! `pipe`, the command exited), so a sender that got it knows the data
 //! arrived whole. Both sides compare byte count and digest.
+//!
+//! Both sides send the channel's keepalive frames after [`KEEPALIVE`]
+//! with nothing to say (the sender while its producer is slow, the
+//! receiver until its verdict), and with [`Options::idle`] read through
+//! [`IdleRead`], so a silent peer is dead after `--timeout` and a busy one
+//! is not. docs/PROTOCOL.md has the bytes.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
-use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Frame, Psk, Role, Suite};
+use ferry_channel::{
+    ChannelError, ChannelReader, ChannelWriter, Frame, IdleRead, Psk, Role, Suite,
+};
 pub use ferry_compress::{Codec, Mode};
 pub use output::FileOut;
 
@@ -59,6 +68,8 @@ pub const MAX_BLOCK: usize = 1 << 20;
 /// Smallest block size accepted.
 pub const MIN_BLOCK: usize = 4 << 10;
 const HEAD: usize = 7;
+/// A side with nothing to send for this long sends a keepalive frame.
+pub const KEEPALIVE: Duration = Duration::from_secs(1);
 
 mod msg {
     pub const BLOCK: u8 = 0x01;
@@ -92,6 +103,8 @@ pub enum ErrorKind {
     Integrity,
     /// Local I/O error (output file, socket setup).
     Io,
+    /// The peer sent nothing, not even a keepalive, for `--timeout`.
+    TimedOut,
 }
 
 impl ErrorKind {
@@ -113,6 +126,7 @@ impl ErrorKind {
             PeerKilled,
             Integrity,
             Io,
+            TimedOut,
         ]
         .get(c as usize)
         .copied()
@@ -149,10 +163,9 @@ fn channel_err(e: ChannelError, what: &str) -> StreamError {
         }
         ChannelError::BadHello(_) => StreamError::new(ErrorKind::Unreachable, e.to_string()),
         ChannelError::Io(ref io) => match io.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => StreamError::new(
-                ErrorKind::PeerKilled,
-                format!("{what}: nothing moved for longer than --timeout"),
-            ),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                StreamError::new(ErrorKind::TimedOut, format!("{what}: {io}"))
+            }
             io::ErrorKind::UnexpectedEof
             | io::ErrorKind::ConnectionReset
             | io::ErrorKind::BrokenPipe
@@ -180,8 +193,10 @@ pub struct Options {
     /// recv: how long to wait for a sender that proves the key (`None`:
     /// for ever).
     pub wait: Option<Duration>,
-    /// An established stream on which nothing moves for this long is dead
-    /// (`--timeout`; `None`: never).
+    /// A peer that sends nothing, not even a keepalive, for this long on
+    /// an established stream is dead (`--timeout`; `None`: never). Both
+    /// sides send a keepalive after [`KEEPALIVE`] with nothing to say, so
+    /// a slow producer or consumer never trips it.
     pub idle: Option<Duration>,
     pub stats: Arc<Stats>,
 }
@@ -380,11 +395,6 @@ pub fn send<R: Read + Send + 'static>(
 ) -> Result<Summary, StreamError> {
     opts.check()?;
     let s = connect(peer, opts.connect_timeout)?;
-    // The receiver answers only at the end, so only writes can time out:
-    // a receiver that stops reading for `idle` is dead.
-    if opts.idle.is_some() {
-        let _ = s.set_write_timeout(opts.idle);
-    }
     let (r, w, ctl) = split(s)?;
     let abort = move || {
         let _ = ctl.shutdown(std::net::Shutdown::Both);
@@ -393,7 +403,9 @@ pub fn send<R: Read + Send + 'static>(
 }
 
 /// Send over any connected byte pipe (TCP halves, ssh's stdout/stdin).
-/// `abort` is called to unblock the transport when the stream fails.
+/// `abort` is called to unblock the transport when the stream fails. With
+/// `opts.idle`, a receiver that sends nothing (it sends a keepalive every
+/// [`KEEPALIVE`] while it has nothing to say) for that long is dead.
 pub fn send_over<R, NR, NW>(
     opts: &Options,
     input: R,
@@ -403,7 +415,7 @@ pub fn send_over<R, NR, NW>(
 ) -> Result<Summary, StreamError>
 where
     R: Read + Send + 'static,
-    NR: Read + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
     NW: Write + Send + 'static,
 {
     opts.check()?;
@@ -411,7 +423,7 @@ where
     let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Initiator)
         .map_err(|e| channel_err(e, "handshake"))?;
     let suite = session.suite;
-    let chan_r = ChannelReader::new(net_r, &session);
+    let chan_r = ChannelReader::new(IdleRead::new(net_r, opts.idle), &session);
     let chan_w = ChannelWriter::new(net_w, &session);
     let stats = opts.stats.clone();
     stats.buffer_cap.store(
@@ -702,13 +714,18 @@ fn net_writer<W: Write>(
     loop {
         let job = match pending.remove(&next) {
             Some(j) => j,
-            None => match rx.recv() {
+            None => match rx.recv_timeout(KEEPALIVE) {
                 Ok(j) if j.seq == next => j,
                 Ok(j) => {
                     pending.insert(j.seq, j);
                     continue;
                 }
-                Err(_) => return Ok(None),
+                Err(RecvTimeoutError::Timeout) => {
+                    // The producer is slow: tell the receiver we are alive.
+                    w.keepalive().map_err(werr)?;
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return Ok(None),
             },
         };
         next += 1;
@@ -903,10 +920,6 @@ pub fn recv_on<W: Write + Send + 'static>(
 ) -> Result<Summary, StreamError> {
     opts.check()?;
     let (session, s) = accept::accept_authenticated(opts, l, opts.wait, refused)?;
-    if opts.idle.is_some() {
-        let _ = s.set_read_timeout(opts.idle);
-        let _ = s.set_write_timeout(opts.idle);
-    }
     let (r, w, ctl) = split(s)?;
     let shut = move || {
         let _ = ctl.shutdown(std::net::Shutdown::Write);
@@ -924,7 +937,7 @@ pub fn recv_over<W, NR, NW>(
 ) -> Result<Summary, StreamError>
 where
     W: Write + Send + 'static,
-    NR: Read + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
     NW: Write + Send + 'static,
 {
     opts.check()?;
@@ -944,24 +957,18 @@ fn recv_session<W, NR, NW>(
 ) -> Result<Summary, StreamError>
 where
     W: Write + Send + 'static,
-    NR: Read + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
     NW: Write + Send + 'static,
 {
     let start = Instant::now();
     let suite = session.suite;
-    let chan_r = ChannelReader::new(net_r, &session);
-    let mut chan_w = ChannelWriter::new(net_w, &session);
+    let chan_r = ChannelReader::new(IdleRead::new(net_r, opts.idle), &session);
+    let reply = Reply::start(ChannelWriter::new(net_w, &session), close_write)?;
     // Only now, with a sender that proved the key, is the output opened.
     let (output, mut hooks) = match open() {
         Ok(o) => o,
         Err(e) => {
-            let mut m = vec![msg::FAIL, e.kind.code()];
-            m.extend_from_slice(&e.remote_status.unwrap_or(i32::MIN).to_le_bytes());
-            m.extend_from_slice(e.msg.as_bytes());
-            let _ = chan_w.send_frame(&m).and_then(|_| chan_w.finish());
-            if let Some(c) = &close_write {
-                c();
-            }
+            reply.last(fail_message(&e, e.remote_status));
             return Err(e);
         }
     };
@@ -1005,16 +1012,6 @@ where
     }
     drop(ev_tx);
 
-    let tell_peer = |chan_w: &mut ChannelWriter<NW>, e: &StreamError, status: Option<i32>| {
-        let mut m = vec![msg::FAIL, e.kind.code()];
-        m.extend_from_slice(&status.unwrap_or(i32::MIN).to_le_bytes());
-        m.extend_from_slice(e.msg.as_bytes());
-        let _ = chan_w.send_frame(&m);
-        let _ = chan_w.finish();
-        if let Some(c) = &close_write {
-            c();
-        }
-    };
     loop {
         let ev = match ev_rx.recv() {
             Ok(ev) => ev,
@@ -1035,7 +1032,7 @@ where
                 m[9..41].copy_from_slice(&digest);
                 m[41..].copy_from_slice(&status.unwrap_or(i32::MIN).to_le_bytes());
                 // The data is safe; a sender gone by now does not change that.
-                let _ = chan_w.send_frame(&m).and_then(|_| chan_w.finish());
+                reply.last(m.to_vec());
                 stats.done.store(true, Ordering::Relaxed);
                 return Ok(Summary {
                     bytes: total,
@@ -1052,7 +1049,7 @@ where
                 }
                 let status = hooks.on_complete.take().and_then(|f| f());
                 e.remote_status = status;
-                tell_peer(&mut chan_w, &e, status);
+                reply.last(fail_message(&e, status));
                 // Keep draining (the net reader discards now) until the sender
                 // hangs up, so it reads our reason rather than a reset.
                 let deadline = Instant::now() + Duration::from_secs(5);
@@ -1068,11 +1065,65 @@ where
             }
             RecvEv::NetErr(e) => {
                 let status = hooks.on_complete.take().and_then(|f| f());
-                tell_peer(&mut chan_w, &e, status);
+                reply.last(fail_message(&e, status));
                 stats.done.store(true, Ordering::Relaxed);
                 return Err(e);
             }
         }
+    }
+}
+
+/// A FAIL message saying `e` (and the command's exit status, if any).
+fn fail_message(e: &StreamError, status: Option<i32>) -> Vec<u8> {
+    let mut m = vec![msg::FAIL, e.kind.code()];
+    m.extend_from_slice(&status.unwrap_or(i32::MIN).to_le_bytes());
+    m.extend_from_slice(e.msg.as_bytes());
+    m
+}
+
+/// The receiver's direction to the sender: a thread that sends a
+/// keepalive every [`KEEPALIVE`] until the verdict (ACK or FAIL) is ready,
+/// so a sender whose data waits on our slow consumer (or on the command
+/// finishing) knows we are alive.
+struct Reply {
+    tx: Sender<Vec<u8>>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Reply {
+    fn start<NW: Write + Send + 'static>(
+        mut w: ChannelWriter<NW>,
+        close_write: Option<Box<dyn Fn() + Send>>,
+    ) -> Result<Reply, StreamError> {
+        let (tx, rx) = bounded::<Vec<u8>>(1);
+        let thread = thread::Builder::new()
+            .name("ferry-net-reply".into())
+            .spawn(move || {
+                let mut alive = true;
+                let last = loop {
+                    match rx.recv_timeout(KEEPALIVE) {
+                        Ok(m) => break Some(m),
+                        Err(RecvTimeoutError::Timeout) => {
+                            alive = alive && w.keepalive().is_ok();
+                        }
+                        Err(RecvTimeoutError::Disconnected) => break None,
+                    }
+                };
+                if let Some(m) = last {
+                    let _ = w.send_frame(&m).and_then(|_| w.finish());
+                }
+                if let Some(c) = &close_write {
+                    c();
+                }
+            })
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+        Ok(Reply { tx, thread })
+    }
+
+    /// Send the verdict, end our direction and wait until it is written.
+    fn last(self, m: Vec<u8>) {
+        let _ = self.tx.send(m);
+        let _ = self.thread.join();
     }
 }
 

@@ -155,6 +155,20 @@ fn sealed(suite: Suite, frames: &[&[u8]], end: bool) -> Vec<u8> {
     w.into_inner()
 }
 
+/// Frames with a keepalive before each and between them.
+fn with_keepalives(suite: Suite, frames: &[&[u8]]) -> Vec<u8> {
+    let key = crate::channel_frames::KEY;
+    let mut w = ChannelWriter::with_key(Vec::new(), suite, key).expect("key");
+    for f in frames {
+        w.keepalive().expect("keepalive");
+        w.keepalive().expect("keepalive");
+        w.send_frame(f).expect("seal");
+    }
+    w.keepalive().expect("keepalive");
+    w.finish().expect("finish");
+    w.into_inner()
+}
+
 pub fn channel_frames(v: &mut Vec<Seed>) {
     let t = "channel_frames";
     let two: [&[u8]; 2] = [b"hello", b"world"];
@@ -180,6 +194,15 @@ pub fn channel_frames(v: &mut Vec<Seed>) {
             vec![0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 2, 3],
         ),
         ("sealed", pack(&[2, 0, 0], &[&b"a"[..], b"bb", b""])),
+        (
+            "raw_keepalives",
+            [vec![0, 0, 0], with_keepalives(Suite::Aes256Gcm, &two)].concat(),
+        ),
+        ("sealed_keepalives", pack(&[10, 0, 0], &[&b"abc"[..], b""])),
+        (
+            "sealed_keepalive_flip",
+            pack(&[14, 40, 0], &[&b"abc"[..], b"defg"]),
+        ),
         ("sealed_flip_len", pack(&[6, 2, 0], &[&b"abc"[..], b"defg"])),
         (
             "sealed_flip_tag",
