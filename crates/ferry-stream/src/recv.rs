@@ -1,0 +1,278 @@
+//! The receiver: `recv`/`recv_on`/`recv_over` wait for an authenticated
+//! sender, open the output, run the pipeline and send the verdict (with
+//! keepalives until it is ready).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, RecvTimeoutError, Sender};
+use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role};
+
+use crate::*;
+
+/// Hooks for `pipe`'s remote side, where the output is a command's stdin.
+#[derive(Default)]
+pub struct RecvHooks {
+    /// Called after the output was flushed and closed; returns the
+    /// command's exit status for the ACK.
+    pub on_complete: Option<Box<dyn FnOnce() -> Option<i32> + Send>>,
+    /// Called when the stream failed, before the output is closed (kill the
+    /// command so it does not commit a partial stream).
+    pub on_abort: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+/// Opens the output once a sender has proved the key (so a wrong key or a
+/// stray connection never truncates a file or starts a command), with the
+/// hooks that go with it.
+pub type Opener<W> = Box<dyn FnOnce() -> Result<(W, RecvHooks), StreamError> + Send>;
+
+/// An output that is already open and needs no hooks.
+pub fn opened<W: Send + 'static>(w: W) -> Opener<W> {
+    Box::new(move || Ok((w, RecvHooks::default())))
+}
+
+pub(crate) enum Chunk {
+    Data(Vec<u8>),
+    End { total: u64, digest: [u8; 32] },
+}
+
+pub(crate) enum RecvEv {
+    WriterDone { total: u64, digest: [u8; 32] },
+    WriterErr(StreamError),
+    NetErr(StreamError),
+    NetDone,
+}
+
+/// Listen on `listen`, accept one sender and write the stream to `output`.
+pub fn recv<W: Write + Send + 'static>(
+    opts: &Options,
+    listen: SocketAddr,
+    output: W,
+) -> Result<Summary, StreamError> {
+    opts.check()?;
+    let l = bind(listen)?;
+    recv_on(opts, &l, opened(output), &|_, _| {})
+}
+
+/// Wait on a bound listener for a sender that proves the key (connections
+/// that do not are passed to `refused` and dropped; see [`accept`]), then
+/// open the output and receive.
+pub fn recv_on<W: Write + Send + 'static>(
+    opts: &Options,
+    l: &TcpListener,
+    open: Opener<W>,
+    refused: &dyn Fn(SocketAddr, &StreamError),
+) -> Result<Summary, StreamError> {
+    opts.check()?;
+    let (session, s) = accept::accept_authenticated(opts, l, opts.wait, refused)?;
+    let (r, w, ctl) = split(s)?;
+    let shut = move || {
+        let _ = ctl.shutdown(std::net::Shutdown::Write);
+    };
+    recv_session(opts, session, r, w, open, Some(Box::new(shut)))
+}
+
+/// Receive over any connected byte pipe: the handshake, then the stream.
+pub fn recv_over<W, NR, NW>(
+    opts: &Options,
+    mut net_r: NR,
+    mut net_w: NW,
+    open: Opener<W>,
+    close_write: Option<Box<dyn Fn() + Send>>,
+) -> Result<Summary, StreamError>
+where
+    W: Write + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
+    NW: Write + Send + 'static,
+{
+    opts.check()?;
+    let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Responder)
+        .map_err(|e| channel_err(e, "handshake"))?;
+    recv_session(opts, session, net_r, net_w, open, close_write)
+}
+
+/// The stream after the handshake: open the output, then receive.
+fn recv_session<W, NR, NW>(
+    opts: &Options,
+    session: ferry_channel::Session,
+    net_r: NR,
+    net_w: NW,
+    open: Opener<W>,
+    close_write: Option<Box<dyn Fn() + Send>>,
+) -> Result<Summary, StreamError>
+where
+    W: Write + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
+    NW: Write + Send + 'static,
+{
+    let start = Instant::now();
+    let suite = session.suite;
+    let chan_r = ChannelReader::new(IdleRead::new(net_r, opts.idle), &session);
+    let reply = Reply::start(ChannelWriter::new(net_w, &session), close_write)?;
+    // Only now, with a sender that proved the key, is the output opened.
+    let (output, mut hooks) = match open() {
+        Ok(o) => o,
+        Err(e) => {
+            reply.last(fail_message(&e, e.remote_status));
+            return Err(e);
+        }
+    };
+    let stats = opts.stats.clone();
+    stats.buffer_cap.store(
+        (opts.ring_blocks() * opts.block_size) as u64,
+        Ordering::Relaxed,
+    );
+
+    let (ev_tx, ev_rx) = unbounded::<RecvEv>();
+    let (ring_tx, ring_rx) = bounded::<Chunk>(opts.ring_blocks());
+    let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
+    {
+        let ev = ev_tx.clone();
+        let stats = stats.clone();
+        let on_abort = hooks.on_abort.clone();
+        thread::Builder::new()
+            .name("ferry-net-reader".into())
+            .spawn(move || {
+                let r = net_reader(chan_r, &ring_tx, &pool_rx, &stats);
+                if let Err(e) = r {
+                    if let Some(a) = &on_abort {
+                        a();
+                    }
+                    let _ = ev.send(RecvEv::NetErr(e));
+                } else {
+                    let _ = ev.send(RecvEv::NetDone);
+                }
+            })
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+    }
+    {
+        let ev = ev_tx.clone();
+        let stats = stats.clone();
+        thread::Builder::new()
+            .name("ferry-output".into())
+            .spawn(move || {
+                let _ = ev.send(write_output(output, &ring_rx, &pool_tx, &stats));
+            })
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+    }
+    drop(ev_tx);
+
+    loop {
+        let ev = match ev_rx.recv() {
+            Ok(ev) => ev,
+            Err(_) => {
+                return Err(StreamError::new(
+                    ErrorKind::Io,
+                    "internal: all workers ended",
+                ))
+            }
+        };
+        match ev {
+            RecvEv::NetDone => continue,
+            RecvEv::WriterDone { total, digest } => {
+                let status = hooks.on_complete.take().and_then(|f| f());
+                let mut m = [0u8; 45];
+                m[0] = msg::ACK;
+                m[1..9].copy_from_slice(&total.to_le_bytes());
+                m[9..41].copy_from_slice(&digest);
+                m[41..].copy_from_slice(&status.unwrap_or(i32::MIN).to_le_bytes());
+                // The data is safe; a sender gone by now does not change that.
+                reply.last(m.to_vec());
+                stats.done.store(true, Ordering::Relaxed);
+                return Ok(Summary {
+                    bytes: total,
+                    wire_bytes: Stats::get(&stats.wire),
+                    elapsed: start.elapsed(),
+                    blake3: blake3::Hash::from_bytes(digest).to_hex().to_string(),
+                    suite: suite_name(suite),
+                    remote_status: status,
+                });
+            }
+            RecvEv::WriterErr(mut e) => {
+                if let Some(a) = &hooks.on_abort {
+                    a();
+                }
+                let status = hooks.on_complete.take().and_then(|f| f());
+                e.remote_status = status;
+                reply.last(fail_message(&e, status));
+                // Keep draining (the net reader discards now) until the sender
+                // hangs up, so it reads our reason rather than a reset.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while let Ok(ev) =
+                    ev_rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                {
+                    if matches!(ev, RecvEv::NetErr(_) | RecvEv::NetDone) {
+                        break;
+                    }
+                }
+                stats.done.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            RecvEv::NetErr(e) => {
+                let status = hooks.on_complete.take().and_then(|f| f());
+                reply.last(fail_message(&e, status));
+                stats.done.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// A FAIL message saying `e` (and the command's exit status, if any).
+fn fail_message(e: &StreamError, status: Option<i32>) -> Vec<u8> {
+    let mut m = vec![msg::FAIL, e.kind.code()];
+    m.extend_from_slice(&status.unwrap_or(i32::MIN).to_le_bytes());
+    m.extend_from_slice(e.msg.as_bytes());
+    m
+}
+
+/// The receiver's direction to the sender: a thread that sends a
+/// keepalive every [`KEEPALIVE`] until the verdict (ACK or FAIL) is ready,
+/// so a sender whose data waits on our slow consumer (or on the command
+/// finishing) knows we are alive.
+struct Reply {
+    tx: Sender<Vec<u8>>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Reply {
+    fn start<NW: Write + Send + 'static>(
+        mut w: ChannelWriter<NW>,
+        close_write: Option<Box<dyn Fn() + Send>>,
+    ) -> Result<Reply, StreamError> {
+        let (tx, rx) = bounded::<Vec<u8>>(1);
+        let thread = thread::Builder::new()
+            .name("ferry-net-reply".into())
+            .spawn(move || {
+                let mut alive = true;
+                let last = loop {
+                    match rx.recv_timeout(KEEPALIVE) {
+                        Ok(m) => break Some(m),
+                        Err(RecvTimeoutError::Timeout) => {
+                            alive = alive && w.keepalive().is_ok();
+                        }
+                        Err(RecvTimeoutError::Disconnected) => break None,
+                    }
+                };
+                if let Some(m) = last {
+                    let _ = w.send_frame(&m).and_then(|_| w.finish());
+                }
+                if let Some(c) = &close_write {
+                    c();
+                }
+            })
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+        Ok(Reply { tx, thread })
+    }
+
+    /// Send the verdict, end our direction and wait until it is written.
+    fn last(self, m: Vec<u8>) {
+        let _ = self.tx.send(m);
+        let _ = self.thread.join();
+    }
+}

@@ -1,0 +1,238 @@
+//! The sender: `send`/`send_over` start the pipeline (input reader,
+//! compressors, network writer, control reader) and decide the outcome
+//! from their events and the receiver's verdict.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError};
+use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role, Suite};
+
+use crate::*;
+
+pub(crate) enum JobKind {
+    /// `sealed`: the whole channel frame, sealed by the worker with frame
+    /// number = seq (empty: the writer seals it).
+    Block {
+        raw: Vec<u8>,
+        comp: Vec<u8>,
+        codec: Codec,
+        /// The BLOCK header (made with the codec by the worker).
+        head: [u8; HEAD],
+        sealed: Vec<u8>,
+    },
+    End {
+        total: u64,
+        digest: [u8; 32],
+    },
+    Abort(String),
+}
+
+pub(crate) struct Job {
+    pub(crate) seq: u64,
+    pub(crate) kind: JobKind,
+}
+
+pub(crate) enum SendEv {
+    WriterDone {
+        total: u64,
+        digest: [u8; 32],
+    },
+    WriterErr(StreamError),
+    Ack {
+        total: u64,
+        digest: [u8; 32],
+        status: Option<i32>,
+    },
+    PeerFail(StreamError),
+    CtlErr(StreamError),
+    Producer(String),
+}
+
+/// Connect to `peer` and send everything `input` produces.
+pub fn send<R: Read + Send + 'static>(
+    opts: &Options,
+    input: R,
+    peer: SocketAddr,
+) -> Result<Summary, StreamError> {
+    opts.check()?;
+    let s = connect(peer, opts.connect_timeout)?;
+    let (r, w, ctl) = split(s)?;
+    let abort = move || {
+        let _ = ctl.shutdown(std::net::Shutdown::Both);
+    };
+    send_over(opts, input, r, w, Some(Box::new(abort)))
+}
+
+/// Send over any connected byte pipe (TCP halves, ssh's stdout/stdin).
+/// `abort` is called to unblock the transport when the stream fails. With
+/// `opts.idle`, a receiver that sends nothing (it sends a keepalive every
+/// [`KEEPALIVE`] while it has nothing to say) for that long is dead.
+pub fn send_over<R, NR, NW>(
+    opts: &Options,
+    input: R,
+    mut net_r: NR,
+    mut net_w: NW,
+    abort: Option<Box<dyn Fn() + Send>>,
+) -> Result<Summary, StreamError>
+where
+    R: Read + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
+    NW: Write + Send + 'static,
+{
+    opts.check()?;
+    let start = Instant::now();
+    let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Initiator)
+        .map_err(|e| channel_err(e, "handshake"))?;
+    let suite = session.suite;
+    let chan_r = ChannelReader::new(IdleRead::new(net_r, opts.idle), &session);
+    let chan_w = ChannelWriter::new(net_w, &session);
+    let stats = opts.stats.clone();
+    stats.buffer_cap.store(
+        (opts.ring_blocks() * opts.block_size) as u64,
+        Ordering::Relaxed,
+    );
+
+    let (ev_tx, ev_rx) = unbounded::<SendEv>();
+    let (ring_tx, ring_rx) = bounded::<Job>(opts.ring_blocks());
+    let (done_tx, done_rx) = bounded::<Job>(opts.workers.max(1) * 2 + 2);
+    let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
+
+    // Reader.
+    {
+        let ev = ev_tx.clone();
+        let stats = stats.clone();
+        let pool = pool_rx.clone();
+        let bs = opts.block_size;
+        let spawned = thread::Builder::new()
+            .name("ferry-input".into())
+            .spawn(move || read_input(input, bs, &ring_tx, &pool, &stats, &ev));
+        spawned.map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+    }
+    // Compressors.
+    for i in 0..opts.workers.max(1) {
+        let rx = ring_rx.clone();
+        let tx = done_tx.clone();
+        let pool = pool_rx.clone();
+        let stats = stats.clone();
+        let mode = opts.compress;
+        let n = opts.workers.max(1);
+        let sealer = chan_w.sealer();
+        thread::Builder::new()
+            .name(format!("ferry-compress-{i}"))
+            .spawn(move || compress_worker(mode, n, i, &sealer, &rx, &tx, &pool, &stats))
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+    }
+    drop(ring_rx);
+    drop(done_tx);
+    // Network writer.
+    {
+        let ev = ev_tx.clone();
+        let stats = stats.clone();
+        thread::Builder::new()
+            .name("ferry-net-writer".into())
+            .spawn(move || {
+                let r = net_writer(chan_w, &done_rx, &pool_tx, &stats);
+                let _ = ev.send(match r {
+                    Ok(Some((total, digest))) => SendEv::WriterDone { total, digest },
+                    Ok(None) => return,
+                    Err(e) => SendEv::WriterErr(e),
+                });
+            })
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+    }
+    // Control reader: ACK or FAIL from the receiver.
+    {
+        let ev = ev_tx.clone();
+        thread::Builder::new()
+            .name("ferry-net-ctl".into())
+            .spawn(move || {
+                let _ = ev.send(read_control(chan_r));
+            })
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+    }
+    drop(ev_tx);
+
+    let fail = |e: StreamError| {
+        if let Some(a) = &abort {
+            a();
+        }
+        stats.done.store(true, Ordering::Relaxed);
+        Err(e)
+    };
+    let mut sent: Option<(u64, [u8; 32])> = None;
+    let mut acked: Option<(u64, [u8; 32], Option<i32>)> = None;
+    loop {
+        let ev = match ev_rx.recv() {
+            Ok(ev) => ev,
+            Err(_) => {
+                return fail(StreamError::new(
+                    ErrorKind::Io,
+                    "internal: all workers ended",
+                ))
+            }
+        };
+        match ev {
+            SendEv::WriterDone { total, digest } => sent = Some((total, digest)),
+            SendEv::Ack {
+                total,
+                digest,
+                status,
+            } => acked = Some((total, digest, status)),
+            SendEv::PeerFail(e) => return fail(e),
+            SendEv::CtlErr(e) => {
+                return fail(StreamError::new(
+                    e.kind,
+                    format!("receiver went away before acknowledging: {}", e.msg),
+                ))
+            }
+            SendEv::WriterErr(e) => {
+                // The receiver may have said why it stopped reading.
+                let better = wait_for_peer_reason(&ev_rx, Duration::from_secs(2));
+                return fail(better.unwrap_or(e));
+            }
+            SendEv::Producer(msg) => {
+                // The writer sends ABORT to the receiver; give it a moment.
+                let _ = ev_rx.recv_timeout(Duration::from_secs(2));
+                return fail(StreamError::new(ErrorKind::ProducerFailed, msg));
+            }
+        }
+        if let (Some((st, sd)), Some((at, ad, status))) = (sent, acked) {
+            stats.done.store(true, Ordering::Relaxed);
+            if st != at || sd != ad {
+                return fail(StreamError::new(
+                    ErrorKind::Integrity,
+                    format!("receiver acknowledged {at} bytes with a different digest; sent {st}"),
+                ));
+            }
+            return Ok(Summary {
+                bytes: st,
+                wire_bytes: Stats::get(&stats.wire),
+                elapsed: start.elapsed(),
+                blake3: blake3::Hash::from_bytes(sd).to_hex().to_string(),
+                suite: suite_name(suite),
+                remote_status: status,
+            });
+        }
+    }
+}
+
+pub(crate) fn suite_name(s: Suite) -> String {
+    s.to_string()
+}
+
+fn wait_for_peer_reason(rx: &Receiver<SendEv>, t: Duration) -> Option<StreamError> {
+    let deadline = Instant::now() + t;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(SendEv::PeerFail(e)) => return Some(e),
+            Ok(_) => continue,
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
