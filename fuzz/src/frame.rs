@@ -135,7 +135,7 @@ fn limits(m: &Message) {
 /// them to [`MAX_STR`]: only texts within it round-trip exactly.
 fn strings_fit(m: &Message) -> bool {
     match m {
-        Message::FileFailed { error, .. } | Message::Fatal { error } => error.len() <= MAX_STR,
+        Message::FileFailed { error, .. } | Message::Fatal { error, .. } => error.len() <= MAX_STR,
         Message::ReceiverDone(r) => r.errors.iter().all(|e| e.len() <= MAX_STR),
         _ => true,
     }

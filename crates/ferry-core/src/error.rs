@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use ferry_proto::LinkError;
+use ferry_proto::{FatalClass, LinkError, Message};
 
 /// What a failure means for the run as a whole; the CLI maps each class to
 /// a documented exit code.
@@ -33,8 +33,10 @@ pub enum Error {
     Usage(String),
     #[error("{0}")]
     Link(#[from] LinkError),
-    #[error("peer reported: {0}")]
-    Peer(String),
+    /// The peer ended the session with `Fatal`, saying what kind of
+    /// failure it was.
+    #[error("peer reported: {msg}")]
+    Peer { class: FatalClass, msg: String },
     #[error("protocol error: {0}")]
     Protocol(String),
     #[error("{failed} of {total} entries failed")]
@@ -70,12 +72,39 @@ impl Error {
                 | LinkError::Checksum,
             ) => Class::Protocol,
             Error::Link(_) => Class::Connection,
-            Error::Peer(_) => Class::Io,
+            Error::Peer { class, .. } => match class {
+                FatalClass::Io => Class::Io,
+                FatalClass::Protocol => Class::Protocol,
+                FatalClass::Usage => Class::Usage,
+                // The peer's own link failed, or it was stopped: for this
+                // side, the session was cut.
+                FatalClass::Connection | FatalClass::Interrupted => Class::Connection,
+            },
             Error::Protocol(_) => Class::Protocol,
             Error::Partial { .. } => Class::Partial,
             Error::Interrupted => Class::Interrupted,
         }
     }
+}
+
+/// The `Fatal` message that tells the peer about `e`.
+pub fn fatal(e: &Error) -> Message {
+    let class = match e.class() {
+        Class::Usage => FatalClass::Usage,
+        Class::Partial | Class::Io => FatalClass::Io,
+        Class::Protocol => FatalClass::Protocol,
+        Class::Connection => FatalClass::Connection,
+        Class::Interrupted => FatalClass::Interrupted,
+    };
+    Message::Fatal {
+        class,
+        error: e.to_string(),
+    }
+}
+
+/// What a peer's `Fatal` means here.
+pub fn from_fatal(class: FatalClass, msg: String) -> Error {
+    Error::Peer { class, msg }
 }
 
 /// An I/O error with the operation that failed (`create`, `rename`, ...),

@@ -258,10 +258,11 @@ pub(crate) fn hello(tx: &ferry_proto::MsgTx, rx: &ferry_proto::MsgRx) -> Result<
                 "peer speaks protocol version {version}, this ferry speaks {}",
                 ferry_proto::PROTOCOL_VERSION
             );
-            let _ = tx.send(Message::Fatal { error: msg.clone() });
-            Err(Error::Protocol(msg))
+            let e = Error::Protocol(msg);
+            let _ = tx.send(error::fatal(&e));
+            Err(e)
         }
-        Message::Fatal { error } => Err(Error::Peer(error)),
+        Message::Fatal { class, error } => Err(error::from_fatal(class, error)),
         m => Err(Error::Protocol(format!("expected Hello, got {}", m.name()))),
     }
 }

@@ -352,7 +352,9 @@ pub fn run_sender(
                         req_tx.send(Message::SenderDone)?;
                     }
                     Message::ReceiverDone(r) => return Ok(*r),
-                    Message::Fatal { error } => return Err(Error::Peer(error)),
+                    Message::Fatal { class, error } => {
+                        return Err(crate::error::from_fatal(class, error))
+                    }
                     m => {
                         return Err(Error::Protocol(format!(
                             "sender got unexpected {}",
@@ -365,9 +367,7 @@ pub fn run_sender(
 
         let walked = walk_all(sources, opts, stats, &tx, &table);
         if let Err(e) = &walked {
-            let _ = tx.send(Message::Fatal {
-                error: e.to_string(),
-            });
+            let _ = tx.send(crate::error::fatal(e));
         }
         drop(tx);
         let res = requests

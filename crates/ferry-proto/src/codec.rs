@@ -225,8 +225,9 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
                 o.bytes(clip(e).as_bytes());
             }
         }
-        Message::Fatal { error } => {
+        Message::Fatal { class, error } => {
             o.u8(tag::FATAL);
+            o.u8(*class as u8);
             o.bytes(clip(error).as_bytes());
         }
         Message::Compressed {
@@ -512,6 +513,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             }))
         }
         tag::FATAL => Message::Fatal {
+            class: FatalClass::from_wire(i.u8()?).ok_or(DecodeError::BadValue("class"))?,
             error: i.string("error")?,
         },
         tag::COMPRESSED => {
@@ -632,7 +634,22 @@ mod tests {
             delta_mismatch: 2,
             errors: vec!["x".into()],
         })));
-        roundtrip(Message::Fatal { error: "no".into() });
+        for class in [
+            FatalClass::Io,
+            FatalClass::Protocol,
+            FatalClass::Connection,
+            FatalClass::Usage,
+            FatalClass::Interrupted,
+        ] {
+            roundtrip(Message::Fatal {
+                class,
+                error: "no".into(),
+            });
+        }
+        assert!(matches!(
+            decode(&[tag::FATAL, 5, 0]),
+            Err(DecodeError::BadValue("class"))
+        ));
         roundtrip(Message::Compressed {
             file: 3,
             offset: 1 << 20,

@@ -160,8 +160,9 @@ pub enum Message {
     SenderDone,
     /// R→S: the receiver has finished; its tally.
     ReceiverDone(Box<ReceiverReport>),
-    /// Either way: the session cannot go on.
-    Fatal { error: String },
+    /// Either way: the session cannot go on; `class` says what kind of
+    /// failure it is, so both sides exit with the same status.
+    Fatal { class: FatalClass, error: String },
     /// A [`Message::Data`] compressed by the link (never seen by the
     /// engine: stream links make and unmake it).
     Compressed {
@@ -197,5 +198,32 @@ impl Message {
             Message::Fatal { .. } => "Fatal",
             Message::Compressed { .. } => "Compressed",
         }
+    }
+}
+
+/// What kind of failure a [`Message::Fatal`] reports (wire: one byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FatalClass {
+    /// Local I/O at the side that failed (missing source, unwritable
+    /// destination, disk full).
+    Io = 0,
+    /// The side that failed received something that breaks the protocol.
+    Protocol = 1,
+    /// The side that failed lost its own link or timed out.
+    Connection = 2,
+    /// The request cannot be done as asked (bad options, a directory onto
+    /// a file without `--force`).
+    Usage = 3,
+    /// The side that failed was stopped by a signal.
+    Interrupted = 4,
+}
+
+impl FatalClass {
+    /// The class of wire byte `b`; `None` for an unknown one.
+    pub fn from_wire(b: u8) -> Option<FatalClass> {
+        use FatalClass::*;
+        [Io, Protocol, Connection, Usage, Interrupted]
+            .get(b as usize)
+            .copied()
     }
 }

@@ -3,7 +3,7 @@
 
 use ferry_compress::{Codec, Compressor, Mode};
 use ferry_proto::layout::{self, SegmentHasher};
-use ferry_proto::{Entry, EntryKind, Message, ReceiverReport, WantMode, MAGIC};
+use ferry_proto::{Entry, EntryKind, FatalClass, Message, ReceiverReport, WantMode, MAGIC};
 
 use super::{body, text, Seed};
 use crate::frame::frame_of;
@@ -137,6 +137,7 @@ fn sample_messages() -> Vec<Message> {
             ..Default::default()
         })),
         Message::Fatal {
+            class: FatalClass::Io,
             error: "no space".into(),
         },
     ]
@@ -561,6 +562,7 @@ pub fn receiver_sequence(v: &mut Vec<Seed>) {
         (
             "fatal",
             vec![Message::Fatal {
+                class: FatalClass::Protocol,
                 error: "stop".into(),
             }],
         ),

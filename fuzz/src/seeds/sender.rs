@@ -2,7 +2,7 @@
 //! of the file-list rules.
 
 use ferry_proto::layout;
-use ferry_proto::{Message, WantMode};
+use ferry_proto::{FatalClass, Message, WantMode};
 
 use super::engine::{bodies, hello};
 use super::Seed;
@@ -113,7 +113,13 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
             m
         }),
         ("done_early", vec![done()]),
-        ("fatal", vec![Message::Fatal { error: "no".into() }]),
+        (
+            "fatal",
+            vec![Message::Fatal {
+                class: FatalClass::Usage,
+                error: "no".into(),
+            }],
+        ),
     ];
     for (name, m) in hostile {
         v.push((t, name.into(), seed(0, m)));

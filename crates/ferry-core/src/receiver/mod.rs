@@ -119,9 +119,7 @@ pub fn run_receiver(
             Ok(m) if opts.force && replaceable(&m) => {
                 if let Err(err) = fs::remove_file(root).and_then(|_| fs::create_dir(root)) {
                     let e = Error::io_op("replace with a directory", root, err);
-                    let _ = tx.send(Message::Fatal {
-                        error: e.to_string(),
-                    });
+                    let _ = tx.send(crate::error::fatal(&e));
                     return Err(e);
                 }
             }
@@ -134,18 +132,14 @@ pub fn run_receiver(
                         "destination exists and is not a directory"
                     }),
                 );
-                let _ = tx.send(Message::Fatal {
-                    error: e.to_string(),
-                });
+                let _ = tx.send(crate::error::fatal(&e));
                 return Err(e);
             }
             Err(_) => {
                 root_created = true;
                 if let Err(err) = fs::create_dir_all(root) {
                     let e = Error::io_op("create directory", root, err);
-                    let _ = tx.send(Message::Fatal {
-                        error: e.to_string(),
-                    });
+                    let _ = tx.send(crate::error::fatal(&e));
                     return Err(e);
                 }
             }
@@ -160,9 +154,7 @@ pub fn run_receiver(
             Ok(t) => t,
             Err(err) => {
                 let e = Error::io_op("open directory", root, err);
-                let _ = tx.send(Message::Fatal {
-                    error: e.to_string(),
-                });
+                let _ = tx.send(crate::error::fatal(&e));
                 return Err(e);
             }
         }
@@ -173,9 +165,7 @@ pub fn run_receiver(
             Ok(c) => Some(Arc::new(c)),
             Err(e) => {
                 let e = Error::io(dir, e);
-                let _ = tx.send(Message::Fatal {
-                    error: e.to_string(),
-                });
+                let _ = tx.send(crate::error::fatal(&e));
                 return Err(e);
             }
         },
@@ -264,9 +254,7 @@ pub fn run_receiver(
         }
     });
     if let Err(e) = result {
-        let _ = tx.send(Message::Fatal {
-            error: e.to_string(),
-        });
+        let _ = tx.send(crate::error::fatal(&e));
         return Err(e);
     }
     let rep = stats.report(0.0);
@@ -461,7 +449,9 @@ impl Dispatcher<'_, '_> {
                     }
                     return Ok(());
                 }
-                Message::Fatal { error } => return Err(Error::Peer(error)),
+                Message::Fatal { class, error } => {
+                    return Err(crate::error::from_fatal(class, error))
+                }
                 m => {
                     return Err(Error::Protocol(format!(
                         "receiver got unexpected {}",

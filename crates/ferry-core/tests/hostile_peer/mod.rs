@@ -104,7 +104,7 @@ impl Peer {
         self.log.lock().unwrap().push(match &m {
             None => "<link closed>".to_string(),
             Some(Message::Want { file, mode }) => format!("Want({file},{mode:?})"),
-            Some(Message::Fatal { error }) => format!("Fatal({error})"),
+            Some(Message::Fatal { class, error }) => format!("Fatal({class:?}: {error})"),
             Some(m) => m.name().to_string(),
         });
         match &m {
@@ -256,10 +256,15 @@ impl Outcome {
             Err(e) => format!("Err({:?}: {e}); receiver said {:?}", e.class(), self.said),
         }
     }
-    /// Nothing when refused as a protocol error.
+    /// Nothing when refused as a protocol error, and the receiver told the
+    /// peer so (a `Fatal` of class protocol, so both sides exit 4).
     pub fn refused(&self) -> Vec<String> {
+        let told = self
+            .said
+            .last()
+            .is_some_and(|m| m.starts_with("Fatal(Protocol:"));
         match &self.res {
-            Err(e) if e.class() == Class::Protocol => vec![],
+            Err(e) if e.class() == Class::Protocol && told => vec![],
             _ => vec![format!("NOT REFUSED as a protocol error: {}", self.shown())],
         }
     }
