@@ -1,0 +1,206 @@
+//! [`Mode::Auto`]'s decision: per-codec estimates of speed and ratio,
+//! measured by probes on a sample, and the choice of the [`LADDER`] entry
+//! that maximises the effective input rate
+//! `min(speed x workers, link_rate x ratio)`, with hysteresis.
+//!
+//! Owns the estimates, the link rate and worker count, and when to probe.
+//! It must not pack real blocks or decide early abort (that is
+//! `compressor` and `early_abort`); it only runs trial compressions
+//! through the [`BlockEncoder`] it is handed.
+
+use crate::block::BlockEncoder;
+use crate::codec::{Codec, Mode};
+use crate::early_abort::middle;
+
+/// The codecs [`Mode::Auto`] chooses from, fastest first.
+pub const LADDER: [Codec; 6] = [
+    Codec::None,
+    Codec::Lz4,
+    Codec::Zstd(1),
+    Codec::Zstd(3),
+    Codec::Zstd(6),
+    Codec::Zstd(9),
+];
+/// Input bytes between probes of the current codec's neighbours.
+pub const REEVALUATE_EVERY: u64 = 32 << 20;
+/// Input bytes between probes of every codec.
+pub const FULL_PROBE_EVERY: u64 = 128 << 20;
+/// Size of the sample the level probes compress.
+pub const PROBE_SAMPLE: usize = 256 << 10;
+/// Speed assumed for storing raw (a copy), bytes/s per worker.
+const RAW_SPEED: f64 = 8e9;
+/// A new choice must beat the current one by this factor.
+const HYSTERESIS: f64 = 1.05;
+/// A link rate this many times above or below the one the level was
+/// chosen at makes the compressor choose again.
+const RATE_CHANGE: f64 = 1.5;
+
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    /// Input bytes per second per worker.
+    speed: f64,
+    /// Input bytes / output bytes.
+    ratio: f64,
+    known: bool,
+}
+
+/// The measurements and the current choice of one compressor.
+pub(crate) struct Auto {
+    est: [Estimate; LADDER.len()],
+    /// Index into [`LADDER`] of the codec in use.
+    current: usize,
+    workers: f64,
+    link_rate: f64,
+    /// The link rate when the level was last chosen.
+    chosen_at_rate: f64,
+    since_eval: u64,
+    since_full: u64,
+}
+
+impl Auto {
+    pub(crate) fn new(mode: Mode) -> Auto {
+        let est = [Estimate {
+            speed: 0.0,
+            ratio: 1.0,
+            known: false,
+        }; LADDER.len()];
+        let current = match mode {
+            Mode::Auto => 1,
+            Mode::Fixed(c) => LADDER.iter().position(|x| *x == c).unwrap_or(0),
+        };
+        let mut est = est;
+        est[0] = Estimate {
+            speed: RAW_SPEED,
+            ratio: 1.0,
+            known: true,
+        };
+        Auto {
+            est,
+            current,
+            workers: 1.0,
+            link_rate: f64::INFINITY,
+            chosen_at_rate: f64::INFINITY,
+            since_eval: 0,
+            since_full: FULL_PROBE_EVERY, // probe everything on the first block
+        }
+    }
+
+    /// The ladder entry currently chosen.
+    pub(crate) fn codec(&self) -> Codec {
+        LADDER[self.current]
+    }
+
+    /// How many workers compress in parallel (multiplies the speed).
+    pub(crate) fn set_workers(&mut self, n: usize) {
+        self.workers = n.max(1) as f64;
+    }
+
+    /// Record the link rate (`None` or 0: unlimited). Returns true when it
+    /// moved more than [`RATE_CHANGE`] away from the rate of the last
+    /// choice, so that the caller should [`Auto::choose`] again.
+    pub(crate) fn set_link_rate(&mut self, bytes_per_sec: Option<f64>) -> bool {
+        self.link_rate = match bytes_per_sec {
+            Some(r) if r > 0.0 && r.is_finite() => r,
+            _ => f64::INFINITY,
+        };
+        let same = self.link_rate == self.chosen_at_rate
+            || (1.0 / RATE_CHANGE..=RATE_CHANGE).contains(&(self.link_rate / self.chosen_at_rate));
+        !same
+    }
+
+    /// Enough input went by since the last probe for another one.
+    pub(crate) fn due(&self) -> bool {
+        self.since_eval >= REEVALUATE_EVERY || self.since_full >= FULL_PROBE_EVERY
+    }
+
+    /// Count `n` bytes of input towards the next probe.
+    pub(crate) fn consumed(&mut self, n: u64) {
+        self.since_eval += n;
+        self.since_full += n;
+    }
+
+    /// Effective input rate of ladder entry `i` under the current estimates.
+    fn effective(&self, i: usize) -> f64 {
+        let e = self.est[i];
+        (e.speed * self.workers).min(self.link_rate * e.ratio)
+    }
+
+    /// Measure ladder entry `i` on `sample` and fold it into the estimates.
+    fn probe(&mut self, enc: &mut BlockEncoder, i: usize, sample: &[u8]) {
+        if i == 0 || sample.is_empty() {
+            return;
+        }
+        // CPU time of this thread, not wall time: a probe preempted by the
+        // other end's threads would otherwise look several times slower.
+        let t = thread_cpu();
+        let packed = enc.trial(LADDER[i], sample);
+        let secs = (thread_cpu() - t).max(1e-7);
+        let ratio = match packed {
+            Some(n) if n > 0 => sample.len() as f64 / n as f64,
+            _ => 1.0,
+        };
+        self.update(i, sample.len() as f64 / secs, ratio, 0.5);
+    }
+
+    fn update(&mut self, i: usize, speed: f64, ratio: f64, weight: f64) {
+        let e = &mut self.est[i];
+        if e.known {
+            e.speed = e.speed * (1.0 - weight) + speed * weight;
+            e.ratio = e.ratio * (1.0 - weight) + ratio * weight;
+        } else {
+            *e = Estimate {
+                speed,
+                ratio,
+                known: true,
+            };
+        }
+    }
+
+    /// Re-probe and re-choose if enough input went by since last time.
+    pub(crate) fn maybe_reevaluate(&mut self, enc: &mut BlockEncoder, input: &[u8]) {
+        if !self.due() {
+            return;
+        }
+        // Probes see a bigger sample than the early abort: on 64 KiB a
+        // level's fixed set-up cost hides its real speed and ratio.
+        let sample = middle(input, PROBE_SAMPLE);
+        if self.since_full >= FULL_PROBE_EVERY {
+            for i in 1..LADDER.len() {
+                self.probe(enc, i, sample);
+            }
+            self.since_full = 0;
+        } else {
+            self.probe(enc, self.current, sample);
+            if self.current > 0 {
+                self.probe(enc, self.current - 1, sample);
+            }
+            if self.current + 1 < LADDER.len() {
+                self.probe(enc, self.current + 1, sample);
+            }
+        }
+        self.since_eval = 0;
+        self.choose();
+    }
+
+    /// Pick the ladder entry with the best effective rate under the
+    /// current estimates and link rate.
+    pub(crate) fn choose(&mut self) {
+        self.chosen_at_rate = self.link_rate;
+        let cur = self.effective(self.current);
+        let mut best = self.current;
+        for i in 0..LADDER.len() {
+            if self.est[i].known && self.effective(i) > self.effective(best) {
+                best = i;
+            }
+        }
+        if best != self.current && self.effective(best) > cur * HYSTERESIS {
+            self.current = best;
+        }
+    }
+}
+
+/// Seconds of CPU this thread has used.
+fn thread_cpu() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}

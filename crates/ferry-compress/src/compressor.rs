@@ -1,0 +1,161 @@
+//! [`Compressor`]: the per-thread front end that packs one block at a
+//! time. It ties the parts together: early abort, the [`Auto`] choice,
+//! the independent-block encoder and the zstd stream.
+//!
+//! It must stay glue: codec mechanics belong in `block` and `stream`, the
+//! rate model in `auto`, the saving threshold in `early_abort`.
+
+use crate::auto::Auto;
+use crate::block::BlockEncoder;
+use crate::codec::{Codec, Mode};
+use crate::early_abort::{sample_saves, saves_enough};
+use crate::stream::StreamEncoder;
+use crate::wire::Packed;
+
+/// Per-block compressor with its reusable contexts and its measurements.
+/// One per worker thread.
+pub struct Compressor {
+    mode: Mode,
+    /// zstd contexts and the scratch buffer of trial runs.
+    blocks: BlockEncoder,
+    /// Estimates and choice of [`Mode::Auto`].
+    auto: Auto,
+    streaming: bool,
+    stream: StreamEncoder,
+}
+
+impl Compressor {
+    pub fn new(mode: Mode) -> Compressor {
+        Compressor {
+            mode,
+            blocks: BlockEncoder::new(),
+            auto: Auto::new(mode),
+            streaming: false,
+            stream: StreamEncoder::new(),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Change the mode in place, keeping contexts, estimates and the
+    /// stream (tests of what a level change does to the stream).
+    #[cfg(test)]
+    pub(crate) fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+    }
+
+    /// Compress zstd blocks as one stream (see the crate docs): better
+    /// ratios, but the receiver must decode this compressor's blocks in
+    /// the order they were made, with one [`StreamDecoder`].
+    ///
+    /// [`StreamDecoder`]: crate::StreamDecoder
+    pub fn set_streaming(&mut self, on: bool) {
+        self.streaming = on;
+        self.stream.reset();
+    }
+
+    /// How many workers compress in parallel (multiplies the speed).
+    pub fn set_workers(&mut self, n: usize) {
+        self.auto.set_workers(n);
+    }
+
+    /// Bytes per second of compressed output the link takes when it is the
+    /// bottleneck (measured by the caller as bytes written / time blocked in
+    /// writes). `None` or 0 means unknown (treated as unlimited).
+    pub fn set_link_rate(&mut self, bytes_per_sec: Option<f64>) {
+        // A link that turns out much slower or faster than when the level
+        // was chosen changes the best level at once: the estimates are
+        // already there, so waiting for the next probe (32 MiB of
+        // compressible input per worker, which a mostly random or sparse
+        // source may never send) would keep a choice made for another link.
+        let moved = self.auto.set_link_rate(bytes_per_sec);
+        if self.mode == Mode::Auto && moved {
+            self.auto.choose();
+        }
+    }
+
+    /// The codec Auto would use for the next block (or the fixed one).
+    pub fn current(&self) -> Codec {
+        match self.mode {
+            Mode::Auto => self.auto.codec(),
+            Mode::Fixed(c) => c,
+        }
+    }
+
+    /// Early abort: does a cheap pass over a sample of a large block save
+    /// enough to be worth a real pass? (Small blocks: always yes.)
+    fn sample_saves(&mut self, input: &[u8]) -> bool {
+        let cheap = if self.current() == Codec::Lz4 {
+            Codec::Lz4
+        } else {
+            Codec::Zstd(1)
+        };
+        sample_saves(&mut self.blocks, cheap, input)
+    }
+
+    /// Compress one block. Returns the codec used; with [`Codec::None`]
+    /// `out` is left empty and the caller sends `input` itself (no copy).
+    /// Independent blocks only: streaming is for [`Compressor::compress`].
+    pub fn compress_block(&mut self, input: &[u8], out: &mut Vec<u8>) -> Codec {
+        let streaming = std::mem::replace(&mut self.streaming, false);
+        let p = self.compress(input, out);
+        self.streaming = streaming;
+        p.codec
+    }
+
+    /// Compress one block, as a block of the zstd stream when streaming is
+    /// on. With [`Codec::None`] `out` is left empty and the caller sends
+    /// `input` itself (no copy).
+    pub fn compress(&mut self, input: &[u8], out: &mut Vec<u8>) -> Packed {
+        const RAW: Packed = Packed {
+            codec: Codec::None,
+            stream: None,
+        };
+        out.clear();
+        if input.is_empty() {
+            return RAW;
+        }
+        let n = input.len() as u64;
+        if self.mode == Mode::Auto {
+            // Incompressible blocks are stored raw whatever the level, so
+            // they say nothing about which level to use: they neither
+            // count towards nor trigger a re-evaluation (mixed data would
+            // otherwise drag every estimate towards ratio 1).
+            let due = self.auto.due();
+            if (due || self.current() != Codec::None) && !self.sample_saves(input) {
+                return RAW;
+            }
+            self.auto.maybe_reevaluate(&mut self.blocks, input);
+            self.auto.consumed(n);
+        }
+        let codec = self.current();
+        if codec == Codec::None {
+            return RAW;
+        }
+        // Early abort: a cheap pass over a sample of a large block.
+        if self.mode != Mode::Auto && !self.sample_saves(input) {
+            return RAW;
+        }
+        let mut stream = None;
+        let ok = match codec {
+            Codec::Zstd(level) if self.streaming => {
+                stream = self.stream.run(level, input, out);
+                stream.is_some()
+            }
+            _ => self.blocks.run(codec, input, out),
+        };
+        // A stream block that got smaller goes out whatever it saved: the
+        // decoder needs it for the blocks after it.
+        let fits = ok && (stream.is_some() || saves_enough(out.len(), input.len()));
+        // Estimates come from the probes only, which measure every level
+        // on the same sample: a real block (a stream block above all)
+        // would flatter the level in use.
+        if !fits {
+            out.clear();
+            return RAW;
+        }
+        Packed { codec, stream }
+    }
+}
