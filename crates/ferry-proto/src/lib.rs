@@ -1,61 +1,28 @@
-//! ferry's wire protocol.
+//! ferry's link layer for sync sessions: how [`Message`]s (defined, with
+//! their codec and the block layout, in the `ferry-wire` crate and
+//! re-exported here) travel between a sender and a receiver.
 //!
-//! Everything two ferry endpoints say to each other is a [`Message`]. This
-//! crate owns:
-//!
-//! * [`msg`]: the message types (file list entries, data/zero/copy ops,
-//!   segment digests, requests, reports);
-//! * [`codec`]: the hand-written, bounded binary encoding of every message
-//!   (specified in `docs/PROTOCOL.md`); the decoder never panics and never
-//!   allocates more than the frame it was given;
-//! * [`layout`]: how a file of a given size is cut into segments (the unit of
-//!   parallel work) and grid blocks (the unit of zero detection, hashing and
-//!   delta matching), and how segment digests are computed;
-//! * [`transport`]: the message links between a sender and a receiver: an
-//!   in-process link (channels) and a byte-stream link (pipes, ssh, TCP).
-//!   Both count `bytes_wire` as the encoded size of what they carry.
+//! * [`transport`]: the message links: an in-process link (channels) and a
+//!   byte-stream link (pipes, ssh, TCP through ferry-channel), which
+//!   compresses data blocks when that pays and counts `bytes_wire`;
+//! * `framing`: the magic and the checked frames on a byte pipe;
+//! * [`liveness`]: keepalives and the idle timeout (`--timeout`);
+//! * [`bufpool`]: reused data buffers.
 //!
 //! The crate does no file I/O and knows nothing of the terminal.
 
 pub mod bufpool;
-pub mod codec;
 mod framing;
-pub mod layout;
 pub mod liveness;
-pub mod msg;
 pub mod transport;
 
-pub use codec::{decode, encode, encoded_len, DecodeError, MAX_FRAME};
+pub use ferry_wire::{
+    announced_version, decode, encode, encoded_len, DecodeError, MAGIC, MAX_FRAME, NO_FILE,
+    PROTOCOL_VERSION,
+};
+pub use ferry_wire::{codec, layout, msg};
 pub use msg::*;
 pub use transport::{
     in_process, stream_link, stream_link_flushed, Endpoint, Flushed, LinkError, MsgRx, MsgTx,
     WireCounter,
 };
-
-/// The `file` of a [`Message::FileFailed`] that concerns no requested file
-/// (a source entry the sender could not list or read).
-pub const NO_FILE: u32 = u32::MAX;
-
-/// Protocol version spoken by this build. Peers must agree exactly on the
-/// major version; see `docs/PROTOCOL.md`.
-pub const PROTOCOL_VERSION: u32 = 5;
-/// The version this process announces in `Hello`: [`PROTOCOL_VERSION`].
-/// With the `test-hooks` feature (test builds only), the environment
-/// variable `FERRY_TEST_PROTOCOL_VERSION` may say otherwise, to exercise
-/// version mismatches with real peers.
-pub fn announced_version() -> u32 {
-    #[cfg(feature = "test-hooks")]
-    if let Some(v) = std::env::var("FERRY_TEST_PROTOCOL_VERSION")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return v;
-    }
-    PROTOCOL_VERSION
-}
-
-/// Magic bytes at the start of a stream link, before the first frame.
-/// Its 7th byte is the framing's version: 4 since an empty frame is a
-/// keepalive (protocol version 4); 3 since frames carry a checked header
-/// and a check; 1 before.
-pub const MAGIC: &[u8; 8] = b"FERRY\x00\x04\n";
