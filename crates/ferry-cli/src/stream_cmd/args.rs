@@ -1,0 +1,167 @@
+//! The command lines of `send`, `recv` and `pipe`, and the engine
+//! [`Options`] and key they turn into.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ferry_channel::Psk;
+use ferry_stream::{Mode, Options};
+
+/// Options shared by the three commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StreamOpts {
+    /// Read the pre-shared key from this file (at least 16 bytes after
+    /// trimming whitespace, e.g. 32 hex digits). Default: $FERRY_KEY.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Compression: auto (chosen per block from measured CPU and link
+    /// speed), none, lz4, zstd or zstd:LEVEL.
+    #[arg(long, default_value = "auto", value_name = "MODE")]
+    pub compress: String,
+    /// Memory buffer on each side (e.g. 256M, 1G).
+    #[arg(short = 'm', long, default_value = "256M", value_name = "SIZE")]
+    pub buffer: String,
+    /// Block size (4K to 1M): the unit of compression and framing.
+    #[arg(long, default_value = "1M", value_name = "SIZE")]
+    pub block_size: String,
+    /// Show the status line even when stderr is not a terminal.
+    #[arg(long)]
+    pub progress: bool,
+    /// Print one JSON object with the result at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// A peer that sends nothing, not even a keepalive (each side sends one
+    /// after 1 s with nothing to say), for this many seconds is dead (exit
+    /// 5); at least 2. recv also waits at most this long for a sender that
+    /// proves the key. Default: no limit.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+}
+
+/// `producer | ferry send HOST:PORT [FILE]`
+#[derive(clap::Args, Debug)]
+pub struct SendArgs {
+    /// The receiver (`ferry recv --listen ...`), as HOST:PORT.
+    pub dest: String,
+    /// Read this file instead of stdin.
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub o: StreamOpts,
+}
+
+/// `ferry recv --listen ADDR:PORT [FILE] | consumer`
+#[derive(clap::Args, Debug)]
+pub struct RecvArgs {
+    /// Address to listen on, e.g. 0.0.0.0:9000 (port 0: any free port).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// Write the stream to this file instead of stdout.
+    #[arg(conflicts_with = "command")]
+    pub file: Option<PathBuf>,
+    /// Read the key as the first line of stdin (used by `ferry pipe`).
+    #[arg(long, hide = true)]
+    pub key_stdin: bool,
+    /// Print `FERRY-PORT <port>` on stdout once listening, then read the
+    /// transport (`tcp` or `stdin`) as a line from stdin (used by `ferry pipe`).
+    #[arg(long, hide = true)]
+    pub announce: bool,
+    /// Run COMMAND with the stream as its stdin; exit with its status.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+    #[command(flatten)]
+    pub o: StreamOpts,
+}
+
+/// `producer | ferry pipe [user@]host -- COMMAND ARGS...`
+#[derive(clap::Args, Debug)]
+pub struct PipeArgs {
+    /// Where to run COMMAND, as for ssh: [user@]host.
+    pub target: String,
+    /// The command that reads the stream on the remote host.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Read this file instead of stdin.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Remote shell used to start the remote side.
+    #[arg(short = 'e', long, default_value = "ssh", value_name = "COMMAND")]
+    pub rsh: String,
+    /// Path of ferry on the remote host.
+    #[arg(long, default_value = "ferry", value_name = "PATH")]
+    pub remote_ferry: String,
+    /// Carry the data through ssh instead of a direct TCP connection.
+    #[arg(long)]
+    pub via_ssh: bool,
+    /// Address the remote side listens on for the direct connection.
+    #[arg(long, default_value = "0.0.0.0", value_name = "ADDR")]
+    pub remote_listen: String,
+    #[command(flatten)]
+    pub o: StreamOpts,
+}
+
+// ---------------------------------------------------------------- helpers
+/// Parse `123`, `64K`, `256M`, `1G`, `1MiB`, `2GB` (binary multiples).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("bad size {s:?}: use a number with K, M or G")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} too large"))
+}
+
+pub(super) fn read_key(o: &StreamOpts) -> Result<Psk, String> {
+    let raw = if let Some(f) = &o.key_file {
+        std::fs::read(f).map_err(|e| format!("cannot read key file {}: {e}", f.display()))?
+    } else if let Ok(k) = std::env::var("FERRY_KEY") {
+        k.into_bytes()
+    } else {
+        return Err(
+            "no key: pass --key-file FILE or set FERRY_KEY (at least 16 bytes, e.g. 32 hex digits)"
+                .into(),
+        );
+    };
+    Psk::new(&raw).map_err(|e| e.to_string())
+}
+
+pub(super) fn options(o: &StreamOpts, key: Psk) -> Result<Options, String> {
+    let mut opts = Options::new(key);
+    opts.compress = o.compress.parse::<Mode>().map_err(|e| e.to_string())?;
+    opts.buffer = parse_size(&o.buffer)?;
+    opts.block_size = parse_size(&o.block_size)?;
+    if !(ferry_stream::MIN_BLOCK..=ferry_stream::MAX_BLOCK).contains(&opts.block_size) {
+        return Err("--block-size must be between 4K and 1M".into());
+    }
+    if let Some(t) = o.timeout {
+        // Keepalives go out after 1 s of silence: a shorter timeout would
+        // take a live peer for a dead one.
+        if !(2.0..=1e6).contains(&t) {
+            return Err("--timeout takes a number of seconds, at least 2".into());
+        }
+        opts.wait = Some(Duration::from_secs_f64(t));
+        opts.idle = Some(Duration::from_secs_f64(t));
+    }
+    Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("1T").is_err());
+        assert!(parse_size("M").is_err());
+    }
+}

@@ -1,0 +1,249 @@
+//! `ferry recv --listen ADDR:PORT [FILE | -- COMMAND] | consumer`: where
+//! the stream goes (stdout, FILE, COMMAND), over TCP or, for `pipe
+//! --via-ssh`, over our own stdin and stdout.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ferry_channel::Psk;
+use ferry_stream::{ErrorKind, FileOut, Options, RecvHooks, StreamError, Summary};
+
+use super::args::{options, read_key, RecvArgs};
+use super::report::{exit_code, json_to, report, JsonTo, Progress};
+use super::{read_line_raw, resolve, stdin_file, stdout_file, usage};
+use crate::exit as code;
+
+/// Where `recv` writes the stream.
+enum Sink {
+    Stdout,
+    File(PathBuf),
+    Command(Vec<String>),
+}
+
+pub fn run_recv(a: RecvArgs) -> i32 {
+    let key = match recv_key(&a) {
+        Ok(k) => k,
+        Err(e) => return usage(&e),
+    };
+    let opts = match options(&a.o, key) {
+        Ok(o) => o,
+        Err(e) => return usage(&e),
+    };
+    let listen = match resolve(&a.listen) {
+        Ok(l) => l,
+        Err(e) => return usage(&e),
+    };
+    let sink = if !a.command.is_empty() {
+        Sink::Command(a.command.clone())
+    } else if let Some(f) = &a.file {
+        Sink::File(f.clone())
+    } else {
+        Sink::Stdout
+    };
+    let jt = json_to(
+        a.o.json,
+        if matches!(sink, Sink::Stdout) {
+            JsonTo::Stderr
+        } else {
+            JsonTo::Stdout
+        },
+    );
+    let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
+
+    let listener = match ferry_stream::bind(listen) {
+        Ok(l) => l,
+        Err(e) => {
+            let c = exit_code(&e, true);
+            report("recv", &Err(e), &opts.stats, cpu0, t0, jt, c);
+            return c;
+        }
+    };
+    // Transport: a TCP connection, or (pipe --via-ssh) our stdin/stdout.
+    let via_stdin = if a.announce {
+        match announce(&listener) {
+            Ok(v) => v,
+            Err(c) => return c,
+        }
+    } else {
+        false
+    };
+
+    let p = Progress::start(opts.stats.clone(), a.o.progress);
+    let res = receive(&opts, &listener, via_stdin, sink);
+    p.finish();
+    let c = match &res {
+        Ok(s) => s.remote_status.unwrap_or(code::OK),
+        Err(e) => match e.remote_status {
+            Some(s) if s != 0 => s,
+            _ => exit_code(e, true),
+        },
+    };
+    report("recv", &res, &opts.stats, cpu0, t0, jt, c);
+    c
+}
+
+/// The key: from `--key-file` or `$FERRY_KEY`, or with `--key-stdin` as
+/// the first line of stdin.
+fn recv_key(a: &RecvArgs) -> Result<Psk, String> {
+    if a.key_stdin {
+        match stdin_file().and_then(|mut f| read_line_raw(&mut f, 4096)) {
+            Ok(k) => Psk::new(k.as_bytes()).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("reading the key from stdin: {e}")),
+        }
+    } else {
+        read_key(&a.o)
+    }
+}
+
+/// `--announce`: print our port for `ferry pipe`, and read back the
+/// transport it chose. `Ok(true)`: the stream comes on stdin.
+fn announce(listener: &std::net::TcpListener) -> Result<bool, i32> {
+    let port = listener.local_addr().map(|l| l.port()).unwrap_or(0);
+    let mut out = io::stdout();
+    if writeln!(out, "FERRY-PORT {port}")
+        .and_then(|_| out.flush())
+        .is_err()
+    {
+        return Err(code::IO);
+    }
+    match stdin_file().and_then(|mut f| read_line_raw(&mut f, 64)) {
+        Ok(m) if m == "stdin" => Ok(true),
+        Ok(m) if m == "tcp" => Ok(false),
+        Ok(m) => Err(usage(&format!(
+            "unexpected transport {m:?} from ferry pipe"
+        ))),
+        Err(e) => Err(usage(&format!("reading the transport from stdin: {e}"))),
+    }
+}
+
+/// Receive one stream into `sink`.
+fn receive(
+    opts: &Options,
+    listener: &std::net::TcpListener,
+    via_stdin: bool,
+    sink: Sink,
+) -> Result<Summary, StreamError> {
+    // Our stdout or FILE: a file descriptor either way, written through
+    // FileOut (O_DIRECT when it is a regular file).
+    // FILE is created (truncated) and COMMAND started only once a sender
+    // has proved the key.
+    match sink {
+        Sink::Stdout => stdout_file()
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("stdout: {e}")))
+            .and_then(|f| {
+                recv_with(
+                    opts,
+                    listener,
+                    via_stdin,
+                    ferry_stream::opened(FileOut::new(f)),
+                )
+            }),
+        Sink::File(path) => {
+            let open: ferry_stream::Opener<FileOut> = Box::new(move || {
+                let f = File::create(&path).map_err(|e| {
+                    StreamError::new(
+                        ErrorKind::Io,
+                        format!("cannot create {}: {e}", path.display()),
+                    )
+                })?;
+                Ok((FileOut::new(f), RecvHooks::default()))
+            });
+            recv_with(opts, listener, via_stdin, open)
+        }
+        Sink::Command(cmd) => recv_to_command(opts, listener, via_stdin, cmd),
+    }
+}
+
+fn recv_with<W: Write + Send + 'static>(
+    opts: &Options,
+    l: &std::net::TcpListener,
+    via_stdin: bool,
+    open: ferry_stream::Opener<W>,
+) -> Result<Summary, StreamError> {
+    if via_stdin {
+        let r = stdin_file().map_err(|e| StreamError::new(ErrorKind::Io, format!("stdin: {e}")))?;
+        let w =
+            stdout_file().map_err(|e| StreamError::new(ErrorKind::Io, format!("stdout: {e}")))?;
+        ferry_stream::recv_over(opts, r, w, open, None)
+    } else {
+        // A connection that fails the handshake is told on stderr and
+        // dropped; recv goes on waiting.
+        let refused = |peer: std::net::SocketAddr, e: &StreamError| {
+            errln!("ferry recv: refused a connection from {peer}: {e}");
+        };
+        ferry_stream::recv_on(opts, l, open, &refused)
+    }
+}
+
+fn recv_to_command(
+    opts: &Options,
+    l: &std::net::TcpListener,
+    via_stdin: bool,
+    cmd: Vec<String>,
+) -> Result<Summary, StreamError> {
+    // Filled once the command runs, so a failed stream can kill it.
+    let started: Arc<Mutex<Option<Arc<Mutex<Child>>>>> = Arc::default();
+    let slot = started.clone();
+    let open: ferry_stream::Opener<ChildStdin> = Box::new(move || {
+        let mut c = Command::new(&cmd[0]);
+        c.args(&cmd[1..]).stdin(Stdio::piped());
+        if via_stdin {
+            // Our stdout carries the channel: the command's output goes to stderr.
+            let fd = io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| StreamError::new(ErrorKind::Io, format!("stderr: {e}")))?;
+            c.stdout(Stdio::from(fd));
+        }
+        let mut child = c.spawn().map_err(|e| {
+            let mut err = StreamError::new(ErrorKind::Io, format!("cannot run {}: {e}", cmd[0]));
+            err.remote_status = Some(if e.kind() == io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+            err
+        })?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| StreamError::new(ErrorKind::Io, "command has no stdin"))?;
+        let child = Arc::new(Mutex::new(child));
+        if let Ok(mut s) = slot.lock() {
+            *s = Some(child.clone());
+        }
+        let (c1, c2) = (child.clone(), child);
+        let hooks = RecvHooks {
+            on_complete: Some(Box::new(move || wait_status(&c1))),
+            on_abort: Some(Arc::new(move || {
+                if let Ok(mut ch) = c2.lock() {
+                    let _ = ch.kill();
+                }
+            })),
+        };
+        Ok((stdin, hooks))
+    });
+    let res = recv_with(opts, l, via_stdin, open);
+    if res.is_err() {
+        // The stream failed: the command must not finish on partial input.
+        if let Some(child) = started.lock().ok().and_then(|mut s| s.take()) {
+            if let Ok(mut ch) = child.lock() {
+                let _ = ch.kill();
+                let _ = ch.wait();
+            }
+        }
+    }
+    res
+}
+
+fn wait_status(child: &Mutex<Child>) -> Option<i32> {
+    let mut ch = child.lock().ok()?;
+    let st = ch.wait().ok()?;
+    use std::os::unix::process::ExitStatusExt;
+    Some(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
+}

@@ -1,0 +1,229 @@
+//! The session drivers: a push or a pull run here (the local sender or
+//! receiver against the spawned remote side), and `serve --stdio`, the
+//! remote side itself.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ferry_proto::ReceiverReport;
+
+use super::command::serve_args_with;
+use super::ssh::spawn;
+use super::tcp::direct_accept;
+use super::{RemoteOptions, RemotePath};
+use crate::error::{Error, Result};
+use crate::plan::{self, Dest};
+use crate::stats::{Report, Stats};
+use crate::{receiver, sender, SyncOptions};
+
+/// Copy the receiver's tally into the local counters (push: the receiver
+/// is remote).
+fn fill(stats: &Stats, r: &ReceiverReport) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (c, v) in [
+        (&stats.files_total, r.files_total),
+        (&stats.dirs_total, r.dirs_total),
+        (&stats.delete_skipped, r.delete_skipped),
+        (&stats.delta_mismatch, r.delta_mismatch),
+        (&stats.files_transferred, r.files_transferred),
+        (&stats.files_delta, r.files_delta),
+        (&stats.files_deleted, r.files_deleted),
+        (&stats.files_failed, r.files_failed),
+        (&stats.bytes_total, r.bytes_total),
+        (&stats.bytes_transferred, r.bytes_transferred),
+        (&stats.bytes_written, r.bytes_written),
+        (&stats.bytes_matched, r.bytes_matched),
+    ] {
+        c.store(v, Relaxed);
+    }
+    if let Ok(mut e) = stats.errors.lock() {
+        *e = r.errors.clone();
+    }
+}
+
+fn finish_report(stats: &Stats, ep_wire: u64, start: Instant) -> Result<Report> {
+    use std::sync::atomic::Ordering::Relaxed;
+    stats.bytes_wire.store(ep_wire, Relaxed);
+    crate::finished(stats, start)
+}
+
+/// The sender's side of a byte-stream link: rate limit and compression.
+fn sending_link(
+    mut tx: ferry_proto::MsgTx,
+    link_rate: &Arc<std::sync::atomic::AtomicU64>,
+    opts: &SyncOptions,
+) -> ferry_proto::MsgTx {
+    if let Some(rate) = opts.bwlimit {
+        tx = tx.with_rate_limit(rate);
+    }
+    tx.with_compression(opts.compress, opts.threads, link_rate.clone(), opts.bwlimit)
+}
+
+/// Push local `sources` to `dest` on another host.
+pub fn sync_push(
+    sources: &[String],
+    dest: &RemotePath,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+) -> Result<Report> {
+    push_pass(sources, dest, opts, ropts, stats, Instant::now())
+}
+
+fn push_pass(
+    sources: &[String],
+    dest: &RemotePath,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+    start: Instant,
+) -> Result<Report> {
+    for s in sources.iter().filter(|s| !crate::source::is_nbd_uri(s)) {
+        std::fs::symlink_metadata(s.trim_end_matches('/'))
+            .or_else(|_| std::fs::symlink_metadata(s))
+            .map_err(|e| Error::io(s, e))?;
+    }
+    let specs = plan::source_specs(sources, crate::source_is_dir)?;
+    let file_or_dir = sources.len() == 1 && !sources[0].ends_with('/') && !dest.path.ends_with('/');
+    let opts = opts.clone();
+    let args = serve_args_with(
+        &opts,
+        false,
+        file_or_dir,
+        ropts.direct,
+        std::slice::from_ref(&dest.path),
+    );
+    let (remote, mut ep) = spawn(&dest.host, ropts, &args, stats)?;
+    ep.tx = sending_link(ep.tx, &ep.link_rate, &opts);
+    let (sent, recv) = (ep.sent.clone(), ep.received.clone());
+    let res = sender::run_sender(ep, &specs, &opts, stats, true);
+    let report = remote.finish(res)?;
+    fill(stats, &report);
+    finish_report(stats, sent.get() + recv.get(), start)
+}
+
+/// Pull `sources` (all on one host) to local `dest`.
+pub fn sync_pull(
+    sources: &[RemotePath],
+    dest: &str,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+) -> Result<Report> {
+    pull_pass(sources, dest, opts, ropts, stats, Instant::now())
+}
+
+fn pull_pass(
+    sources: &[RemotePath],
+    dest: &str,
+    opts: &SyncOptions,
+    ropts: &RemoteOptions,
+    stats: &Stats,
+    start: Instant,
+) -> Result<Report> {
+    let host = &sources[0].host;
+    if sources.iter().any(|s| &s.host != host) {
+        return Err(Error::Usage(
+            "all remote sources must be on the same host".into(),
+        ));
+    }
+    let paths: Vec<String> = sources.iter().map(|s| s.path.clone()).collect();
+    let single = paths.len() == 1 && !paths[0].ends_with('/') && !dest.ends_with('/');
+    let dest = if single {
+        Dest::FileOrDir(dest.into())
+    } else {
+        Dest::Dir(dest.into())
+    };
+    let mut opts = opts.clone();
+    opts.expect_top = expected_names(&paths);
+    let args = serve_args_with(&opts, true, false, ropts.direct, &paths);
+    let (remote, ep) = spawn(host, ropts, &args, stats)?;
+    let (sent, recv) = (ep.sent.clone(), ep.received.clone());
+    let res = receiver::run_receiver(ep, &dest, &opts, stats);
+    remote.finish(res)?;
+    finish_report(stats, sent.get() + recv.get(), start)
+}
+
+/// What a pull of `paths` may bring: each source's last component, or
+/// anything (`None`) when a source's contents were asked for (`dir/`, `.`).
+fn expected_names(paths: &[String]) -> Option<Vec<Vec<u8>>> {
+    let mut names = Vec::new();
+    for p in paths {
+        if crate::source::is_nbd_uri(p) {
+            names.push(crate::source::nbd_name(p));
+            continue;
+        }
+        let trimmed = p.trim_end_matches('/');
+        let name = std::path::Path::new(trimmed)
+            .file_name()
+            .map(|n| n.as_encoded_bytes().to_vec())
+            .unwrap_or_default();
+        if p.ends_with('/') || name.is_empty() || name == b".." || name == b"." {
+            return None;
+        }
+        names.push(name);
+    }
+    Some(names)
+}
+
+/// The remote side: speak the protocol on stdin/stdout, or with `direct`
+/// over a TCP channel offered on stdout. `paths` are the sources (`send`)
+/// or the one destination (`receive`).
+pub fn serve_stdio(
+    send: bool,
+    file_or_dir: bool,
+    direct: bool,
+    paths: &[String],
+    opts: &SyncOptions,
+) -> Result<()> {
+    let (mut ep, flushed) = if direct {
+        direct_accept()?
+    } else {
+        ferry_proto::stream_link_flushed(std::io::stdin(), std::io::stdout())
+    };
+    let stats = Stats::default();
+    let res = if send {
+        ep.tx = sending_link(ep.tx, &ep.link_rate, opts);
+        match plan::source_specs(paths, crate::source_is_dir) {
+            Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false).map(|_| ()),
+            Err(e) => Err(e),
+        }
+    } else {
+        let [dest] = paths else {
+            return Err(Error::Usage("serve --receive takes one destination".into()));
+        };
+        let dest = if crate::source::is_nbd_uri(dest) {
+            Dest::Nbd(dest.clone())
+        } else if file_or_dir {
+            Dest::FileOrDir(dest.into())
+        } else {
+            Dest::Dir(dest.into())
+        };
+        receiver::run_receiver(ep, &dest, opts, &stats).map(|_| ())
+    };
+    // Our last message (the report, or the error) must leave before exit;
+    // with --timeout, a peer that stopped reading is not waited for.
+    flushed.wait_for(opts.timeout);
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pull_expects_the_names_it_asked_for() {
+        let v = |p: &[&str]| expected_names(&p.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(v(&["notes.txt"]), Some(vec![b"notes.txt".to_vec()]));
+        assert_eq!(
+            v(&["/a/b/c", "d"]),
+            Some(vec![b"c".to_vec(), b"d".to_vec()])
+        );
+        assert_eq!(v(&["/srv/dir/"]), None);
+        assert_eq!(v(&["x", "."]), None);
+        assert_eq!(
+            v(&["nbd+unix:///disk?socket=/s"]),
+            Some(vec![b"disk".to_vec()])
+        );
+    }
+}
