@@ -1,0 +1,159 @@
+//! The sending side: walks the sources, streams the file list, and answers
+//! the receiver's requests with data, zero and copy ops, read by segments in
+//! parallel.
+//!
+//! Threads: the caller's thread walks and sends entries; one thread reads
+//! requests from the receiver and queues segment jobs; `threads` workers
+//! read segments and send their ops. Every segment ends with a
+//! `SegmentDone` carrying its digest; a file whose source changed or could
+//! not be read gets a `FileFailed` before its last `SegmentDone`.
+//!
+//! This module holds what those threads share (the table of listed files,
+//! the segment jobs) and starts them. The rest, by concern: `walk` sends
+//! the list, `open` opens a listed file by its handle, `requests` answers
+//! the receiver, `segment` sends one segment and keeps a file's failure
+//! bookkeeping, `whole` and `delta` are the two ways a segment's bytes go
+//! (`ops` turns a delta's ops into messages), and `prehash` hashes delta
+//! sources while the receiver signs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::unbounded;
+use ferry_proto::{Endpoint, ReceiverReport};
+
+use crate::early::{EarlySeg, PreHash};
+use crate::error::{Error, Result};
+use crate::plan::SourceSpec;
+use crate::source::ExtentReader;
+use crate::stats::Stats;
+use crate::SyncOptions;
+
+mod delta;
+mod open;
+mod ops;
+mod prehash;
+mod requests;
+mod segment;
+mod walk;
+mod whole;
+
+/// A file the receiver may ask for.
+struct SrcFile {
+    path: PathBuf,
+    size: u64,
+    mtime: (i64, u32),
+    open: Mutex<Option<Arc<dyn ExtentReader>>>,
+    /// Opened at walk time and kept (NBD exports), not reopened per use.
+    kept_open: bool,
+    remaining: AtomicU64,
+    failed: AtomicBool,
+    /// Block hashes on the delta grid, computed while the receiver signs
+    /// its old copy, and the segments sent early (see [`crate::early`]).
+    prehash: PreHash,
+    /// Device and inode seen by the walk: the file opened later must be
+    /// this one.
+    ident: (u64, u64),
+    /// A top-level source named through a symlink the user chose (a
+    /// trailing slash): followed. Everything else is opened `O_NOFOLLOW`.
+    follow: bool,
+}
+
+/// The listed files by id, shared by the walk and the request thread.
+type Table = Arc<Mutex<HashMap<u32, Arc<SrcFile>>>>;
+
+/// One segment for a worker to send.
+struct Job {
+    id: u32,
+    file: Arc<SrcFile>,
+    seg: u64,
+    delta: Option<Arc<DeltaJob>>,
+    /// A delta segment sent before the signature is complete.
+    early: Option<Box<EarlySeg>>,
+}
+
+/// A file to send as a delta against the receiver's signature.
+struct DeltaJob {
+    matcher: ferry_delta::Matcher,
+    /// The receiver writes in place: copies must keep their offset.
+    inplace: bool,
+}
+
+/// How a worker reads and digests segments.
+#[derive(Clone, Copy)]
+struct ReadHow {
+    /// Digest segments (all but the in-process link).
+    hash: bool,
+    /// Read large uncached files around the page cache (`direct::Reader`).
+    direct_io: bool,
+}
+
+/// Run the sending side of a session over `ep` until the receiver reports.
+/// With `progress`, the sender counts what it was asked for and has sent
+/// into `stats` (when the receiver is remote, nobody else does).
+pub fn run_sender(
+    ep: Endpoint,
+    sources: &[SourceSpec],
+    opts: &SyncOptions,
+    stats: &Stats,
+    progress: bool,
+) -> Result<ReceiverReport> {
+    let progress = progress.then_some(stats);
+    let Endpoint { tx, rx, .. } = ep;
+    crate::hello(&tx, &rx)?;
+    // From here on a silent peer is a dead one (not during an ssh login).
+    rx.set_idle_timeout(opts.timeout);
+
+    let table: Table = Arc::default();
+    let (job_tx, job_rx) = unbounded::<Job>();
+    let over = AtomicBool::new(false);
+    // Reading is often I/O-bound (cold cache, small files): more readers
+    // than cores keep the device busy.
+    let threads = opts.threads.max(1) * 2;
+
+    std::thread::scope(|s| {
+        // Workers.
+        let mut workers = Vec::new();
+        for _ in 0..threads {
+            let job_rx = job_rx.clone();
+            let tx = tx.clone();
+            let how = ReadHow {
+                hash: !opts.in_process || opts.verify,
+                direct_io: opts.direct_io,
+            };
+            workers.push(s.spawn(move || segment::worker(job_rx, tx, progress, how)));
+        }
+        drop(job_rx);
+
+        // Requests from the receiver.
+        let (prehash_tx, prehash_rx) = unbounded::<Arc<SrcFile>>();
+        let direct_io = opts.direct_io;
+        let over = &over;
+        s.spawn(move || prehash::prehash(prehash_rx, direct_io, over));
+        let req = requests::Requests::new(
+            table.clone(),
+            tx.clone(),
+            job_tx,
+            workers,
+            prehash_tx,
+            progress,
+        );
+        let requests = s.spawn(move || -> Result<ReceiverReport> {
+            let _over = requests::SetOnDrop(over);
+            req.serve(&rx)
+        });
+
+        let walked = walk::walk_all(sources, opts, stats, &tx, &table);
+        if let Err(e) = &walked {
+            let _ = tx.send(crate::error::fatal(e));
+        }
+        drop(tx);
+        let res = requests
+            .join()
+            .map_err(|_| Error::Protocol("sender request thread panicked".into()))?;
+        walked?;
+        res
+    })
+}

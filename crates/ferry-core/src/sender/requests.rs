@@ -1,0 +1,362 @@
+//! The request thread: reads what the receiver asks (`Want`, `Signature`,
+//! `EndOfList`), checks each request against the list and against what was
+//! asked before, and queues segment jobs for the workers: a whole file at
+//! once, a delta once its signature is whole (or segment by segment early,
+//! where the pre-hash finds blocks in place).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::ScopedJoinHandle;
+
+use crossbeam_channel::Sender;
+use ferry_proto::{layout, Message, MsgRx, MsgTx, ReceiverReport, WantMode};
+
+use crate::early::EarlySeg;
+use crate::error::{Error, Result};
+use crate::stats::Stats;
+
+use super::prehash::worth_prehashing;
+use super::{DeltaJob, Job, SrcFile, Table};
+
+/// Largest signature accepted from a receiver, in blocks (24 bytes each).
+const MAX_SIGNATURE_BLOCKS: u64 = 1 << 22;
+
+/// Sets its flag when dropped: however the request thread ends.
+pub(super) struct SetOnDrop<'a>(pub(super) &'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A file the receiver asked for as a delta, until its signature is whole.
+struct Pending {
+    file: Arc<SrcFile>,
+    sig: Option<ferry_delta::Signature>,
+    inplace: bool,
+}
+
+/// One `Signature` message's part of the blocks.
+struct SigPart {
+    first_block: u64,
+    weak: Vec<u64>,
+    strong: Vec<[u8; 16]>,
+    last: bool,
+}
+
+/// Whether file may be asked for in `mode` after `prev` (what it was
+/// asked for before, if anything). A delta may be turned into a whole file
+/// once (the receiver found the delta no longer pays); nothing else is
+/// asked twice, so a peer cannot make this side queue the same file again
+/// and again.
+fn may_ask(prev: Option<WantMode>, mode: WantMode) -> bool {
+    match prev {
+        None => true,
+        Some(prev) => prev != WantMode::Whole && mode == WantMode::Whole,
+    }
+}
+
+/// Whether a signature's first part fits the file it is for: on the delta
+/// grid of the source's size, and no bigger than
+/// [`MAX_SIGNATURE_BLOCKS`] however big the receiver says its old copy is.
+fn signature_acceptable(size: u64, block_size: u64, basis_size: u64) -> bool {
+    block_size == layout::delta_block(size)
+        && ferry_delta::Signature::block_count(basis_size, block_size) <= MAX_SIGNATURE_BLOCKS
+}
+
+/// The segments of a file of `size` bytes still to queue: all but those in
+/// `skip` (sent early).
+fn segments_to_queue(size: u64, skip: &[bool]) -> impl Iterator<Item = u64> + '_ {
+    (0..layout::segment_count(size))
+        .filter(|&seg| !skip.get(seg as usize).copied().unwrap_or(false))
+}
+
+/// The request thread's state.
+pub(super) struct Requests<'s> {
+    table: Table,
+    tx: MsgTx,
+    /// Where segment jobs go; `None` once the receiver's requests ended.
+    jobs: Option<Sender<Job>>,
+    /// Joined at the end of the requests, before `SenderDone`.
+    workers: Option<Vec<ScopedJoinHandle<'s, Result<()>>>>,
+    /// Delta sources to pre-hash.
+    prehash: Sender<Arc<SrcFile>>,
+    progress: Option<&'s Stats>,
+    pending: HashMap<u32, Pending>,
+    /// What each file was asked for.
+    wanted: HashMap<u32, WantMode>,
+}
+
+impl<'s> Requests<'s> {
+    pub(super) fn new(
+        table: Table,
+        tx: MsgTx,
+        jobs: Sender<Job>,
+        workers: Vec<ScopedJoinHandle<'s, Result<()>>>,
+        prehash: Sender<Arc<SrcFile>>,
+        progress: Option<&'s Stats>,
+    ) -> Self {
+        Self {
+            table,
+            tx,
+            jobs: Some(jobs),
+            workers: Some(workers),
+            prehash,
+            progress,
+            pending: HashMap::new(),
+            wanted: HashMap::new(),
+        }
+    }
+
+    /// Answer the receiver until it reports.
+    pub(super) fn serve(mut self, rx: &MsgRx) -> Result<ReceiverReport> {
+        loop {
+            match rx.recv()? {
+                Message::Want { file, mode } => self.want(file, mode)?,
+                Message::Signature {
+                    file,
+                    block_size,
+                    basis_size,
+                    first_block,
+                    weak,
+                    strong,
+                    last,
+                } => {
+                    let part = SigPart {
+                        first_block,
+                        weak,
+                        strong,
+                        last,
+                    };
+                    self.signature(file, block_size as u64, basis_size, part)?
+                }
+                Message::EndOfList => self.end_of_list()?,
+                Message::ReceiverDone(r) => return Ok(*r),
+                Message::Fatal { class, error } => {
+                    return Err(crate::error::from_fatal(class, error))
+                }
+                m => {
+                    return Err(Error::Protocol(format!(
+                        "sender got unexpected {}",
+                        m.name()
+                    )))
+                }
+            }
+        }
+    }
+
+    fn want(&mut self, file: u32, mode: WantMode) -> Result<()> {
+        let f = self.table.lock().ok().and_then(|t| t.get(&file).cloned());
+        let Some(f) = f else {
+            return Err(Error::Protocol(format!(
+                "receiver asked for unknown file {file}"
+            )));
+        };
+        if !may_ask(self.wanted.insert(file, mode), mode) {
+            return Err(Error::Protocol(format!(
+                "receiver asked for file {file} again"
+            )));
+        }
+        if let Some(st) = self.progress {
+            Stats::add(&st.bytes_transferred, f.size);
+        }
+        f.remaining
+            .store(layout::segment_count(f.size), Ordering::SeqCst);
+        if mode == WantMode::Whole {
+            return enqueue(self.jobs.as_ref(), file, &f, None, &[]);
+        }
+        // The receiver signs one file at a time: a signature still open now
+        // never completes (it could not read that old copy).
+        for p in self.pending.values() {
+            p.file.prehash.abandon();
+        }
+        self.pending.insert(
+            file,
+            Pending {
+                file: f.clone(),
+                sig: None,
+                inplace: mode == WantMode::DeltaInPlace,
+            },
+        );
+        let bs = layout::delta_block(f.size);
+        if let Some(jobs) = self
+            .jobs
+            .as_ref()
+            .filter(|_| worth_prehashing(f.kept_open, f.size))
+        {
+            f.prehash
+                .start(f.size, bs, early_sink(jobs.clone(), file, &f));
+            if self.prehash.send(f.clone()).is_err() {
+                f.prehash.finish(false);
+            }
+        }
+        Ok(())
+    }
+
+    fn signature(&mut self, file: u32, bs: u64, basis_size: u64, part: SigPart) -> Result<()> {
+        let Some(Pending {
+            file: f,
+            sig,
+            inplace,
+        }) = self.pending.get_mut(&file)
+        else {
+            return Err(Error::Protocol(format!(
+                "signature for file {file}, which is not awaiting one"
+            )));
+        };
+        if sig.is_none() {
+            if !signature_acceptable(f.size, bs, basis_size) {
+                return Err(Error::Protocol(format!(
+                    "unacceptable signature for file {file}: block size {bs}, basis {basis_size} bytes"
+                )));
+            }
+            *sig = Some(ferry_delta::Signature::receiving(bs, basis_size));
+        }
+        let inplace = *inplace;
+        if let Some(sg) = sig.as_mut() {
+            sg.extend_part(part.first_block, &part.weak, &part.strong)
+                .map_err(|e| Error::Protocol(format!("signature for file {file}: {e}")))?;
+            f.prehash.offer(sg.basis_size, &part.strong);
+        }
+        if !part.last {
+            return Ok(());
+        }
+        let Some(Pending { file: f, sig, .. }) = self.pending.remove(&file) else {
+            return Ok(());
+        };
+        let early = f.prehash.close();
+        let Some(sg) = sig.filter(|s| s.is_consistent()) else {
+            return Err(Error::Protocol(format!(
+                "incomplete signature for file {file}"
+            )));
+        };
+        let job = DeltaJob {
+            matcher: ferry_delta::Matcher::new(&sg),
+            inplace,
+        };
+        enqueue(self.jobs.as_ref(), file, &f, Some(Arc::new(job)), &early)
+    }
+
+    /// No more requests: let the workers drain, then say so.
+    fn end_of_list(&mut self) -> Result<()> {
+        // Signatures that never completed (the receiver could not read its
+        // old copy) send nothing more early.
+        for p in self.pending.values() {
+            p.file.prehash.abandon();
+        }
+        self.jobs = None;
+        if let Some(ws) = self.workers.take() {
+            for w in ws {
+                w.join()
+                    .map_err(|_| Error::Protocol("sender worker panicked".into()))??;
+            }
+        }
+        self.tx.send(Message::SenderDone)?;
+        Ok(())
+    }
+}
+
+/// Queue the segments of file `id`, but those in `skip` (sent early).
+/// `remaining` is set when the file is asked for.
+fn enqueue(
+    jobs: Option<&Sender<Job>>,
+    id: u32,
+    f: &Arc<SrcFile>,
+    delta: Option<Arc<DeltaJob>>,
+    skip: &[bool],
+) -> Result<()> {
+    let Some(jobs) = jobs else {
+        return Err(Error::Protocol("request after the end of requests".into()));
+    };
+    for seg in segments_to_queue(f.size, skip) {
+        let _ = jobs.send(Job {
+            id,
+            file: f.clone(),
+            seg,
+            delta: delta.clone(),
+            early: None,
+        });
+    }
+    Ok(())
+}
+
+/// Where the pre-hash sends segments that go early: to the workers.
+fn early_sink(jobs: Sender<Job>, id: u32, f: &Arc<SrcFile>) -> Box<dyn Fn(EarlySeg) + Send> {
+    // Weak: the file owns its pre-hash, which owns this until closed.
+    let f = Arc::downgrade(f);
+    Box::new(move |e| {
+        if let Some(file) = f.upgrade() {
+            let _ = jobs.send(Job {
+                id,
+                file,
+                seg: e.seg,
+                delta: None,
+                early: Some(Box::new(e)),
+            });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use WantMode::{Delta, DeltaInPlace, Whole};
+
+    #[test]
+    fn a_file_is_asked_for_once() {
+        for mode in [Whole, Delta, DeltaInPlace] {
+            assert!(may_ask(None, mode), "{mode:?}");
+        }
+        // Asked again the same way, or whole then anything: refused.
+        for prev in [Whole, Delta, DeltaInPlace] {
+            assert!(!may_ask(Some(prev), prev), "{prev:?} twice");
+            assert!(!may_ask(Some(Whole), prev), "whole then {prev:?}");
+        }
+        assert!(!may_ask(Some(Delta), DeltaInPlace));
+        assert!(!may_ask(Some(DeltaInPlace), Delta));
+    }
+
+    #[test]
+    fn a_delta_may_fall_back_to_whole() {
+        assert!(may_ask(Some(Delta), Whole));
+        assert!(may_ask(Some(DeltaInPlace), Whole));
+    }
+
+    #[test]
+    fn a_signature_must_be_on_the_sources_delta_grid() {
+        let size = 100 << 20;
+        let bs = layout::delta_block(size);
+        assert!(signature_acceptable(size, bs, size));
+        assert!(signature_acceptable(size, bs, 0));
+        assert!(!signature_acceptable(size, bs * 2, size));
+        assert!(!signature_acceptable(size, bs / 2, size));
+        // A zero block size is never the grid (and never divides by zero).
+        assert!(!signature_acceptable(size, 0, size));
+    }
+
+    #[test]
+    fn a_signature_may_not_claim_a_huge_old_copy() {
+        let size = 1 << 20;
+        let bs = layout::delta_block(size);
+        let max = MAX_SIGNATURE_BLOCKS * bs;
+        assert!(signature_acceptable(size, bs, max));
+        // One byte more is one block more.
+        assert!(!signature_acceptable(size, bs, max + 1));
+        assert!(!signature_acceptable(size, bs, u64::MAX));
+    }
+
+    #[test]
+    fn segments_sent_early_are_not_queued_again() {
+        let size = 4 * layout::SEGMENT + 1;
+        let all: Vec<u64> = segments_to_queue(size, &[]).collect();
+        assert_eq!(all, [0, 1, 2, 3, 4]);
+        let rest: Vec<u64> = segments_to_queue(size, &[true, false, true]).collect();
+        assert_eq!(rest, [1, 3, 4]);
+        // A skip list longer than the file changes nothing past its end.
+        let rest: Vec<u64> = segments_to_queue(size, &[false; 9]).collect();
+        assert_eq!(rest, all);
+        assert_eq!(segments_to_queue(0, &[]).count(), 0);
+    }
+}

@@ -1,0 +1,168 @@
+//! The workers: each sends one segment at a time (its ops by `whole` or
+//! `delta`, then its `SegmentDone`), and keeps the file's failure
+//! bookkeeping: a file that cannot be opened or read, or that changed
+//! while it was read, gets a `FileFailed` before its last `SegmentDone`.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use crossbeam_channel::Receiver;
+use ferry_proto::{layout, Message, MsgTx};
+
+use crate::error::{describe, Result};
+use crate::scan;
+use crate::stats::Stats;
+
+use super::{delta, whole, Job, ReadHow};
+
+/// A worker thread: sends the segments queued for it until the queue
+/// closes.
+pub(super) fn worker(
+    jobs: Receiver<Job>,
+    tx: MsgTx,
+    progress: Option<&Stats>,
+    how: ReadHow,
+) -> Result<()> {
+    let mut buf = Vec::with_capacity(scan::CHUNK);
+    for job in jobs {
+        send_segment(&job, &tx, &mut buf, how)?;
+        if let Some(st) = progress {
+            let (a, b) = layout::segment_range(job.file.size, job.seg);
+            Stats::add(&st.bytes_done, b - a);
+        }
+    }
+    Ok(())
+}
+
+/// Why a file could not be opened.
+fn open_failure(path: &Path, e: &std::io::Error) -> String {
+    format!("read {}: {}", path.display(), describe(e))
+}
+
+/// Why a segment of a file could not be read: the file ended early (it
+/// shrank after the walk), or the read failed.
+fn read_failure(path: &Path, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        format!("{}: file shrank while being read", path.display())
+    } else {
+        format!("read {}: {}", path.display(), describe(e))
+    }
+}
+
+/// After a file's last segment: why it cannot be sent as read, given the
+/// size and modification time the walk listed and its `stamp` now (see
+/// [`crate::source::ExtentReader::stamp`]); `None` when it was stable or
+/// cannot tell.
+fn changed_failure(
+    path: &Path,
+    listed: (u64, (i64, u32)),
+    stamp: std::io::Result<Option<(u64, (i64, u32))>>,
+) -> Option<String> {
+    match stamp {
+        Ok(Some(now)) if now == listed => None,
+        Ok(None) => None,
+        Ok(Some(_)) => Some(format!("{}: file changed while being read", path.display())),
+        Err(e) => Some(format!("read {}: {}", path.display(), describe(&e))),
+    }
+}
+
+fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Result<()> {
+    let f = &job.file;
+    let id = job.id;
+    let fail = |error: String| -> Result<()> {
+        f.failed.store(true, Ordering::SeqCst);
+        tx.send(Message::FileFailed { file: id, error })?;
+        Ok(())
+    };
+    let file = match f.reader(how.direct_io)? {
+        Ok(file) => file,
+        Err(e) => {
+            fail(open_failure(&f.path, &e))?;
+            None
+        }
+    };
+    let mut digest = [0u8; 32];
+    if let Some(file) = &file {
+        let sent = match (&job.early, &job.delta) {
+            (Some(e), _) => delta::send_early_segment(job, &**file, e, tx, buf)?,
+            (None, Some(d)) => delta::send_delta_segment(job, &**file, d, tx, buf)?,
+            (None, None) => whole::send_whole_segment(job, &**file, how.hash, tx, buf)?,
+        };
+        match sent {
+            Ok(d) => digest = d,
+            Err(e) => fail(read_failure(&f.path, &e))?,
+        }
+    }
+    if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // Last segment of this file: was it stable while we read it?
+        if let Some(file) = &file {
+            if !f.failed.load(Ordering::SeqCst) {
+                if let Some(error) = changed_failure(&f.path, (f.size, f.mtime), file.stamp()) {
+                    fail(error)?;
+                }
+            }
+        }
+        f.release();
+    }
+    tx.send(Message::SegmentDone {
+        file: id,
+        segment: job.seg as u32,
+        digest,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    const LISTED: (u64, (i64, u32)) = (4096, (1_700_000_000, 5));
+
+    #[test]
+    fn a_short_read_means_the_file_shrank() {
+        let p = Path::new("src/a.bin");
+        let eof = Error::from(ErrorKind::UnexpectedEof);
+        assert_eq!(
+            read_failure(p, &eof),
+            "src/a.bin: file shrank while being read"
+        );
+        let denied = Error::from(ErrorKind::PermissionDenied);
+        assert_eq!(
+            read_failure(p, &denied),
+            "read src/a.bin: permission denied"
+        );
+        // Opening is not reading: no "shrank" there.
+        assert_eq!(
+            open_failure(p, &denied),
+            "read src/a.bin: permission denied"
+        );
+        let gone = Error::from(ErrorKind::NotFound);
+        assert_eq!(
+            open_failure(p, &gone),
+            "read src/a.bin: no such file or directory"
+        );
+    }
+
+    #[test]
+    fn a_file_stable_while_read_is_not_failed() {
+        let p = Path::new("f");
+        assert_eq!(changed_failure(p, LISTED, Ok(Some(LISTED))), None);
+        // A device or an NBD export cannot tell: taken as stable.
+        assert_eq!(changed_failure(p, LISTED, Ok(None)), None);
+    }
+
+    #[test]
+    fn a_file_changed_while_read_is_failed() {
+        let p = Path::new("f");
+        let changed = Some("f: file changed while being read".to_string());
+        let grown = (LISTED.0 + 1, LISTED.1);
+        assert_eq!(changed_failure(p, LISTED, Ok(Some(grown))), changed);
+        let touched = (LISTED.0, (LISTED.1 .0, LISTED.1 .1 + 1));
+        assert_eq!(changed_failure(p, LISTED, Ok(Some(touched))), changed);
+        let older = (LISTED.0, (LISTED.1 .0 - 1, LISTED.1 .1));
+        assert_eq!(changed_failure(p, LISTED, Ok(Some(older))), changed);
+        let err = changed_failure(p, LISTED, Err(Error::from(ErrorKind::NotFound)));
+        assert_eq!(err.as_deref(), Some("read f: no such file or directory"));
+    }
+}

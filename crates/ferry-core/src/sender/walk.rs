@@ -1,0 +1,364 @@
+//! The walk: visits every source in name order, sends the file list
+//! (directories, symlinks, hard links, files, NBD exports) and enters each
+//! file the receiver may ask for in the table. What cannot be listed is
+//! reported to the receiver as a warning and skipped.
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ferry_proto::{Entry, EntryKind, Message, MsgTx};
+
+use crate::error::{describe, Error, Result};
+use crate::fsutil;
+use crate::plan::SourceSpec;
+use crate::scan;
+use crate::source::ExtentReader;
+use crate::stats::Stats;
+use crate::SyncOptions;
+
+use super::open::open_listed;
+use super::{SrcFile, Table};
+
+/// Walks every source and sends the file list.
+pub(super) fn walk_all(
+    sources: &[SourceSpec],
+    opts: &SyncOptions,
+    stats: &Stats,
+    tx: &MsgTx,
+    table: &Table,
+) -> Result<()> {
+    let mut w = Walker {
+        opts,
+        stats,
+        tx,
+        table,
+        next_id: 0,
+        inodes: HashMap::new(),
+        // Several sources can bring the same name (`a/ b/ dst`): the first
+        // one is sent, as rsync keeps the first; directories merge.
+        names: (sources.len() > 1).then(HashMap::new),
+    };
+    for src in sources {
+        let text = src.path.to_string_lossy();
+        if crate::source::is_nbd_uri(&text) {
+            w.nbd(&text, src.name.clone())?;
+            continue;
+        }
+        let meta = if src.follow {
+            std::fs::metadata(&src.path)
+        } else {
+            std::fs::symlink_metadata(&src.path)
+        }
+        .map_err(|e| Error::io_op("stat", &src.path, e))?;
+        w.visit(&src.path, src.name.clone(), &meta, true)?;
+    }
+    tx.send(Message::EndOfList)?;
+    Ok(())
+}
+
+/// With several sources, whether the entry `rel` is sent, given `names`
+/// (every name sent so far and whether it is a directory), which it joins
+/// if so: the first of a name is kept, and a directory merges into a
+/// directory of the same name.
+fn claim_name(names: &mut HashMap<Vec<u8>, bool>, rel: &[u8], is_dir: bool) -> bool {
+    match names.get(rel) {
+        Some(true) if is_dir => true,
+        Some(_) => false,
+        None => {
+            names.insert(rel.to_vec(), is_dir);
+            true
+        }
+    }
+}
+
+/// The list path of `name` in the directory listed as `rel` (empty for
+/// the top of a source).
+fn child_rel(rel: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut crel = rel.to_vec();
+    if !crel.is_empty() {
+        crel.push(b'/');
+    }
+    crel.extend_from_slice(name);
+    crel
+}
+
+/// Whether a non-directory, non-symlink entry is sent as a file: a regular
+/// file, or a block device named as a source itself (never one found in a
+/// directory). Anything else (fifos, sockets, character devices) is not.
+fn sendable_as_file(is_file: bool, is_block_device: bool, top: bool) -> bool {
+    is_file || (top && is_block_device)
+}
+
+/// Take the next entry id; the list holds at most `u32::MAX` entries.
+fn take_id(next: &mut u32) -> Result<u32> {
+    let id = *next;
+    *next = next
+        .checked_add(1)
+        .ok_or_else(|| Error::Usage("more than 4 billion entries".into()))?;
+    Ok(id)
+}
+
+struct Walker<'a> {
+    opts: &'a SyncOptions,
+    stats: &'a Stats,
+    tx: &'a MsgTx,
+    table: &'a Table,
+    next_id: u32,
+    inodes: HashMap<(u64, u64), u32>,
+    /// With several sources: every name sent and whether it is a directory.
+    names: Option<HashMap<Vec<u8>, bool>>,
+}
+
+impl Walker<'_> {
+    /// Report a source entry that cannot be sent. It travels to the
+    /// receiver, which keeps the tally, so a remote sender's problems reach
+    /// the side that prints.
+    fn warn(&self, error: String) -> Result<()> {
+        self.tx.send(Message::FileFailed {
+            file: ferry_proto::NO_FILE,
+            error,
+        })?;
+        Ok(())
+    }
+
+    fn visit(
+        &mut self,
+        path: &Path,
+        rel: Vec<u8>,
+        meta: &std::fs::Metadata,
+        top: bool,
+    ) -> Result<()> {
+        let ft = meta.file_type();
+        if !top
+            && self
+                .opts
+                .excludes
+                .excluded(Path::new(std::ffi::OsStr::from_bytes(&rel)), ft.is_dir())
+        {
+            return Ok(());
+        }
+        if let Some(names) = &mut self.names {
+            if !claim_name(names, &rel, ft.is_dir()) {
+                self.stats.notice(format!(
+                    "{}: another source has the same name; the first one is kept",
+                    path.display()
+                ));
+                return Ok(());
+            }
+        }
+        let id = take_id(&mut self.next_id)?;
+        let mut e = Entry {
+            id,
+            path: rel.clone(),
+            kind: None,
+            mode: meta.mode(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            size: 0,
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec() as u32,
+            ..Default::default()
+        };
+        if self.opts.xattrs {
+            e.xattrs = fsutil::read_xattrs(path).map_err(|err| Error::io(path, err))?;
+        }
+        if ft.is_dir() {
+            e.kind = Some(EntryKind::Dir);
+            self.tx.send(Message::Entry(Box::new(e)))?;
+            return self.visit_children(path, &rel);
+        }
+        if ft.is_symlink() {
+            e.kind = Some(EntryKind::Symlink);
+            e.target = std::fs::read_link(path)
+                .map_err(|err| Error::io(path, err))?
+                .into_os_string()
+                .as_bytes()
+                .to_vec();
+            self.tx.send(Message::Entry(Box::new(e)))?;
+            return Ok(());
+        }
+        if !sendable_as_file(ft.is_file(), ft.is_block_device(), top) {
+            self.stats
+                .change(format!("skipping non-regular file {}", path.display()));
+            return Ok(());
+        }
+        self.visit_file(path, meta, e, top)
+    }
+
+    /// The entries of the directory `path` (listed as `rel`), in name order.
+    fn visit_children(&mut self, path: &Path, rel: &[u8]) -> Result<()> {
+        let mut children: Vec<_> = match std::fs::read_dir(path) {
+            Ok(rd) => rd.filter_map(|d| d.ok()).collect(),
+            Err(err) => {
+                self.warn(format!(
+                    "list directory {}: {}",
+                    path.display(),
+                    describe(&err)
+                ))?;
+                return Ok(());
+            }
+        };
+        children.sort_by_key(|d| d.file_name());
+        for c in children {
+            let cp = c.path();
+            let m = match std::fs::symlink_metadata(&cp) {
+                Ok(m) => m,
+                Err(err) => {
+                    self.warn(format!("stat {}: {}", cp.display(), describe(&err)))?;
+                    continue;
+                }
+            };
+            self.visit(&cp, child_rel(rel, c.file_name().as_bytes()), &m, false)?;
+        }
+        Ok(())
+    }
+
+    /// A regular file (or a block device named as a source): a hard link
+    /// to one listed before, or a file for the table, with its digest under
+    /// `--checksum`.
+    fn visit_file(
+        &mut self,
+        path: &Path,
+        meta: &std::fs::Metadata,
+        mut e: Entry,
+        top: bool,
+    ) -> Result<()> {
+        let ft = meta.file_type();
+        let ident = (meta.dev(), meta.ino());
+        if meta.nlink() > 1 && ft.is_file() {
+            if let Some(&first) = self.inodes.get(&ident) {
+                e.kind = Some(EntryKind::HardLink);
+                e.link_to = first;
+                self.tx.send(Message::Entry(Box::new(e)))?;
+                return Ok(());
+            }
+            self.inodes.insert(ident, e.id);
+        }
+        e.kind = Some(EntryKind::File);
+        let size = if ft.is_block_device() {
+            let f = open_listed(path, ident, top)
+                .map_err(|err| Error::io_op("open for reading", path, err))?;
+            fsutil::size_of(&f, meta).map_err(|err| Error::io(path, err))?
+        } else {
+            meta.len()
+        };
+        e.size = size;
+        if self.opts.checksum && size > 0 {
+            match open_listed(path, ident, top)
+                .and_then(|f| scan::file_digest(&f, size, self.opts.threads))
+            {
+                Ok(d) => e.digest = Some(d),
+                Err(err) => {
+                    self.warn(format!("read {}: {}", path.display(), describe(&err)))?;
+                    return Ok(());
+                }
+            }
+        }
+        if let Ok(mut t) = self.table.lock() {
+            let f = SrcFile::listed(
+                path.to_path_buf(),
+                size,
+                (e.mtime, e.mtime_nsec),
+                ident,
+                top,
+            );
+            t.insert(e.id, Arc::new(f));
+        }
+        self.tx.send(Message::Entry(Box::new(e)))?;
+        Ok(())
+    }
+
+    /// An NBD export as a source file: its size from the server, "now" as
+    /// its modification time (an export has none, so it is never taken as
+    /// unchanged by size and time; `--checksum` compares contents).
+    fn nbd(&mut self, uri: &str, name: Vec<u8>) -> Result<()> {
+        let src = crate::source::NbdSource::connect(uri).map_err(|e| Error::io(uri, e))?;
+        let size = src.size();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut e = Entry {
+            id,
+            path: name,
+            kind: Some(EntryKind::File),
+            mode: 0o100644,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            size,
+            mtime: now.as_secs() as i64,
+            mtime_nsec: now.subsec_nanos(),
+            ..Default::default()
+        };
+        let reader: Arc<dyn ExtentReader> = Arc::new(src);
+        if self.opts.checksum && size > 0 {
+            e.digest = Some(
+                scan::file_digest(&*reader, size, self.opts.threads)
+                    .map_err(|err| Error::io(uri, err))?,
+            );
+        }
+        if let Ok(mut t) = self.table.lock() {
+            let f = SrcFile::kept(PathBuf::from(uri), size, (e.mtime, e.mtime_nsec), reader);
+            t.insert(id, Arc::new(f));
+        }
+        self.tx.send(Message::Entry(Box::new(e)))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_of_a_name_is_kept_and_directories_merge() {
+        let mut names = HashMap::new();
+        assert!(claim_name(&mut names, b"a", true));
+        assert!(claim_name(&mut names, b"f", false));
+        // Same name again: a directory merges into a directory...
+        assert!(claim_name(&mut names, b"a", true));
+        // ...but nothing else replaces or joins what came first.
+        assert!(!claim_name(&mut names, b"a", false));
+        assert!(!claim_name(&mut names, b"f", false));
+        assert!(!claim_name(&mut names, b"f", true));
+        // What was refused did not change what the name is.
+        assert_eq!(names.get(&b"a"[..]), Some(&true));
+        assert_eq!(names.get(&b"f"[..]), Some(&false));
+        assert_eq!(names.len(), 2);
+    }
+
+    #[test]
+    fn children_are_listed_under_their_directory() {
+        assert_eq!(child_rel(b"", b"x"), b"x");
+        assert_eq!(child_rel(b"a", b"x"), b"a/x");
+        assert_eq!(child_rel(b"a/b", b"x y"), b"a/b/x y");
+        // Names are bytes, not UTF-8.
+        assert_eq!(child_rel(b"d", b"\xff"), b"d/\xff");
+    }
+
+    #[test]
+    fn only_a_named_block_device_is_read_as_a_file() {
+        assert!(sendable_as_file(true, false, false));
+        assert!(sendable_as_file(true, false, true));
+        assert!(sendable_as_file(false, true, true));
+        assert!(!sendable_as_file(false, true, false));
+        // Fifos, sockets, character devices.
+        assert!(!sendable_as_file(false, false, true));
+        assert!(!sendable_as_file(false, false, false));
+    }
+
+    #[test]
+    fn entry_ids_run_out_at_u32_max() {
+        let mut next = 0;
+        assert_eq!(take_id(&mut next).unwrap(), 0);
+        assert_eq!(take_id(&mut next).unwrap(), 1);
+        assert_eq!(next, 2);
+        let mut next = u32::MAX - 1;
+        assert_eq!(take_id(&mut next).unwrap(), u32::MAX - 1);
+        assert!(matches!(take_id(&mut next), Err(Error::Usage(_))));
+    }
+}
