@@ -154,10 +154,16 @@ impl<'s> Requests<'s> {
                 "receiver asked for unknown file {file}"
             )));
         };
-        if !may_ask(self.wanted.insert(file, mode), mode) {
+        let prev = self.wanted.insert(file, mode);
+        if !may_ask(prev, mode) {
             return Err(Error::Protocol(format!(
                 "receiver asked for file {file} again"
             )));
+        }
+        if prev.is_some() {
+            // A fresh attempt: what went wrong with the delta (a read that
+            // failed, a change seen) is judged again on this reading.
+            f.failed.store(false, Ordering::SeqCst);
         }
         if let Some(st) = self.progress {
             Stats::add(&st.bytes_transferred, f.size);
