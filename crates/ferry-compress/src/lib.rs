@@ -39,13 +39,15 @@
 //! **Layout.** `codec` names the encodings and modes; `wire` holds the
 //! wire ids; `block` packs and unpacks independent blocks; `stream` is
 //! the zstd stream, both ends; `early_abort` decides whether a block is
-//! worth a pass; `auto` measures the codecs and picks one; `compressor`
+//! worth a pass; `auto` measures the codecs and picks one; `drain` estimates the link's
+//! drain rate that `auto` weighs them against; `compressor`
 //! ties them into [`Compressor`]. Every public item is re-exported here.
 
 mod auto;
 mod block;
 mod codec;
 mod compressor;
+mod drain;
 mod early_abort;
 mod error;
 mod stream;
@@ -58,6 +60,7 @@ pub use auto::{FULL_PROBE_EVERY, LADDER, PROBE_SAMPLE, REEVALUATE_EVERY};
 pub use block::decompress_block;
 pub use codec::{Codec, Mode, ParseModeError};
 pub use compressor::Compressor;
+pub use drain::DrainRate;
 pub use early_abort::{MIN_SAVING_PCT, SAMPLE};
 pub use error::DecompressError;
 pub use stream::StreamDecoder;

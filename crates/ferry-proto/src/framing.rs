@@ -32,12 +32,8 @@ pub(crate) fn write_loop<W: Write>(
     w.write_all(MAGIC).map_err(io_err)?;
     sent.add(MAGIC.len() as u64);
     let mut buf = Vec::with_capacity(1 << 20);
-    // Drain-rate estimate: over windows of ~200 ms, bytes written divided by
-    // the time spent blocked writing them, when writing took most of the
-    // window (the pipe is the bottleneck); otherwise unknown.
-    let mut win_start = std::time::Instant::now();
-    let mut win_bytes = 0u64;
-    let mut win_busy = std::time::Duration::ZERO;
+    // How fast the pipe drains, for the compressor's choice of codec.
+    let mut drain = ferry_compress::DrainRate::default();
     loop {
         let m = match rx.try_recv() {
             Ok(m) => m,
@@ -69,32 +65,10 @@ pub(crate) fn write_loop<W: Write>(
         // Each write that takes bytes is progress: a slow but moving pipe
         // is never taken for a dead one (see [`Liveness`]).
         write_all_live(w, &buf, live)?;
-        win_busy += t.elapsed();
-        win_bytes += buf.len() as u64;
         sent.add(buf.len() as u64);
-        let span = win_start.elapsed();
-        if span >= std::time::Duration::from_millis(200) {
-            let prev = f64::from_bits(link_rate.load(std::sync::atomic::Ordering::Relaxed));
-            let rate = if win_busy.as_secs_f64() > 0.5 * span.as_secs_f64() {
-                win_bytes as f64 / win_busy.as_secs_f64()
-            } else if prev > 0.0 {
-                // Not the bottleneck: the link is at least this fast, and
-                // maybe faster. Let the estimate rise, not jump to
-                // "unlimited": a jump makes the compressor drop to a fast
-                // codec, which floods the link, which measures slow again
-                // (seen over ssh, whose buffers hide the link for a while).
-                // Nor above 1.25x what went through: when the CPU is the
-                // bottleneck a rate compounded from nothing would make the
-                // compressor trade ratio for speed it cannot use.
-                let pushed = win_bytes as f64 / span.as_secs_f64();
-                (prev * 1.25).min(pushed * 1.25).max(pushed)
-            } else {
-                0.0 // unknown yet
-            };
+        let now = std::time::Instant::now();
+        if let Some(rate) = drain.wrote(buf.len() as u64, now - t, now) {
             link_rate.store(rate.to_bits(), std::sync::atomic::Ordering::Relaxed);
-            win_start = std::time::Instant::now();
-            win_bytes = 0;
-            win_busy = std::time::Duration::ZERO;
         }
     }
     w.flush().map_err(io_err)

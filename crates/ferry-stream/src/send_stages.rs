@@ -143,10 +143,8 @@ pub(crate) fn net_writer<W: Write>(
 ) -> Result<Option<(u64, [u8; 32])>, StreamError> {
     let mut pending = std::collections::BTreeMap::new();
     let mut next = 0u64;
-    let mut rate_ewma = 0f64;
-    // Wire bytes per wall second over the last 200 ms window: what the
-    // pipeline actually pushes, the cap for a link that never blocks.
-    let (mut win_start, mut win_bytes, mut pushed) = (Instant::now(), 0u64, 0f64);
+    // How fast the link drains, for the compressors' choice of codec.
+    let mut drain = ferry_compress::DrainRate::default();
     let werr = |e: ChannelError| channel_err(e, "sending to the receiver");
     loop {
         let job = match pending.remove(&next) {
@@ -186,35 +184,10 @@ pub(crate) fn net_writer<W: Write>(
                 } else {
                     w.write_sealed(job.seq, &sealed).map_err(werr)?;
                 }
-                let secs = t.elapsed().as_secs_f64();
+                let now = Instant::now();
                 let n = w.wire_bytes - before;
-                // Drain rate while the link was the bottleneck: bytes over
-                // the time spent blocked in the write. A write that did not
-                // block says only "at least this fast": let the estimate
-                // drift up slowly instead of jumping, so the compressor does
-                // not flap between codecs, and never above 1.25x what the
-                // pipeline pushes: when the CPU is the bottleneck, a rate
-                // compounded from non-blocking writes would make the
-                // compressor trade ratio for speed it cannot use.
-                win_bytes += n;
-                let span = win_start.elapsed().as_secs_f64();
-                if span >= 0.2 {
-                    pushed = win_bytes as f64 / span;
-                    win_start = Instant::now();
-                    win_bytes = 0;
-                }
-                if secs > 0.0 {
-                    let r = n as f64 / secs;
-                    rate_ewma = if rate_ewma == 0.0 {
-                        r
-                    } else if r < rate_ewma * 1.5 {
-                        rate_ewma * 0.8 + r * 0.2
-                    } else if pushed > 0.0 {
-                        (rate_ewma * 1.05).min(pushed * 1.25).max(pushed)
-                    } else {
-                        rate_ewma * 1.05
-                    };
-                    stats.link_rate.store(rate_ewma as u64, Ordering::Relaxed);
+                if let Some(rate) = drain.wrote(n, now - t, now) {
+                    stats.link_rate.store(rate as u64, Ordering::Relaxed);
                 }
                 Stats::add(&stats.wire, n);
                 Stats::add(&stats.plain_wire, raw.len() as u64);
