@@ -3,6 +3,7 @@
 //! stream over a direct TCP connection to it, or through ssh when that
 //! cannot be made (or with `--via-ssh`).
 
+use ferry_core::remote::rsh_command;
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -34,17 +35,16 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
             return code::IO;
         }
     };
-    let rsh: Vec<&str> = a.rsh.split_whitespace().collect();
-    if rsh.is_empty() {
+    let Some(cmd) = rsh_command(&a.rsh, &a.target, &ssh::remote_recv_words(&a)) else {
         return usage("--rsh is empty");
-    }
-    let remote_line = ssh::remote_recv_line(&a);
-    let (mut guard, mut ssh_in, mut ssh_out) = match ssh::spawn(&rsh, &a.target, &remote_line) {
+    };
+    let rsh = cmd.get_program().to_string_lossy().into_owned();
+    let (mut guard, mut ssh_in, mut ssh_out) = match ssh::spawn(cmd) {
         Ok(s) => s,
         Err(c) => return c,
     };
     let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
-    let Some(port) = ssh::start_remote(&key, &mut ssh_in, &mut ssh_out, rsh[0], &a.remote_ferry)
+    let Some(port) = ssh::start_remote(&key, &mut ssh_in, &mut ssh_out, &rsh, &a.remote_ferry)
     else {
         return ssh::ssh_failed(&mut guard);
     };

@@ -7,8 +7,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use ferry_core::remote::shell_quote;
-
 use super::args::PipeArgs;
 use super::read_line_raw;
 use crate::exit as code;
@@ -26,9 +24,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The shell line that runs `ferry recv` on the remote host, in the mode
+/// The words that run `ferry recv` on the remote host, in the mode
 /// `pipe` drives: key on stdin, port announced on stdout.
-pub(super) fn remote_recv_line(a: &PipeArgs) -> String {
+pub(super) fn remote_recv_words(a: &PipeArgs) -> Vec<String> {
     let mut remote = vec![
         a.remote_ferry.clone(),
         "recv".into(),
@@ -49,23 +47,13 @@ pub(super) fn remote_recv_line(a: &PipeArgs) -> String {
     remote.push("--".into());
     remote.extend(a.command.iter().cloned());
     remote
-        .iter()
-        .map(|w| shell_quote(w))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
-/// Run `rsh target remote_line` with its stdin and stdout as pipes. On
+/// Run the ssh command `cmd` with its stdin and stdout as pipes. On
 /// failure, the exit code (the message is out).
-pub(super) fn spawn(
-    rsh: &[&str],
-    target: &str,
-    remote_line: &str,
-) -> Result<(KillOnDrop, ChildStdin, ChildStdout), i32> {
-    let spawned = Command::new(rsh[0])
-        .args(&rsh[1..])
-        .arg(target)
-        .arg(remote_line)
+pub(super) fn spawn(mut cmd: Command) -> Result<(KillOnDrop, ChildStdin, ChildStdout), i32> {
+    let prog = cmd.get_program().to_string_lossy().into_owned();
+    let spawned = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -73,7 +61,7 @@ pub(super) fn spawn(
     let mut guard = match spawned {
         Ok(c) => KillOnDrop(Some(c)),
         Err(e) => {
-            errln!("ferry pipe: cannot run {}: {e}", rsh[0]);
+            errln!("ferry pipe: cannot run {prog}: {e}");
             return Err(code::REMOTE);
         }
     };

@@ -18,7 +18,7 @@ mod session;
 mod ssh;
 mod tcp;
 
-pub use command::{serve_args, shell_quote};
+pub use command::{rsh_command, serve_args, shell_quote};
 pub use session::{serve_stdio, sync_pull, sync_push};
 
 /// `[user@]host:path`.

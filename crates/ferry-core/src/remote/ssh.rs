@@ -3,12 +3,12 @@
 //! for it and turning a failed session into an error that names the cause.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 
 use ferry_proto::{Endpoint, LinkError};
 
-use super::command::shell_quote;
+use super::command::rsh_command;
 use super::tcp::{direct_connect, DIRECT_FALLBACK};
 use super::RemoteOptions;
 use crate::error::{Error, Result};
@@ -32,19 +32,13 @@ pub(super) fn spawn(
     args: &[String],
     stats: &Stats,
 ) -> Result<(Remote, Endpoint)> {
-    let mut words = ropts.rsh.split_whitespace();
-    let prog = words
-        .next()
+    let words: Vec<&str> = std::iter::once(ropts.remote_ferry.as_str())
+        .chain(args.iter().map(String::as_str))
+        .collect();
+    let mut cmd = rsh_command(&ropts.rsh, host, &words)
         .ok_or_else(|| Error::Usage("empty --rsh command".into()))?;
-    let mut remote_cmd = shell_quote(&ropts.remote_ferry);
-    for a in args {
-        remote_cmd.push(' ');
-        remote_cmd.push_str(&shell_quote(a));
-    }
-    let mut child = Command::new(prog)
-        .args(words)
-        .arg(host)
-        .arg(remote_cmd)
+    let prog = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
