@@ -1,0 +1,150 @@
+//! Every message round-trips; the decoder's limits and refusals.
+
+use super::*;
+use proptest::prelude::*;
+
+fn roundtrip(m: Message) {
+    let mut v = Vec::new();
+    encode(&m, &mut v);
+    // The 8-byte frame header and the 4-byte check around the body.
+    assert_eq!(encoded_len(&m), v.len() + 12);
+    assert_eq!(decode(&v).unwrap(), m);
+}
+
+#[test]
+fn every_message_roundtrips() {
+    roundtrip(Message::Hello {
+        version: 1,
+        features: u64::MAX,
+    });
+    roundtrip(Message::Entry(Box::new(Entry {
+        id: 7,
+        path: b"a/b c".to_vec(),
+        kind: Some(EntryKind::Symlink),
+        mode: 0o120777,
+        uid: 1000,
+        gid: 1000,
+        size: 0,
+        mtime: -5,
+        mtime_nsec: 999_999_999,
+        target: b"../x".to_vec(),
+        link_to: 0,
+        xattrs: vec![(b"user.k".to_vec(), vec![0, 1, 2])],
+        digest: Some([9; 32]),
+    })));
+    roundtrip(Message::EndOfList);
+    roundtrip(Message::Want {
+        file: 3,
+        mode: WantMode::Delta,
+    });
+    roundtrip(Message::Signature {
+        file: 1,
+        block_size: 8192,
+        basis_size: 1 << 30,
+        first_block: 12,
+        weak: vec![1, 2],
+        strong: vec![[3; 16], [4; 16]],
+        last: true,
+    });
+    roundtrip(Message::Data {
+        file: 1,
+        offset: 1 << 40,
+        data: vec![1; 1000],
+    });
+    roundtrip(Message::Zero {
+        file: 1,
+        offset: 4096,
+        len: 1 << 33,
+    });
+    roundtrip(Message::Copy {
+        file: 2,
+        offset: 0,
+        basis_offset: 7,
+        len: 8192,
+    });
+    roundtrip(Message::SegmentDone {
+        file: 4,
+        segment: 2,
+        digest: [1; 32],
+    });
+    roundtrip(Message::FileFailed {
+        file: 4,
+        error: "gone".into(),
+    });
+    roundtrip(Message::SenderDone);
+    roundtrip(Message::ReceiverDone(Box::new(ReceiverReport {
+        files_total: 1,
+        files_transferred: 2,
+        files_delta: 3,
+        files_deleted: 4,
+        files_failed: 5,
+        bytes_total: 6,
+        bytes_transferred: 7,
+        bytes_written: 8,
+        bytes_matched: 9,
+        dirs_total: 10,
+        delete_skipped: 1,
+        delta_mismatch: 2,
+        errors: vec!["x".into()],
+    })));
+    for class in [
+        FatalClass::Io,
+        FatalClass::Protocol,
+        FatalClass::Connection,
+        FatalClass::Usage,
+        FatalClass::Interrupted,
+    ] {
+        roundtrip(Message::Fatal {
+            class,
+            error: "no".into(),
+        });
+    }
+    assert!(matches!(
+        decode(&[tag::FATAL, 5, 0]),
+        Err(DecodeError::BadValue("class"))
+    ));
+    roundtrip(Message::Compressed {
+        file: 3,
+        offset: 1 << 20,
+        codec: 2,
+        stream: 7,
+        level: -5,
+        raw_len: 4096,
+        data: vec![1, 2, 3],
+    });
+}
+
+#[test]
+fn lying_lengths_are_refused_without_allocating() {
+    // Signature claiming 65536 blocks in a 20-byte frame.
+    let mut v = vec![5u8, 1, 1, 0, 0, 0];
+    v.extend_from_slice(&[0x80, 0x80, 0x04]);
+    assert!(matches!(decode(&v), Err(DecodeError::TooLong(_))));
+    // Data longer than the frame.
+    let v = vec![6u8, 1, 0, 0x80, 0x80, 0x80, 0x08];
+    assert_eq!(decode(&v), Err(DecodeError::TooLong("data")));
+    assert_eq!(decode(&[]), Err(DecodeError::Truncated));
+    assert_eq!(decode(&[200]), Err(DecodeError::UnknownTag(200)));
+    assert_eq!(decode(&[3, 0]), Err(DecodeError::Trailing(1)));
+}
+
+proptest! {
+    #![proptest_config(proptest::test_runner::Config { failure_persistence: None, ..proptest::test_runner::Config::default() })]
+    #[test]
+    fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode(&b);
+    }
+
+    #[test]
+    fn data_roundtrips(file in any::<u32>(), offset in 0u64..u64::MAX / 2,
+                       data in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        roundtrip(Message::Data { file, offset, data });
+    }
+
+    #[test]
+    fn entries_roundtrip(id in any::<u32>(), path in proptest::collection::vec(any::<u8>(), 0..300),
+                         mtime in any::<i64>(), nsec in 0u32..1_000_000_000, size in any::<u64>()) {
+        roundtrip(Message::Entry(Box::new(Entry { id, path, mtime, mtime_nsec: nsec, size,
+            kind: Some(EntryKind::File), ..Default::default() })));
+    }
+}
