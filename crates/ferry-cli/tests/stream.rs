@@ -388,12 +388,10 @@ fn fake_rsh(dir: &Path) -> PathBuf {
     p
 }
 
-fn pipe(via_ssh: bool) {
-    let dir = tempfile::tempdir().expect("tmp");
-    let src = dir.path().join("src");
-    let dst = dir.path().join("dst");
-    write_data(&src, 20 << 20, false);
-    let rsh = fake_rsh(dir.path());
+/// `ferry pipe` of `src` through a stand-in ssh (made in `dir`) into
+/// `sh -c SCRIPT` on "localhost", with `extra` options.
+fn pipe_command(dir: &Path, src: &Path, via_ssh: bool, extra: &[&str], script: &str) -> Command {
+    let rsh = fake_rsh(dir);
     let mut c = Command::new(FERRY);
     c.env_remove("FERRY_KEY")
         .args([
@@ -408,13 +406,24 @@ fn pipe(via_ssh: bool) {
             "127.0.0.1",
             "--input",
             src.to_str().expect("p"),
-        ]);
+        ])
+        .args(extra);
     if via_ssh {
         c.arg("--via-ssh");
     }
+    c.args(["localhost", "--", "sh", "-c", script]);
+    c
+}
+
+fn pipe(via_ssh: bool) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = dir.path().join("src");
+    let dst = dir.path().join("dst");
+    write_data(&src, 20 << 20, false);
     let cmd = format!("cat > '{}'; exit 7", dst.display());
-    c.args(["localhost", "--", "sh", "-c", &cmd]);
-    let out = c.output().expect("pipe");
+    let out = pipe_command(dir.path(), &src, via_ssh, &[], &cmd)
+        .output()
+        .expect("pipe");
     assert_eq!(
         out.status.code(),
         Some(7),

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{fake_rsh, ferry, same, start_recv, write_data, Guard, FERRY, KEY};
+use super::{ferry, pipe_command, same, start_recv, write_data, Guard, FERRY, KEY};
 
 fn signal(g: &Guard, sig: &str) {
     let st = Command::new("kill")
@@ -137,29 +137,11 @@ fn pipe_with_timeout_survives_a_slow_command() {
         let src = dir.path().join("src");
         let dst = dir.path().join("dst");
         write_data(&src, 4 << 20, false);
-        let rsh = fake_rsh(dir.path());
-        let mut c = Command::new(FERRY);
-        c.env_remove("FERRY_KEY").args([
-            "pipe",
-            "-e",
-            rsh.to_str().expect("p"),
-            "--remote-ferry",
-            FERRY,
-            "--remote-listen",
-            "127.0.0.1",
-            "--timeout",
-            "2",
-            "-m",
-            "1M",
-            "--input",
-            src.to_str().expect("p"),
-        ]);
-        if via_ssh {
-            c.arg("--via-ssh");
-        }
         let cmd = format!("sleep 4; cat > '{}'; exit 3", dst.display());
-        c.args(["localhost", "--", "sh", "-c", &cmd]);
-        let out = c.output().expect("pipe");
+        let extra = ["--timeout", "2", "-m", "1M"];
+        let out = pipe_command(dir.path(), &src, via_ssh, &extra, &cmd)
+            .output()
+            .expect("pipe");
         assert_eq!(
             out.status.code(),
             Some(3),
