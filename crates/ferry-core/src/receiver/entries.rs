@@ -40,7 +40,7 @@ impl Dispatcher<'_, '_> {
         let shown = self.tree.show(&e.path);
         if e.kind() == EntryKind::File {
             self.paths.insert(e.id, e.path.clone());
-            if !self.waiting.is_empty() || self.open_files() >= self.max_in_flight {
+            if self.budget.must_wait(self.waiting.len(), self.open_files()) {
                 self.waiting.push_back(e);
                 return Ok(());
             }
@@ -64,7 +64,7 @@ impl Dispatcher<'_, '_> {
     pub(super) fn nbd_entry(&mut self, e: Entry, uri: &str) -> Result<()> {
         let stats = self.sh.stats;
         Stats::add(&stats.files_total, 1);
-        if e.kind() != EntryKind::File || e.id != 0 {
+        if !decide::nbd_entry_ok(e.kind(), e.id) {
             return Err(Error::Usage(format!(
                 "{uri}: an NBD destination takes exactly one file"
             )));
@@ -77,21 +77,8 @@ impl Dispatcher<'_, '_> {
             return Ok(());
         }
         let client = ferry_nbd::Client::connect(uri).map_err(|err| Error::io(uri, nbd_io(err)))?;
-        if client.read_only() {
-            return Err(Error::io(
-                uri,
-                io::Error::other("the NBD export is read-only"),
-            ));
-        }
-        if client.size() < e.size {
-            return Err(Error::io(
-                uri,
-                io::Error::other(format!(
-                    "the export holds {} bytes, the source has {}",
-                    client.size(),
-                    e.size
-                )),
-            ));
+        if let Some(why) = decide::nbd_refusal(client.read_only(), client.size(), e.size) {
+            return Err(Error::io(uri, io::Error::other(why)));
         }
         let nseg = layout::segment_count(e.size);
         let id = e.id;
@@ -101,12 +88,12 @@ impl Dispatcher<'_, '_> {
             basis: None,
             basis_blocks: Default::default(),
             // With --verify the sender hashes even in process.
-            verify: !self.sh.opts.in_process || self.sh.opts.verify,
+            verify: decide::verify_segments(false, self.sh.opts.in_process, self.sh.opts.verify),
             readback: None,
             delta: AtomicBool::new(false),
             delta_cost: 0.0,
             sig_out: None,
-            block: AtomicU64::new(layout::grid_block(e.size)),
+            block: AtomicU64::new(decide::digest_block(false, e.size)),
             nseg,
             remaining: AtomicU64::new(nseg),
             failed: Mutex::new(None),
@@ -135,25 +122,11 @@ impl Dispatcher<'_, '_> {
     /// First entry of a [`Dest::FileOrDir`] session: a directory source
     /// goes under the path, a file source becomes the path.
     pub(super) fn resolve_root(&mut self, p: &Path, e: &mut Entry) -> Result<()> {
-        if e.kind() != EntryKind::Dir {
-            let name = p
-                .file_name()
-                .map(|n| n.as_bytes().to_vec())
-                .unwrap_or_default();
-            if name.is_empty() {
-                return Err(Error::Usage(format!("{}: not a file name", p.display())));
-            }
+        // A file goes into the path's directory, a tree into the path.
+        let decide::LateRoot { root, name } = decide::late_root(p, e.kind())?;
+        if let Some(name) = name {
             e.path = name;
         }
-        // A file goes into the path's directory, a tree into the path.
-        let root = match e.kind() {
-            EntryKind::Dir => p.to_path_buf(),
-            _ => p
-                .parent()
-                .filter(|q| !q.as_os_str().is_empty())
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from(".")),
-        };
         if !root.exists() {
             self.root_created = true;
             if !self.sh.opts.dry_run {
@@ -169,38 +142,42 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
-    /// Make room for a new entry of another type at `dest`.
-    pub(super) fn clear(&self, dest: &Loc, meta: &fs::Metadata) -> io::Result<()> {
+    /// Make room for a new entry of another type at `dest`, which holds
+    /// an entry of `kind`.
+    pub(super) fn clear(&self, dest: &Loc, kind: decide::Kind) -> io::Result<()> {
         if self.sh.opts.dry_run {
             return Ok(());
         }
-        if meta.is_dir() {
+        let is_dir = kind == decide::Kind::Dir;
+        if is_dir {
             self.tree.forget(&dest.rel);
-            if self.sh.opts.delete || self.sh.opts.force {
-                dest.remove_all().op("remove directory")
-            } else {
-                dest.remove_dir().map_err(|_| {
-                    io::Error::other("a directory is in the way (--force or --delete replaces it)")
-                })
-            }
-        } else {
-            dest.remove_file().op("remove")
+        }
+        match decide::clear_for(is_dir, self.sh.opts.delete, self.sh.opts.force) {
+            decide::Clear::Tree => dest.remove_all().op("remove directory"),
+            decide::Clear::EmptyDir => dest.remove_dir().map_err(|_| {
+                io::Error::other("a directory is in the way (--force or --delete replaces it)")
+            }),
+            decide::Clear::File => dest.remove_file().op("remove"),
         }
     }
 
+    /// What `dest` holds (`None`: nothing), as plain facts.
+    pub(super) fn stat(dest: &Loc) -> io::Result<Option<decide::Stat>> {
+        Ok(dest.stat()?.as_ref().map(decide::Stat::of))
+    }
+
     pub(super) fn dir(&mut self, e: Entry, dest: &Loc) -> io::Result<()> {
-        match dest.stat()? {
-            Some(m) if m.is_dir() => {}
-            other => {
-                if let Some(m) = &other {
-                    self.clear(dest, m)?;
-                }
-                self.sh.stats.change(format!("created {}/", shown(&e.path)));
-                if !self.sh.opts.dry_run {
-                    dest.mkdir(0o700 | (e.mode & 0o777))
-                        .op("create directory")?;
-                    self.sh.changed(dest);
-                }
+        let kind = Self::stat(dest)?.map(|s| s.kind);
+        let at = decide::dir_at(kind);
+        if at != decide::DirAt::Keep {
+            if let (decide::DirAt::ClearThenCreate, Some(k)) = (at, kind) {
+                self.clear(dest, k)?;
+            }
+            self.sh.stats.change(format!("created {}/", shown(&e.path)));
+            if !self.sh.opts.dry_run {
+                dest.mkdir(0o700 | (e.mode & 0o777))
+                    .op("create directory")?;
+                self.sh.changed(dest);
             }
         }
         self.dirs_ok.insert(e.path.clone());
@@ -213,15 +190,21 @@ impl Dispatcher<'_, '_> {
 
     pub(super) fn symlink(&mut self, e: &Entry, dest: &Loc) -> io::Result<()> {
         let target = std::ffi::OsStr::from_bytes(&e.target);
-        match dest.stat()? {
-            Some(m) if m.file_type().is_symlink() && dest.read_link()? == target => {
+        let kind = Self::stat(dest)?.map(|s| s.kind);
+        let current = match kind {
+            Some(decide::Kind::Symlink) => Some(dest.read_link()?),
+            _ => None,
+        };
+        let current = current.as_ref().map(|t| t.as_bytes());
+        match decide::symlink_at(kind, current, &e.target) {
+            decide::SymlinkAt::Keep => {
                 if !self.sh.opts.dry_run {
                     self.link_meta(e, dest)?;
                 }
                 return Ok(());
             }
-            Some(m) if m.is_dir() => self.clear(dest, &m)?,
-            _ => {}
+            decide::SymlinkAt::ClearThenCreate => self.clear(dest, decide::Kind::Dir)?,
+            decide::SymlinkAt::Create => {}
         }
         self.sh.stats.change(format!(
             "symlink {} -> {}",
@@ -247,32 +230,30 @@ impl Dispatcher<'_, '_> {
     }
 
     pub(super) fn link_meta(&self, e: &Entry, p: &Loc) -> io::Result<()> {
-        if self.sh.opts.owner {
+        let opts = self.sh.opts;
+        let steps = decide::meta_for_new(EntryKind::Symlink, opts.owner, opts.xattrs, false);
+        if steps.owner {
             p.chown(e.uid, e.gid)?;
         }
-        p.set_mtime(e.mtime, e.mtime_nsec)
+        if steps.mtime {
+            p.set_mtime(e.mtime, e.mtime_nsec)?;
+        }
+        Ok(())
     }
 
     pub(super) fn file(&mut self, e: Entry, dest: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
         let stats = self.sh.stats;
-        let mut is_device = false;
-        let mut stream_to = false;
-        let mut exists_regular = false;
+        let meta = dest.stat()?;
+        let old = meta.as_ref().map(decide::Stat::of);
+        let at = decide::file_at(old.map(|s| s.kind));
         let mut old_meta = None;
-        match dest.stat()? {
-            Some(m) if m.is_dir() => {
-                self.clear(dest, &m)?;
-            }
-            Some(m) if m.file_type().is_block_device() => is_device = true,
-            Some(m) if m.file_type().is_char_device() || m.file_type().is_fifo() => {
-                stream_to = true
-            }
-            Some(m) if m.is_file() => {
-                exists_regular = true;
-                if m.len() == e.size && self.unchanged(&e, dest, &m)? {
+        match (at, meta, old) {
+            (decide::FileAt::Dir, _, _) => self.clear(dest, decide::Kind::Dir)?,
+            (decide::FileAt::Regular, Some(m), Some(old)) => {
+                if self.unchanged(&e, dest, &old)? {
                     if !opts.dry_run {
-                        self.fix_meta(&e, dest, &m)?;
+                        self.fix_meta(&e, dest, &old)?;
                     }
                     return Ok(());
                 }
@@ -281,33 +262,24 @@ impl Dispatcher<'_, '_> {
             _ => {}
         }
         // A file asked for again whole was listed and counted the first time.
-        if !self.whole_only.contains(&e.id) {
-            stats.change(format!(
-                "{} {}",
-                if exists_regular || is_device || stream_to {
-                    "update"
-                } else {
-                    "new"
-                },
-                shown(&e.path)
-            ));
+        let whole_only = self.whole_only.contains(&e.id);
+        if !whole_only {
+            stats.change(format!("{} {}", at.verb(), shown(&e.path)));
             Stats::add(&stats.bytes_transferred, e.size);
         }
         if opts.dry_run {
             Stats::add(&stats.files_transferred, 1);
             return Ok(());
         }
-        let inplace = is_device || (opts.inplace && exists_regular);
-        let delta_cost = if !is_device && e.size > 0 {
-            old_meta
-                .as_ref()
-                .filter(|m| m.len() > 0)
-                .and_then(|m| self.delta_cost(&e, m, &dest.shown))
-        } else {
-            None
+        let write = decide::write_method(at, opts.inplace);
+        let inplace = matches!(write, decide::Write::Device | decide::Write::InPlace);
+        let delta_cost = match &old_meta {
+            Some(m) if decide::delta_possible(write, e.size, Some(m.len())) => {
+                self.delta_cost(&e, m, &dest.shown)
+            }
+            _ => None,
         };
-        let delta = !self.whole_only.contains(&e.id)
-            && delta_cost.is_some_and(|c| c < delta_saving(self.sh));
+        let delta = decide::choose_delta(whole_only, delta_cost, delta_saving(self.sh));
         // The old copy is opened before any temp file exists, so failing
         // to open it leaves nothing behind. It is read through the page
         // cache: signing it leaves it there for the copies, which would
@@ -317,35 +289,11 @@ impl Dispatcher<'_, '_> {
             (true, false) => Some(dest.open(false).op("open old copy of")?),
             _ => None,
         };
-        let (file, tmp) = if is_device {
-            let f = dest.open_write_only().op("open device")?;
-            let dev_size = fsutil::size_of(&f, &f.metadata()?)?;
-            if dev_size < e.size {
-                return Err(io::Error::other(format!(
-                    "device holds {dev_size} bytes, source has {}",
-                    e.size
-                )));
-            }
-            (f, None)
-        } else if stream_to {
-            (tempfile::tempfile().op("create temporary file for")?, None)
-        } else if inplace {
-            (dest.open(true).op("open for writing")?, None)
+        let (file, tmp) = self.open_target(write, &e, dest)?;
+        let direct = if decide::use_direct(write, opts.direct_io, e.size) {
+            direct::open(&file)
         } else {
-            self.clean_stale_temps(dest);
-            let tmp = dest.sibling(&fsutil::temp_name_for(dest.name()));
-            let f = tmp.create_new(0o600).op("create temporary file for")?;
-            tmp.register_temp();
-            if let Err(err) = f.set_len(e.size).op("allocate") {
-                let _ = tmp.remove_file();
-                tmp.unregister_temp();
-                return Err(err);
-            }
-            (f, Some(tmp))
-        };
-        let direct = match &tmp {
-            Some(_) if opts.direct_io && e.size >= direct::MIN_SIZE => direct::open(&file),
-            _ => None,
+            None
         };
         let nseg = layout::segment_count(e.size);
         let id = e.id;
@@ -356,13 +304,12 @@ impl Dispatcher<'_, '_> {
             (true, None) => Some(direct::Reader::new(file.try_clone()?, false)),
         };
         let file = Target::File(file);
-        // A signature kept for the cache grows with the file: none beyond
-        // 2^17 segments (1 TiB).
+        // A signature kept for the cache grows with the file.
         let sig_out = self
             .sh
             .cache
             .as_ref()
-            .filter(|_| nseg > 0 && nseg <= 1 << 17)
+            .filter(|_| decide::keep_signature(nseg))
             .map(|c| SigOut {
                 cache: c.clone(),
                 bs: layout::delta_block(e.size),
@@ -373,18 +320,12 @@ impl Dispatcher<'_, '_> {
             _slot: Slot::take(&self.sh.in_flight),
             basis,
             basis_blocks: Default::default(),
-            verify: delta || !opts.in_process || opts.verify,
+            verify: decide::verify_segments(delta, opts.in_process, opts.verify),
             readback: opts.verify.then(|| Mutex::new(Vec::new())),
             delta: AtomicBool::new(delta),
             delta_cost: delta_cost.unwrap_or(0.0),
             sig_out,
-            // Deltas digest on the delta grid, so the old copy's block
-            // hashes can stand for blocks that did not change.
-            block: AtomicU64::new(if delta {
-                layout::delta_block(e.size)
-            } else {
-                layout::grid_block(e.size)
-            }),
+            block: AtomicU64::new(decide::digest_block(delta, e.size)),
             nseg,
             remaining: AtomicU64::new(nseg),
             failed: Mutex::new(None),
@@ -393,8 +334,8 @@ impl Dispatcher<'_, '_> {
             file,
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
-            is_device,
-            stream_to,
+            is_device: write == decide::Write::Device,
+            stream_to: write == decide::Write::Stream,
             reported: AtomicBool::new(false),
             committed: AtomicBool::new(false),
             entry: e,
@@ -425,11 +366,47 @@ impl Dispatcher<'_, '_> {
                 .tx
                 .send(Message::Want {
                     file: id,
-                    mode: WantMode::Whole,
+                    mode: decide::want_mode(false, inplace),
                 })
                 .map_err(link)?,
         }
         Ok(())
+    }
+
+    /// Open what a changed file's bytes are written to (see
+    /// [`decide::Write`]), and the temporary file to rename, if any.
+    fn open_target(
+        &mut self,
+        write: decide::Write,
+        e: &Entry,
+        dest: &Loc,
+    ) -> io::Result<(File, Option<Loc>)> {
+        match write {
+            decide::Write::Device => {
+                let f = dest.open_write_only().op("open device")?;
+                let dev_size = fsutil::size_of(&f, &f.metadata()?)?;
+                if let Some(why) = decide::device_refusal(dev_size, e.size) {
+                    return Err(io::Error::other(why));
+                }
+                Ok((f, None))
+            }
+            decide::Write::Stream => {
+                Ok((tempfile::tempfile().op("create temporary file for")?, None))
+            }
+            decide::Write::InPlace => Ok((dest.open(true).op("open for writing")?, None)),
+            decide::Write::Temp => {
+                self.clean_stale_temps(dest);
+                let tmp = dest.sibling(&fsutil::temp_name_for(dest.name()));
+                let f = tmp.create_new(0o600).op("create temporary file for")?;
+                tmp.register_temp();
+                if let Err(err) = f.set_len(e.size).op("allocate") {
+                    let _ = tmp.remove_file();
+                    tmp.unregister_temp();
+                    return Err(err);
+                }
+                Ok((f, Some(tmp)))
+            }
+        }
     }
 
     /// Before the first temporary file of this run in a directory, remove
@@ -449,67 +426,53 @@ impl Dispatcher<'_, '_> {
         }
     }
 
-    /// Whether to send this changed file as a delta. `--delta`/`--whole-file`
-    /// decide; otherwise a local run sends whole files (reading the old copy
-    /// costs more than the memory copy it saves, as rsync finds), and across
-    /// a link the delta is taken when reading the old copy (skipped when its
-    /// signature is cached) takes less time than sending the file whole at
-    /// the link rate measured so far.
+    /// Whether to send this changed file as a delta, and at what cost
+    /// (see [`decide::delta_policy`] and [`decide::delta_cost`]): across a
+    /// link, reading the old copy (skipped when its signature is cached)
+    /// against sending the file whole at the link rate measured so far.
     pub(super) fn delta_cost(&self, e: &Entry, m: &fs::Metadata, dest: &Path) -> Option<f64> {
         let opts = self.sh.opts;
-        match opts.delta {
-            crate::DeltaMode::Delta => return Some(0.0),
-            crate::DeltaMode::Whole => return None,
-            crate::DeltaMode::Auto if opts.in_process || e.size < MIN_DELTA_SIZE => return None,
-            crate::DeltaMode::Auto => {}
+        match decide::delta_policy(opts.delta, opts.in_process, e.size) {
+            decide::DeltaPolicy::Always => return Some(0.0),
+            decide::DeltaPolicy::Never => return None,
+            decide::DeltaPolicy::Weigh => {}
         }
-        let got = self.received.get() as f64;
         let secs = self.started.elapsed().as_secs_f64();
-        let mut rate = if got > (4 << 20) as f64 && secs > 0.2 {
-            got / secs
-        } else {
-            ASSUMED_LINK_RATE
-        };
-        if let Some(cap) = opts.bwlimit {
-            rate = rate.min(cap as f64);
-        }
-        let whole = e.size as f64 / rate;
+        let rate = decide::link_rate(self.received.get(), secs, opts.bwlimit);
         let cached = self.sh.cache.as_ref().is_some_and(|c| {
             c.get(&cache_key(dest, m, layout::delta_block(e.size)))
                 .is_some()
         });
-        let read = if cached {
-            0.0
-        } else {
-            m.len() as f64 / BASIS_READ_RATE
-        };
-        Some(read / whole)
+        Some(decide::delta_cost(e.size, m.len(), rate, cached))
     }
 
-    /// Is the regular file at `dest` (same size as the source) unchanged?
-    pub(super) fn unchanged(&self, e: &Entry, dest: &Loc, m: &fs::Metadata) -> io::Result<bool> {
-        if self.sh.opts.checksum {
-            let Some(want) = e.digest else {
-                return Ok(e.size == 0);
-            };
-            let f = dest.open(false)?;
-            return Ok(crate::scan::file_digest(&f, e.size, self.sh.opts.threads)? == want);
+    /// Is the regular file `old` at `dest` unchanged (see
+    /// [`decide::quick_check`])? With `--checksum` its contents are read.
+    pub(super) fn unchanged(&self, e: &Entry, dest: &Loc, old: &decide::Stat) -> io::Result<bool> {
+        match decide::quick_check(e, old, self.sh.opts.checksum) {
+            decide::QuickCheck::Unchanged => Ok(true),
+            decide::QuickCheck::Changed => Ok(false),
+            decide::QuickCheck::CompareDigest(want) => {
+                let f = dest.open(false)?;
+                Ok(crate::scan::file_digest(&f, e.size, self.sh.opts.threads)? == want)
+            }
         }
-        Ok(fsutil::mtime_of(m) == (e.mtime, e.mtime_nsec))
     }
 
     /// Bring an unchanged file's metadata in line with the source.
-    pub(super) fn fix_meta(&self, e: &Entry, dest: &Loc, m: &fs::Metadata) -> io::Result<()> {
-        if m.mode() & 0o7777 != e.mode & 0o7777 {
+    pub(super) fn fix_meta(&self, e: &Entry, dest: &Loc, old: &decide::Stat) -> io::Result<()> {
+        let opts = self.sh.opts;
+        let steps = decide::meta_fixes(e, old, opts.owner, opts.xattrs);
+        if steps.mode {
             dest.chmod(e.mode).op("set permissions of")?;
         }
-        if self.sh.opts.owner && (m.uid() != e.uid || m.gid() != e.gid) {
+        if steps.owner {
             dest.chown(e.uid, e.gid).op("set owner of")?;
         }
-        if fsutil::mtime_of(m) != (e.mtime, e.mtime_nsec) {
+        if steps.mtime {
             dest.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")?;
         }
-        if self.sh.opts.xattrs && !e.xattrs.is_empty() {
+        if steps.xattrs {
             dest.write_xattrs(&e.xattrs).op("set xattrs of")?;
         }
         Ok(())

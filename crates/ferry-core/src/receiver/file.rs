@@ -282,7 +282,8 @@ pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
 
 fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
     if let Some(why) = f.failure() {
-        if matches!(why, Failure::Mismatch(_)) && f.delta.load(Ordering::SeqCst) {
+        let after = decide::after_failure(&why, f.delta.load(Ordering::SeqCst));
+        if after == decide::AfterFailure::RetryWhole {
             // The delta did not reproduce the source (the old copy or the
             // source changed under it): ask for the file again, whole, in
             // this session. The queue entry exists before the delta's slot
@@ -309,15 +310,25 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         if f.tmp.is_none() {
             file.set_len(e.size)?;
         }
-        if sh.opts.owner {
+        let steps = decide::meta_for_new(
+            EntryKind::File,
+            sh.opts.owner,
+            sh.opts.xattrs,
+            !e.xattrs.is_empty(),
+        );
+        if steps.owner {
             fsutil::fchown(file, e.uid, e.gid).op("set owner of")?;
         }
-        fsutil::fchmod(file, e.mode).op("set permissions of")?;
-        if sh.opts.xattrs && !e.xattrs.is_empty() {
+        if steps.mode {
+            fsutil::fchmod(file, e.mode).op("set permissions of")?;
+        }
+        if steps.xattrs {
             fsutil::fwrite_xattrs(file, &e.xattrs).op("set xattrs of")?;
         }
-        fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;
-        if sh.opts.fsync || f.readback.is_some() {
+        if steps.mtime {
+            fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;
+        }
+        if decide::fsync_before_rename(sh.opts.fsync, f.readback.is_some()) {
             // The data reaches the disk before the name does: after a crash
             // the file is the old one or the new one, never a torn one.
             file.sync_data().op("fsync")?;

@@ -14,30 +14,45 @@ impl Dispatcher<'_, '_> {
                 stats.error(line(&shown_dest, &err));
             }
         }
-        if opts.delete && self.source_unread && !opts.ignore_errors {
-            Stats::add(&stats.delete_skipped, 1);
-            stats.error_line(
-                "I/O error on the sending side: skipping deletion (--ignore-errors deletes anyway)"
-                    .into(),
-            );
-        } else if opts.delete {
-            for e in &self.dirs {
-                self.delete_extras(&e.path);
+        match decide::deletion(opts.delete, self.source_unread, opts.ignore_errors) {
+            decide::Deletion::Off => {}
+            decide::Deletion::Skipped => {
+                Stats::add(&stats.delete_skipped, 1);
+                stats.error_line(
+                    "I/O error on the sending side: skipping deletion (--ignore-errors deletes anyway)"
+                        .into(),
+                );
+            }
+            decide::Deletion::Run => {
+                for e in &self.dirs {
+                    self.delete_extras(&e.path);
+                }
             }
         }
         if opts.dry_run {
             return;
         }
         for e in self.dirs.iter().rev() {
+            let steps = decide::meta_for_new(
+                EntryKind::Dir,
+                opts.owner,
+                opts.xattrs,
+                !e.xattrs.is_empty(),
+            );
             let r = self.tree.loc(&e.path, false).and_then(|dir| {
-                if opts.owner {
+                if steps.owner {
                     dir.chown(e.uid, e.gid).op("set owner of")?;
                 }
-                if opts.xattrs && !e.xattrs.is_empty() {
+                if steps.xattrs {
                     dir.write_xattrs(&e.xattrs).op("set xattrs of")?;
                 }
-                dir.chmod(e.mode).op("set permissions of")?;
-                dir.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")
+                if steps.mode {
+                    dir.chmod(e.mode).op("set permissions of")?;
+                }
+                if steps.mtime {
+                    dir.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")?;
+                }
+                Ok(())
             });
             if let Err(err) = r {
                 stats.error(line(&self.tree.show(&e.path), &err));
@@ -55,8 +70,8 @@ impl Dispatcher<'_, '_> {
         let dry = self.sh.opts.dry_run;
         let dest = self.tree.loc(&e.path, dry)?;
         let target = self.tree.loc(target_rel, dry)?;
-        if let (Some(a), Some(b)) = (dest.stat()?, target.stat()?) {
-            if a.dev() == b.dev() && a.ino() == b.ino() {
+        if let (Some(a), Some(b)) = (Self::stat(&dest)?, Self::stat(&target)?) {
+            if decide::already_linked(&a, &b) {
                 return Ok(());
             }
         }
@@ -129,25 +144,9 @@ impl Dispatcher<'_, '_> {
         let Ok(entries) = crate::destdir::list(&dir) else {
             return;
         };
-        for (name, is_dir) in entries {
-            let mut crel = rel.to_vec();
-            if !crel.is_empty() {
-                crel.push(b'/');
-            }
-            crel.extend_from_slice(name.as_bytes());
-            if self.seen.contains(&crel) {
-                continue;
-            }
-            if self
-                .sh
-                .opts
-                .excludes
-                .excluded(Path::new(OsStr::from_bytes(&crel)), is_dir)
-            {
-                continue;
-            }
-            self.tree.forget(&crel);
-            self.delete_tree(&dir, &name, crel, is_dir);
+        for x in decide::extras(rel, entries, &self.seen, &self.sh.opts.excludes) {
+            self.tree.forget(&x.rel);
+            self.delete_tree(&dir, &x.name, x.rel, x.is_dir);
         }
     }
 
@@ -169,9 +168,7 @@ impl Dispatcher<'_, '_> {
             );
             if let Ok(sub) = sub {
                 for (child, d) in crate::destdir::list(&sub).unwrap_or_default() {
-                    let mut crel = rel.clone();
-                    crel.push(b'/');
-                    crel.extend_from_slice(child.as_bytes());
+                    let crel = decide::child_rel(&rel, child.as_bytes());
                     self.delete_tree(&sub, &child, crel, d);
                 }
             }

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,6 +29,7 @@ use crate::plan::Dest;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
+mod decide;
 mod entries;
 mod file;
 mod finish;
@@ -113,35 +114,11 @@ pub fn run_receiver(
     let root = root.as_path();
     let mut root_created = false;
     if !opts.dry_run && late.is_none() && nbd.is_none() {
-        let replaceable = |m: &fs::Metadata| m.is_file() || m.file_type().is_symlink();
-        match fs::symlink_metadata(root) {
-            Ok(m) if m.is_dir() => {}
-            Ok(m) if opts.force && replaceable(&m) => {
-                if let Err(err) = fs::remove_file(root).and_then(|_| fs::create_dir(root)) {
-                    let e = Error::io_op("replace with a directory", root, err);
-                    let _ = tx.send(crate::error::fatal(&e));
-                    return Err(e);
-                }
-            }
-            Ok(m) => {
-                let e = Error::io(
-                    root,
-                    io::Error::other(if replaceable(&m) {
-                        "destination exists and is not a directory (--force replaces it)"
-                    } else {
-                        "destination exists and is not a directory"
-                    }),
-                );
+        match prepare_root(root, opts.force) {
+            Ok(created) => root_created = created,
+            Err(e) => {
                 let _ = tx.send(crate::error::fatal(&e));
                 return Err(e);
-            }
-            Err(_) => {
-                root_created = true;
-                if let Err(err) = fs::create_dir_all(root) {
-                    let e = Error::io_op("create directory", root, err);
-                    let _ = tx.send(crate::error::fatal(&e));
-                    return Err(e);
-                }
             }
         }
     }
@@ -224,7 +201,7 @@ pub fn run_receiver(
             signer: Some(sign_tx),
             waiting: Default::default(),
             end_of_list: false,
-            max_in_flight: max_in_flight(),
+            budget: file_budget(),
             check: {
                 let mut c = ListCheck::new(Shape::Tree);
                 c.expect_top(opts.expect_top.clone());
@@ -257,8 +234,15 @@ pub fn run_receiver(
         let _ = tx.send(crate::error::fatal(&e));
         return Err(e);
     }
+    let report = receiver_report(stats);
+    tx.send(Message::ReceiverDone(Box::new(report.clone())))?;
+    Ok(report)
+}
+
+/// What this side tells the sender at the end, from its counters.
+fn receiver_report(stats: &Stats) -> ReceiverReport {
     let rep = stats.report(0.0);
-    let report = ReceiverReport {
+    ReceiverReport {
         files_total: rep.files_total,
         files_transferred: rep.files_transferred,
         files_delta: rep.files_delta,
@@ -272,9 +256,26 @@ pub fn run_receiver(
         delete_skipped: rep.delete_skipped as u64,
         delta_mismatch: stats.delta_mismatch.load(Ordering::Relaxed),
         errors: rep.errors,
-    };
-    tx.send(Message::ReceiverDone(Box::new(report.clone())))?;
-    Ok(report)
+    }
+}
+
+/// Make the tree's root a directory (see [`decide::root_at`]); whether
+/// it had to be created.
+fn prepare_root(root: &Path, force: bool) -> Result<bool> {
+    let existing = fs::symlink_metadata(root)
+        .ok()
+        .map(|m| decide::Stat::of(&m).kind);
+    match decide::root_at(existing, force) {
+        decide::RootAt::Use => Ok(false),
+        decide::RootAt::Replace => fs::remove_file(root)
+            .and_then(|_| fs::create_dir(root))
+            .map(|_| false)
+            .map_err(|err| Error::io_op("replace with a directory", root, err)),
+        decide::RootAt::Refuse(why) => Err(Error::io(root, io::Error::other(why))),
+        decide::RootAt::Create => fs::create_dir_all(root)
+            .map(|_| true)
+            .map_err(|err| Error::io_op("create directory", root, err)),
+    }
 }
 
 struct Dispatcher<'a, 'b> {
@@ -286,7 +287,7 @@ struct Dispatcher<'a, 'b> {
     tx: &'a MsgTx,
     files: HashMap<u32, Arc<DstFile>>,
     /// Segments of each file in flight that the sender has finished.
-    done: HashMap<u32, HashSet<u32>>,
+    done: HashMap<u32, decide::SegmentTally>,
     /// Destination path of every file entry, for hard links.
     paths: HashMap<u32, Vec<u8>>,
     /// Every path in the source list, for `--delete`.
@@ -307,11 +308,12 @@ struct Dispatcher<'a, 'b> {
     started: std::time::Instant,
     /// The signer thread's queue (delta signatures, then `EndOfList`).
     signer: Option<Sender<SignJob>>,
-    /// Files listed while [`max_in_flight`] others are open, in list order.
+    /// Files listed while the [`file_budget`] is spent, in list order.
     waiting: std::collections::VecDeque<Entry>,
     /// The sender's `EndOfList`, held until `waiting` is empty.
     end_of_list: bool,
-    max_in_flight: usize,
+    /// How many files may be open for writing at once.
+    budget: decide::FileBudget,
     /// The rules a sender's list must keep (see [`crate::listcheck`]).
     check: ListCheck,
     /// Directories already cleared of stale temporary files.
@@ -323,27 +325,12 @@ struct Dispatcher<'a, 'b> {
     whole_only: HashSet<u32>,
 }
 
-/// How many files may be open for writing at once: each holds a temp file,
-/// its direct twin, an old copy and (shared with its siblings) its parent
-/// directory's handle, and the file list runs far ahead of the data. A
-/// quarter of the open-file limit, less a margin for everything else, and
-/// at most 4096. The destination's cached directory handles (up to 64)
-/// come on top; the CLI raises the soft limit to the hard one first, which
-/// leaves room for them.
-fn max_in_flight() -> usize {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(u64::MAX);
-    (limit.saturating_sub(48) / 4).clamp(4, 4096) as usize
+/// How many files may be open for writing at once, from this process's
+/// open-file limit (see [`decide::FileBudget::from_nofile`]).
+fn file_budget() -> decide::FileBudget {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    decide::FileBudget::from_nofile(limit)
 }
-
-/// Cold sequential read rate assumed for the old copy when weighing a
-/// delta (measured on this project's machines: ~1.5 GB/s).
-const BASIS_READ_RATE: f64 = 1.5e9;
-/// Link rate assumed until enough has arrived to measure one (gigabit).
-const ASSUMED_LINK_RATE: f64 = 117e6;
-/// Below this size a file goes whole: a signature round trip costs more.
-const MIN_DELTA_SIZE: u64 = 64 << 10;
 
 impl Dispatcher<'_, '_> {
     fn run(
@@ -386,19 +373,24 @@ impl Dispatcher<'_, '_> {
                     digest,
                 } => {
                     let f = self.lookup(file)?;
-                    if segment as u64 >= f.nseg {
-                        return Err(Error::Protocol(format!(
-                            "segment {segment} of file {file}, which has {}",
-                            f.nseg
-                        )));
-                    }
-                    let done = self.done.entry(file).or_default();
-                    if !done.insert(segment) {
-                        return Err(Error::Protocol(format!(
-                            "segment {segment} of file {file} finished twice"
-                        )));
-                    }
-                    let last = done.len() as u64 >= f.nseg;
+                    let tally = self
+                        .done
+                        .entry(file)
+                        .or_insert_with(|| decide::SegmentTally::new(f.nseg));
+                    let last = match tally.finish(segment) {
+                        Ok(last) => last,
+                        Err(decide::SegmentError::OutOfRange) => {
+                            return Err(Error::Protocol(format!(
+                                "segment {segment} of file {file}, which has {}",
+                                f.nseg
+                            )))
+                        }
+                        Err(decide::SegmentError::Twice) => {
+                            return Err(Error::Protocol(format!(
+                                "segment {segment} of file {file} finished twice"
+                            )))
+                        }
+                    };
                     if last {
                         self.files.remove(&file);
                         self.done.remove(&file);
@@ -412,8 +404,7 @@ impl Dispatcher<'_, '_> {
                 Message::FileFailed { file, error } => {
                     // Part of the source could not be read: whether a
                     // listed file or something the list lacks, `--delete`
-                    // is off for the run (as rsync's "IO error encountered
-                    // -- skipping file deletion").
+                    // is off for the run (see [`decide::deletion`]).
                     self.source_unread = true;
                     if let Some(f) = self.files.get(&file) {
                         f.fail_with(Failure::Sender(error));
@@ -479,25 +470,18 @@ impl Dispatcher<'_, '_> {
         op: Op,
     ) -> Result<()> {
         let f = self.lookup(file)?;
-        let seg = offset / layout::SEGMENT;
-        if len == 0 && offset <= f.entry.size {
+        let seg = match decide::op_fit(offset, len, f.entry.size) {
             // Says nothing; harmless.
-            return Ok(());
-        }
-        let inside = offset
-            .checked_add(len)
-            .is_some_and(|end| end <= f.entry.size && (end - 1) / layout::SEGMENT == seg);
-        if !inside {
-            return Err(Error::Protocol(format!(
-                "{} bytes at offset {offset} of file {file} ({} bytes): not within one segment",
-                len, f.entry.size
-            )));
-        }
-        if self
-            .done
-            .get(&file)
-            .is_some_and(|d| d.contains(&(seg as u32)))
-        {
+            decide::OpFit::Empty => return Ok(()),
+            decide::OpFit::Segment(seg) => seg,
+            decide::OpFit::Outside => {
+                return Err(Error::Protocol(format!(
+                    "{} bytes at offset {offset} of file {file} ({} bytes): not within one segment",
+                    len, f.entry.size
+                )))
+            }
+        };
+        if self.done.get(&file).is_some_and(|d| d.finished(seg)) {
             return Err(Error::Protocol(format!(
                 "data for segment {seg} of file {file} after it was finished"
             )));
@@ -521,15 +505,12 @@ impl Dispatcher<'_, '_> {
     /// copy could not be signed gets none, and holds no place).
     fn open_files(&self) -> usize {
         let open = self.sh.in_flight.n.load(Ordering::SeqCst) as usize;
-        if open < self.max_in_flight {
-            return open;
-        }
-        let stuck = self
-            .files
-            .values()
-            .filter(|f| f.failure().is_some() && f.basis.is_some())
-            .count();
-        open.saturating_sub(stuck)
+        self.budget.holding(open, || {
+            self.files
+                .values()
+                .filter(|f| f.failure().is_some() && f.basis.is_some())
+                .count()
+        })
     }
 
     /// Open waiting files while there is room; once none wait, answer a
@@ -550,7 +531,7 @@ impl Dispatcher<'_, '_> {
             let res = self.tree.loc(&e.path, false).and_then(|l| self.file(e, &l));
             self.outcome(res, &shown)?;
         }
-        while self.open_files() < self.max_in_flight {
+        while self.budget.has_room(self.open_files()) {
             let Some(e) = self.waiting.pop_front() else {
                 break;
             };
@@ -562,7 +543,7 @@ impl Dispatcher<'_, '_> {
         // again, and no `Want` may follow `EndOfList`.
         let deltas = self.sh.in_flight.deltas.load(Ordering::SeqCst);
         let retrying = self.sh.retries.lock().is_ok_and(|r| !r.is_empty());
-        if self.end_of_list && self.waiting.is_empty() && deltas == 0 && !retrying {
+        if decide::may_end_list(self.end_of_list, self.waiting.len(), deltas, retrying) {
             self.end_of_list = false;
             self.sign(SignJob::EndOfList)
                 .map_err(|e| Error::Protocol(e.to_string()))?;

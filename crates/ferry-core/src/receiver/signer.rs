@@ -15,18 +15,14 @@ pub(super) enum SignJob {
 }
 
 /// The share of a delta file that deltas have saved so far in this run
-/// (bytes copied from old copies over bytes of committed deltas); a delta
-/// pays when reading the old copy costs less than that share of sending
-/// the file whole. Until 4 deltas or 8 MiB of them are done: one half. Files
-/// rewritten through and through save nothing, so after a few of them the
-/// rest go whole (30% of a 1 GiB tree rewritten: 2.97-3.10 s as deltas,
-/// 2.27-2.71 s whole, side by side).
+/// (see [`decide::delta_saving`]); a delta pays when reading the old copy
+/// costs less than that share of sending the file whole.
 pub(super) fn delta_saving(sh: &Shared<'_>) -> f64 {
-    let done = sh.delta_done.load(Ordering::Relaxed) as f64;
-    if done < (8 << 20) as f64 && sh.stats.files_delta.load(Ordering::Relaxed) < 4 {
-        return 0.5;
-    }
-    (sh.stats.bytes_matched.load(Ordering::Relaxed) as f64 / done).min(1.0)
+    decide::delta_saving(
+        sh.delta_done.load(Ordering::Relaxed),
+        sh.stats.files_delta.load(Ordering::Relaxed),
+        sh.stats.bytes_matched.load(Ordering::Relaxed),
+    )
 }
 
 /// Signs old copies and asks for deltas, off the dispatcher's thread.
@@ -74,23 +70,20 @@ pub(super) fn sign_and_want(
     };
     let size = d.entry.size;
     let id = d.entry.id;
-    if d.delta_cost > 0.0 && d.delta_cost >= delta_saving(sh) {
+    if !decide::still_pays(d.delta_cost, delta_saving(sh)) {
         // Deltas finished since this one was chosen say it will not pay:
         // ask for the file whole (on the whole-file digest grid).
-        d.block.store(layout::grid_block(size), Ordering::SeqCst);
+        d.block
+            .store(decide::digest_block(false, size), Ordering::SeqCst);
         d.delta.store(false, Ordering::SeqCst);
         return tx
             .send(Message::Want {
                 file: id,
-                mode: WantMode::Whole,
+                mode: decide::want_mode(false, inplace),
             })
             .map_err(|err| io::Error::other(err.to_string()));
     }
-    let mode = if inplace {
-        WantMode::DeltaInPlace
-    } else {
-        WantMode::Delta
-    };
+    let mode = decide::want_mode(true, inplace);
     // Ask before signing: the sender reads its copy into memory while this
     // side reads the old one, so the two reads overlap. A signature that
     // then fails leaves the sender waiting for nothing it must finish.

@@ -8,13 +8,7 @@ use super::*;
 /// writes take no page-cache locks, and a big delta's copies from the old
 /// copy (one `pread` of cached pages per block run) then run in parallel.
 pub(super) fn worker_for(f: &DstFile, seg: u64, n: usize) -> usize {
-    let file = f.entry.id as u64;
-    let key = if f.direct.is_some() {
-        file.wrapping_mul(0x9E37_79B9) ^ seg.wrapping_mul(0x85EB_CA6B)
-    } else {
-        file.wrapping_mul(0x9E37_79B9)
-    };
-    (key % n as u64) as usize
+    decide::worker_index(f.entry.id, seg, f.direct.is_some(), n)
 }
 
 pub(super) fn send_op(w: &Sender<(Arc<DstFile>, Op)>, f: Arc<DstFile>, op: Op) -> Result<()> {
@@ -100,17 +94,9 @@ pub(super) fn flush_segment(
     res
 }
 
-/// Segments one writer may have open at once. A sender has one segment
-/// per worker in flight (and a few sent early), so more is a peer driving
-/// this side's memory: a protocol error.
-pub(super) const MAX_OPEN_SEGMENTS: usize = 1024;
-
-/// Segment assembly buffers (8 MiB each) all writers together may hold; a
-/// segment opened beyond that is written through the page cache instead.
-pub(super) const MAX_SEGMENT_BUFFERS: usize = 16;
-
 /// The state of the segment `off` falls in, opened on its first op; `None`
-/// (and the run stopped) when the peer opens too many.
+/// (and the run stopped) when the peer opens too many (see
+/// [`decide::may_open_segment`]).
 pub(super) fn seg_state<'m>(
     segs: &'m mut HashMap<(u32, u64), SegState>,
     pool: &mut direct::Pool,
@@ -121,15 +107,16 @@ pub(super) fn seg_state<'m>(
     let seg = off / layout::SEGMENT;
     let key = (f.entry.id, seg);
     if !segs.contains_key(&key) {
-        if segs.len() >= MAX_OPEN_SEGMENTS {
+        if !decide::may_open_segment(segs.len()) {
             sh.set_fatal(Error::Protocol(format!(
-                "the sender opened more than {MAX_OPEN_SEGMENTS} segments at once"
+                "the sender opened more than {} segments at once",
+                decide::MAX_OPEN_SEGMENTS
             )));
             return None;
         }
         let bufs = segs.values().filter(|s| s.buf.is_some()).count();
-        let share = (MAX_SEGMENT_BUFFERS / sh.opts.threads.max(1)).max(1);
-        let buffered = f.direct_ok.load(Ordering::Relaxed) && bufs < share;
+        let buffered =
+            decide::buffer_segment(f.direct_ok.load(Ordering::Relaxed), bufs, sh.opts.threads);
         segs.insert(key, new_seg_state(pool, f, seg, buffered));
     }
     segs.get_mut(&key)
@@ -207,7 +194,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if !in_order(&f, st, off, len) {
                     continue;
                 }
-                if f.tmp.is_none() && f.failure().is_none() {
+                if decide::zeros_written(f.tmp.is_some()) && f.failure().is_none() {
                     // In place: the old bytes must become zeros (a hole
                     // where the filesystem allows).
                     if let Err(e) = f.file.zero_range(off, len) {
@@ -226,25 +213,24 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let st = segs.remove(&(id, seg));
                 super::readback::keep_digest(&f, seg, digest);
                 if f.failure().is_none() {
-                    match st {
-                        Some(mut st) if st.next == end => {
-                            match flush_segment(&f, &mut st, start, &mut pool) {
-                                Ok(n) => Stats::add(&sh.stats.bytes_written, n),
-                                Err(e) => write_failed(&f, sh, e),
-                            }
-                            if let (Some(mut b), Some(out)) = (st.sig.take(), &f.sig_out) {
-                                b.flush();
-                                if let Ok(mut p) = out.parts.lock() {
-                                    p[seg as usize] = Some((b.weak, b.full));
-                                }
-                            }
-                            if st.hasher.finish().0 != digest {
-                                f.fail_with(Failure::Mismatch(format!(
-                                    "verification failed: bytes {start}..{end} differ from the source"
-                                )));
+                    let reached = st.as_ref().map(|st| st.next);
+                    if let Err(why) = decide::segment_check(reached, start, end) {
+                        f.fail_with(why);
+                    } else if let Some(mut st) = st {
+                        match flush_segment(&f, &mut st, start, &mut pool) {
+                            Ok(n) => Stats::add(&sh.stats.bytes_written, n),
+                            Err(e) => write_failed(&f, sh, e),
+                        }
+                        if let (Some(mut b), Some(out)) = (st.sig.take(), &f.sig_out) {
+                            b.flush();
+                            if let Ok(mut p) = out.parts.lock() {
+                                p[seg as usize] = Some((b.weak, b.full));
                             }
                         }
-                        _ => f.fail(format!("incomplete data for bytes {start}..{end}")),
+                        let got = st.hasher.finish().0;
+                        if let Err(why) = decide::digest_check(&got, &digest, start, end) {
+                            f.fail_with(why);
+                        }
                     }
                 }
                 if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -277,7 +263,7 @@ pub(super) fn copy_from_basis(
         f.fail("protocol error: copy op for a file sent whole".into());
         return;
     };
-    let same_place = f.tmp.is_none() && boff == off;
+    let writes = decide::copy_writes(f.tmp.is_none(), off, boff);
     let mut done = 0u64;
     while done < len {
         // Whole unchanged blocks on both grids: their hashes are known from
@@ -286,7 +272,7 @@ pub(super) fn copy_from_basis(
         let run = known_run(f, st, off + done, boff + done, len - done);
         if run > 0 {
             let bs = f.block.load(Ordering::SeqCst);
-            if !same_place && f.failure().is_none() {
+            if writes && f.failure().is_none() {
                 match st.put_from(f, basis, boff + done, off + done, run * bs) {
                     Ok(n) => Stats::add(&sh.stats.bytes_written, n),
                     Err(e) => write_failed(f, sh, e),
@@ -310,7 +296,7 @@ pub(super) fn copy_from_basis(
             f.fail_with(Failure::Io("read old copy of", describe(&e)));
             return;
         }
-        if !same_place && f.failure().is_none() {
+        if writes && f.failure().is_none() {
             match st.put(f, off + done, scratch) {
                 Ok(n) => Stats::add(&sh.stats.bytes_written, n),
                 Err(e) => write_failed(f, sh, e),
@@ -332,25 +318,17 @@ pub(super) fn known_run(f: &DstFile, st: &SegState, off: u64, boff: u64, len: u6
     let Ok(bb) = f.basis_blocks.read() else {
         return 0;
     };
-    let bs = f.block.load(Ordering::SeqCst);
     let sig_aligned = st.sig.as_ref().is_none_or(|s| s.cur.is_empty());
-    if !f.verify
-        || !st.hasher.at_block_start()
-        || !sig_aligned
-        || !off.is_multiple_of(bs)
-        || !boff.is_multiple_of(bs)
-    {
-        return 0;
-    }
-    // Blocks must be whole in the new file's segment and in the old copy.
-    let seg_end = (off / layout::SEGMENT + 1) * layout::SEGMENT;
-    let limit = len
-        .min(seg_end - off)
-        .min(bb.size.saturating_sub(boff))
-        .min(f.entry.size - off);
-    let n = limit / bs;
-    let first = (boff / bs) as usize;
-    n.min((bb.full.len().saturating_sub(first)) as u64)
+    decide::known_run(decide::CopyAt {
+        off,
+        boff,
+        len,
+        bs: f.block.load(Ordering::SeqCst),
+        size: f.entry.size,
+        basis_size: bb.size,
+        known: bb.full.len(),
+        aligned: f.verify && st.hasher.at_block_start() && sig_aligned,
+    })
 }
 
 /// Copy `len` bytes from the old copy into the file being written, through
@@ -392,7 +370,7 @@ pub(super) fn copy_range(
 pub(super) const COPY_BUF: u64 = 1 << 20;
 
 pub(super) fn in_order(f: &DstFile, st: &mut SegState, off: u64, len: u64) -> bool {
-    if off != st.next || off + len > f.entry.size {
+    if !decide::in_order(st.next, off, len, f.entry.size) {
         f.fail(format!("protocol error: data out of order at offset {off}"));
         return false;
     }

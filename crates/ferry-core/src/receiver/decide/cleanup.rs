@@ -1,0 +1,279 @@
+//! Before and after the data: how the destination root is prepared
+//! ([`root_at`], [`late_root`]), whether `--delete` runs ([`deletion`])
+//! and which destination entries it removes ([`extras`]).
+
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use ferry_proto::EntryKind;
+
+use super::Kind;
+use crate::error::{Error, Result};
+use crate::Excludes;
+
+/// What becomes of the destination root of a tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RootAt {
+    /// A directory is there.
+    Use,
+    /// A file or symlink is there and `--force` replaces it by a directory.
+    Replace,
+    /// Nothing is there (or it cannot be looked at): created.
+    Create,
+    /// Something that is not a directory stays: the run fails with this.
+    Refuse(&'static str),
+}
+
+/// The tree's root holds `existing` (`None`: nothing, or `lstat` failed).
+/// Only a file or symlink is ever replaced, and only with `--force`; a
+/// device, FIFO or socket never.
+pub(crate) fn root_at(existing: Option<Kind>, force: bool) -> RootAt {
+    match existing {
+        None => RootAt::Create,
+        Some(Kind::Dir) => RootAt::Use,
+        Some(Kind::File | Kind::Symlink) if force => RootAt::Replace,
+        Some(Kind::File | Kind::Symlink) => {
+            RootAt::Refuse("destination exists and is not a directory (--force replaces it)")
+        }
+        Some(_) => RootAt::Refuse("destination exists and is not a directory"),
+    }
+}
+
+/// The root of a file-or-directory destination once its first entry is
+/// known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LateRoot {
+    /// The directory the entries go into.
+    pub(crate) root: PathBuf,
+    /// A file source's new path (relative to `root`): the destination's
+    /// own name.
+    pub(crate) name: Option<Vec<u8>>,
+}
+
+/// A directory source goes under the path `p`; any other becomes `p`, a
+/// file named as `p`'s last component in `p`'s directory (`.` when it has
+/// none). A path without a last component (`/`, `..`) cannot name a file.
+pub(crate) fn late_root(p: &Path, first: EntryKind) -> Result<LateRoot> {
+    if first == EntryKind::Dir {
+        return Ok(LateRoot {
+            root: p.to_path_buf(),
+            name: None,
+        });
+    }
+    let name = p
+        .file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_default();
+    if name.is_empty() {
+        return Err(Error::Usage(format!("{}: not a file name", p.display())));
+    }
+    let root = p
+        .parent()
+        .filter(|q| !q.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    Ok(LateRoot {
+        root,
+        name: Some(name),
+    })
+}
+
+/// Whether `--delete` runs at the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Deletion {
+    /// Not asked for.
+    Off,
+    /// Asked for, but the sender could not read part of the source: what
+    /// is missing from the list may only be unreadable, so nothing is
+    /// deleted (as rsync's "IO error encountered -- skipping file
+    /// deletion").
+    Skipped,
+    Run,
+}
+
+/// `source_unread`: the sender reported an entry it could not list or
+/// read (a `FileFailed`); `--ignore-errors` deletes anyway.
+pub(crate) fn deletion(delete: bool, source_unread: bool, ignore_errors: bool) -> Deletion {
+    match (delete, source_unread && !ignore_errors) {
+        (false, _) => Deletion::Off,
+        (true, true) => Deletion::Skipped,
+        (true, false) => Deletion::Run,
+    }
+}
+
+/// The path of `name` in the directory `parent` (both relative to the
+/// root; the root is the empty path).
+pub(crate) fn child_rel(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut rel = parent.to_vec();
+    if !rel.is_empty() {
+        rel.push(b'/');
+    }
+    rel.extend_from_slice(name);
+    rel
+}
+
+/// A destination entry `--delete` removes, with all it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Extra {
+    pub(crate) name: OsString,
+    /// Its path relative to the root.
+    pub(crate) rel: Vec<u8>,
+    pub(crate) is_dir: bool,
+}
+
+/// Of the entries (name, is a directory) of the destination directory
+/// `parent`, those to delete: not in the source list (`seen`, by path,
+/// whatever its kind there) and not protected by the excludes, in listing
+/// order.
+pub(crate) fn extras(
+    parent: &[u8],
+    listing: Vec<(OsString, bool)>,
+    seen: &HashSet<Vec<u8>>,
+    excludes: &Excludes,
+) -> Vec<Extra> {
+    listing
+        .into_iter()
+        .filter_map(|(name, is_dir)| {
+            let rel = child_rel(parent, name.as_bytes());
+            let keep = seen.contains(&rel)
+                || excludes.excluded(Path::new(OsStr::from_bytes(&rel)), is_dir);
+            (!keep).then_some(Extra { name, rel, is_dir })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_directory_is_used_and_a_missing_one_created() {
+        assert_eq!(root_at(Some(Kind::Dir), false), RootAt::Use);
+        assert_eq!(root_at(None, false), RootAt::Create);
+        assert_eq!(root_at(None, true), RootAt::Create);
+    }
+
+    #[test]
+    fn root_file_or_symlink_needs_force_and_says_so() {
+        assert_eq!(root_at(Some(Kind::File), true), RootAt::Replace);
+        assert_eq!(root_at(Some(Kind::Symlink), true), RootAt::Replace);
+        let RootAt::Refuse(why) = root_at(Some(Kind::Symlink), false) else {
+            panic!("a symlink root must not be followed or replaced without --force");
+        };
+        assert!(why.contains("--force"));
+    }
+
+    #[test]
+    fn root_device_fifo_or_socket_is_never_replaced() {
+        for k in [Kind::BlockDevice, Kind::CharDevice, Kind::Fifo, Kind::Other] {
+            let r = root_at(Some(k), true);
+            assert_eq!(
+                r,
+                RootAt::Refuse("destination exists and is not a directory"),
+                "{k:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn late_root_of_a_directory_source_is_the_path() {
+        let r = late_root(Path::new("out/tree"), EntryKind::Dir).unwrap();
+        assert_eq!(r.root, PathBuf::from("out/tree"));
+        assert_eq!(r.name, None);
+        // Even "/" can take a tree.
+        assert!(late_root(Path::new("/"), EntryKind::Dir).is_ok());
+    }
+
+    #[test]
+    fn late_root_of_a_file_source_is_its_directory_and_name() {
+        let r = late_root(Path::new("out/copy.txt"), EntryKind::File).unwrap();
+        assert_eq!(r.root, PathBuf::from("out"));
+        assert_eq!(r.name.as_deref(), Some(&b"copy.txt"[..]));
+        let bare = late_root(Path::new("copy.txt"), EntryKind::Symlink).unwrap();
+        assert_eq!(bare.root, PathBuf::from("."));
+        let abs = late_root(Path::new("/copy"), EntryKind::File).unwrap();
+        assert_eq!(abs.root, PathBuf::from("/"));
+    }
+
+    #[test]
+    fn late_root_refuses_a_path_that_names_no_file() {
+        for p in ["/", "a/..", ".."] {
+            let r = late_root(Path::new(p), EntryKind::File);
+            assert!(
+                matches!(&r, Err(Error::Usage(m)) if m.contains("not a file name")),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn delete_runs_unless_the_sender_failed_to_read_something() {
+        assert_eq!(deletion(false, false, false), Deletion::Off);
+        assert_eq!(deletion(false, true, true), Deletion::Off);
+        assert_eq!(deletion(true, false, false), Deletion::Run);
+        assert_eq!(deletion(true, true, false), Deletion::Skipped);
+        assert_eq!(deletion(true, true, true), Deletion::Run);
+    }
+
+    #[test]
+    fn child_path_of_the_root_has_no_leading_slash() {
+        assert_eq!(child_rel(b"", b"a"), b"a");
+        assert_eq!(child_rel(b"a/b", b"c"), b"a/b/c");
+    }
+
+    fn listing(names: &[(&str, bool)]) -> Vec<(OsString, bool)> {
+        names.iter().map(|&(n, d)| (n.into(), d)).collect()
+    }
+
+    fn rels(x: &[Extra]) -> Vec<&[u8]> {
+        x.iter().map(|e| &e.rel[..]).collect()
+    }
+
+    #[test]
+    fn extras_are_what_the_list_lacks_in_listing_order() {
+        let seen: HashSet<Vec<u8>> = [b"d/keep".to_vec(), b"d/sub".to_vec()].into();
+        let none = Excludes::new(&[]).unwrap();
+        let got = extras(
+            b"d",
+            listing(&[("zz", false), ("keep", false), ("sub", true), ("old", true)]),
+            &seen,
+            &none,
+        );
+        assert_eq!(rels(&got), [&b"d/zz"[..], b"d/old"]);
+        assert_eq!(got[1].name, OsString::from("old"));
+        assert!(got[1].is_dir && !got[0].is_dir);
+    }
+
+    #[test]
+    fn extras_match_whole_paths_not_names() {
+        // "x" is listed under "a" only: the "x" under "b" goes.
+        let seen: HashSet<Vec<u8>> = [b"a/x".to_vec()].into();
+        let none = Excludes::new(&[]).unwrap();
+        assert_eq!(
+            rels(&extras(b"b", listing(&[("x", false)]), &seen, &none)),
+            [b"b/x"]
+        );
+        assert!(extras(b"a", listing(&[("x", false)]), &seen, &none).is_empty());
+    }
+
+    #[test]
+    fn excluded_entries_are_protected_by_kind_and_path() {
+        let ex = Excludes::new(&["*.tmp".into(), "cache/".into()]).unwrap();
+        let got = extras(
+            b"",
+            listing(&[
+                ("a.tmp", false),
+                ("cache", true),
+                ("cache", false),
+                ("b", false),
+            ]),
+            &HashSet::new(),
+            &ex,
+        );
+        // "cache/" protects a directory only; a file of that name goes.
+        assert_eq!(rels(&got), [&b"cache"[..], b"b"]);
+        assert!(!got[0].is_dir);
+    }
+}

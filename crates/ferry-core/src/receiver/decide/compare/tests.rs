@@ -1,0 +1,217 @@
+//! Unit tests of [`super`]: the quick check, what is in the way, and the
+//! metadata steps, on entries and [`Stat`]s built by hand.
+
+use super::super::fixture::{file, same_as};
+use super::*;
+
+#[test]
+fn same_size_and_mtime_is_unchanged_and_a_nanosecond_is_not() {
+    let e = file(10);
+    let old = same_as(&e);
+    assert_eq!(quick_check(&e, &old, false), QuickCheck::Unchanged);
+    let newer = Stat {
+        mtime_nsec: e.mtime_nsec + 1,
+        ..old
+    };
+    assert_eq!(quick_check(&e, &newer, false), QuickCheck::Changed);
+    let other_second = Stat {
+        mtime: e.mtime - 1,
+        ..old
+    };
+    assert_eq!(quick_check(&e, &other_second, false), QuickCheck::Changed);
+}
+
+#[test]
+fn another_size_is_changed_even_with_checksum_and_equal_mtime() {
+    let mut e = file(10);
+    e.digest = Some([9; 32]);
+    let old = Stat {
+        size: 11,
+        ..same_as(&e)
+    };
+    assert_eq!(quick_check(&e, &old, false), QuickCheck::Changed);
+    // No contents are read when the sizes already differ.
+    assert_eq!(quick_check(&e, &old, true), QuickCheck::Changed);
+}
+
+#[test]
+fn checksum_ignores_mtime_and_compares_contents() {
+    let mut e = file(10);
+    e.digest = Some([3; 32]);
+    let old = Stat {
+        mtime: 1,
+        ..same_as(&e)
+    };
+    assert_eq!(
+        quick_check(&e, &old, true),
+        QuickCheck::CompareDigest([3; 32])
+    );
+    // The same mtime does not spare the comparison either.
+    assert_eq!(
+        quick_check(&e, &same_as(&e), true),
+        QuickCheck::CompareDigest([3; 32])
+    );
+}
+
+#[test]
+fn checksum_entry_without_digest_is_unchanged_only_when_empty() {
+    let empty = file(0);
+    assert_eq!(
+        quick_check(&empty, &same_as(&empty), true),
+        QuickCheck::Unchanged
+    );
+    // A sender that leaves the digest out cannot make a file look
+    // unchanged: it is sent again.
+    let e = file(5);
+    assert_eq!(quick_check(&e, &same_as(&e), true), QuickCheck::Changed);
+}
+
+#[test]
+fn file_at_maps_every_kind() {
+    assert_eq!(file_at(None), FileAt::Nothing);
+    assert_eq!(file_at(Some(Kind::Symlink)), FileAt::Nothing);
+    assert_eq!(file_at(Some(Kind::Other)), FileAt::Nothing);
+    assert_eq!(file_at(Some(Kind::Dir)), FileAt::Dir);
+    assert_eq!(file_at(Some(Kind::BlockDevice)), FileAt::BlockDevice);
+    assert_eq!(file_at(Some(Kind::CharDevice)), FileAt::Stream);
+    assert_eq!(file_at(Some(Kind::Fifo)), FileAt::Stream);
+    assert_eq!(file_at(Some(Kind::File)), FileAt::Regular);
+}
+
+#[test]
+fn a_replaced_symlink_or_directory_is_listed_as_new() {
+    assert_eq!(file_at(Some(Kind::Symlink)).verb(), "new");
+    assert_eq!(file_at(Some(Kind::Dir)).verb(), "new");
+    assert_eq!(file_at(Some(Kind::File)).verb(), "update");
+    assert_eq!(file_at(Some(Kind::Fifo)).verb(), "update");
+    assert_eq!(file_at(Some(Kind::BlockDevice)).verb(), "update");
+}
+
+#[test]
+fn a_directory_in_the_way_needs_delete_or_force_unless_empty() {
+    assert_eq!(clear_for(true, false, false), Clear::EmptyDir);
+    assert_eq!(clear_for(true, true, false), Clear::Tree);
+    assert_eq!(clear_for(true, false, true), Clear::Tree);
+    assert_eq!(clear_for(true, true, true), Clear::Tree);
+    // A file in the way is always removed; the options do not matter.
+    for (d, f) in [(false, false), (true, false), (false, true)] {
+        assert_eq!(clear_for(false, d, f), Clear::File);
+    }
+}
+
+#[test]
+fn a_symlink_to_a_directory_is_not_a_directory() {
+    assert_eq!(dir_at(Some(Kind::Dir)), DirAt::Keep);
+    assert_eq!(dir_at(None), DirAt::Create);
+    // Never followed: a symlink planted where a directory goes is
+    // removed, so nothing is written through it.
+    assert_eq!(dir_at(Some(Kind::Symlink)), DirAt::ClearThenCreate);
+    assert_eq!(dir_at(Some(Kind::File)), DirAt::ClearThenCreate);
+    assert_eq!(dir_at(Some(Kind::Fifo)), DirAt::ClearThenCreate);
+}
+
+#[test]
+fn symlink_kept_only_with_the_same_target() {
+    let s = Some(Kind::Symlink);
+    assert_eq!(symlink_at(s, Some(b"a/b"), b"a/b"), SymlinkAt::Keep);
+    assert_eq!(symlink_at(s, Some(b"a/c"), b"a/b"), SymlinkAt::Create);
+    assert_eq!(symlink_at(s, Some(b"a/b/"), b"a/b"), SymlinkAt::Create);
+    // A regular file whose "target" was somehow given is no symlink.
+    assert_eq!(
+        symlink_at(Some(Kind::File), Some(b"a/b"), b"a/b"),
+        SymlinkAt::Create
+    );
+    assert_eq!(
+        symlink_at(Some(Kind::Dir), None, b"x"),
+        SymlinkAt::ClearThenCreate
+    );
+    assert_eq!(symlink_at(None, None, b"x"), SymlinkAt::Create);
+}
+
+#[test]
+fn hard_link_is_done_only_on_the_same_device_and_inode() {
+    let e = file(1);
+    let a = same_as(&e);
+    assert!(already_linked(&a, &a));
+    assert!(!already_linked(&a, &Stat { ino: 3, ..a }));
+    // The same inode number on another filesystem is another file.
+    assert!(!already_linked(&a, &Stat { dev: 9, ..a }));
+}
+
+#[test]
+fn new_entries_get_metadata_by_kind_and_options() {
+    let all = meta_for_new(EntryKind::File, true, true, true);
+    assert_eq!(
+        all,
+        MetaSteps {
+            owner: true,
+            mode: true,
+            xattrs: true,
+            mtime: true
+        }
+    );
+    let plain = meta_for_new(EntryKind::Dir, false, true, false);
+    assert!(!plain.owner && !plain.xattrs && plain.mode && plain.mtime);
+    // Xattrs the source has are not set without --xattrs.
+    assert!(!meta_for_new(EntryKind::File, false, false, true).xattrs);
+    // chmod on a symlink would change its target: never.
+    let link = meta_for_new(EntryKind::Symlink, true, true, true);
+    assert!(link.owner && link.mtime && !link.mode && !link.xattrs);
+    assert_eq!(
+        meta_for_new(EntryKind::HardLink, true, true, true),
+        MetaSteps::default()
+    );
+}
+
+#[test]
+fn unchanged_file_in_line_needs_no_fix() {
+    let e = file(10);
+    assert_eq!(
+        meta_fixes(&e, &same_as(&e), true, false),
+        MetaSteps::default()
+    );
+}
+
+#[test]
+fn fixes_compare_permission_bits_not_the_file_type() {
+    let e = file(10);
+    // Same permissions, type bits dropped: nothing to fix.
+    let typeless = Stat {
+        mode: 0o644,
+        ..same_as(&e)
+    };
+    assert!(!meta_fixes(&e, &typeless, false, false).mode);
+    // A setuid bit the source lacks must go.
+    let setuid = Stat {
+        mode: 0o104644,
+        ..same_as(&e)
+    };
+    assert!(meta_fixes(&e, &setuid, false, false).mode);
+}
+
+#[test]
+fn owner_fixed_only_with_owner_and_when_it_differs() {
+    let e = file(10);
+    let other_gid = Stat {
+        gid: 0,
+        ..same_as(&e)
+    };
+    assert!(!meta_fixes(&e, &other_gid, false, false).owner);
+    let f = meta_fixes(&e, &other_gid, true, false);
+    assert!(f.owner && !f.mode && !f.mtime);
+}
+
+#[test]
+fn fixes_mtime_to_the_nanosecond_and_xattrs_whenever_present() {
+    let mut e = file(10);
+    let old = Stat {
+        mtime_nsec: 0,
+        ..same_as(&e)
+    };
+    assert!(meta_fixes(&e, &old, false, false).mtime);
+    assert!(!meta_fixes(&e, &old, false, true).xattrs);
+    e.xattrs.push((b"user.a".to_vec(), b"1".to_vec()));
+    // Xattrs are not compared: with --xattrs they are written again.
+    assert!(meta_fixes(&e, &same_as(&e), false, true).xattrs);
+    assert!(!meta_fixes(&e, &same_as(&e), false, false).xattrs);
+}
