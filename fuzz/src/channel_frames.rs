@@ -54,30 +54,33 @@ fn raw(suite: Suite, bytes: &[u8]) {
         let at = w.get_ref().len();
         let kas = r.keepalives_seen();
         let got = match r.next_frame() {
-            Ok(Frame::Data(d)) => Some(d.to_vec()),
-            Ok(Frame::End) => None,
-            Err(_) => break,
+            Ok(Frame::Data(d)) => Some(Some(d.to_vec())),
+            Ok(Frame::End) => Some(None),
+            Err(_) => None,
         };
-        // The keepalives the reader skipped on the way, sealed again.
+        // The keepalives the reader accepted on the way (also before an
+        // error), sealed again.
         for _ in kas..r.keepalives_seen() {
             w.keepalive().expect("keepalive");
         }
+        let failed = got.is_none();
         match got {
-            Some(d) => {
+            Some(Some(d)) => {
                 w.send_frame(&d).expect("seal");
                 frames.push(d);
             }
-            None => {
+            Some(None) => {
                 w.finish().expect("finish");
                 ended = true;
             }
+            None => {}
         }
         assert_eq!(
             &bytes[before..r.wire_bytes as usize],
             &w.get_ref()[at..],
             "the reader ACCEPTED bytes that are not the sealing of what it returned"
         );
-        if ended {
+        if ended || failed {
             break;
         }
     }

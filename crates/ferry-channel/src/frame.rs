@@ -242,7 +242,8 @@ pub struct ChannelReader<R: Read> {
     pos: usize,
     end: usize,
     ended: bool,
-    /// Bytes read from the source, frame headers and tags included.
+    /// Bytes of the frames read and authenticated so far, headers and
+    /// tags included.
     pub wire_bytes: u64,
 }
 
@@ -294,10 +295,10 @@ impl<R: Read> ChannelReader<R> {
             if got < body {
                 return Err(ChannelError::Truncated);
             }
-            self.wire_bytes += 4 + body as u64;
             let (text, tag) = self.buf.split_at_mut(body - TAG);
             self.cipher
                 .open(SPACE_MESSAGE, self.counter, &aad(&len), text, tag)?;
+            self.wire_bytes += 4 + body as u64;
             self.counter += 1;
             return match text[0] {
                 KIND_DATA => Ok(Frame::Data(&self.buf[1..body - TAG])),
@@ -316,9 +317,9 @@ impl<R: Read> ChannelReader<R> {
         if read_full(&mut self.r, &mut tag)? < TAG {
             return Err(ChannelError::Truncated);
         }
-        self.wire_bytes += (4 + TAG) as u64;
         self.cipher
             .open(SPACE_KEEPALIVE, self.keepalives, &aad(len), &mut [], &tag)?;
+        self.wire_bytes += (4 + TAG) as u64;
         self.keepalives += 1;
         Ok(())
     }

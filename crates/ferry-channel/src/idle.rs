@@ -10,7 +10,9 @@ use std::time::Duration;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 /// A byte source that waits at most `idle` for each read (`None`: for
-/// ever). Works on sockets and pipes alike (ssh's stdout).
+/// ever). Works on sockets and pipes alike (ssh's stdout). The source must
+/// not buffer on its own (a `File`, `TcpStream`, `ChildStdout`, not
+/// `Stdin`): bytes held in a user-space buffer are invisible to `poll`.
 pub struct IdleRead<R> {
     inner: R,
     idle: Option<Duration>,
@@ -23,6 +25,11 @@ impl<R: Read + AsFd> IdleRead<R> {
 
     pub fn get_ref(&self) -> &R {
         &self.inner
+    }
+
+    /// Change the wait (say, from the handshake's to the stream's).
+    pub fn set_idle(&mut self, idle: Option<Duration>) {
+        self.idle = idle;
     }
 
     /// Wait until the source is readable (or has ended or failed); a

@@ -57,10 +57,12 @@
 //! be sent between message frames that other threads sealed in advance
 //! without renumbering them. A writer with nothing to send for a second
 //! sends one ([`ChannelWriter::keepalive`]); the reader authenticates it
-//! and skips it (a forged, replayed or reordered keepalive fails like any
-//! frame). With an idle timeout ([`IdleRead`]), a peer that has sent no
-//! byte, not even a keepalive, for that long is dead. Keepalives may be
-//! sent before the end frame only.
+//! and skips it. A forged keepalive, or keepalives replayed or reordered
+//! among themselves, fail authentication; one moved across message frames
+//! or dropped goes unnoticed, which is harmless, since it carries nothing.
+//! With an idle timeout ([`IdleRead`]), a peer that has sent no byte, not
+//! even a keepalive, for that long is dead. Keepalives may be sent before
+//! the end frame only.
 //!
 use std::io::{self, Read, Write};
 use std::sync::Arc;

@@ -57,7 +57,24 @@ impl Options {
                 format!("block size must be between {MIN_BLOCK} and {MAX_BLOCK} bytes"),
             ));
         }
+        // Keepalives go out after KEEPALIVE of silence: a shorter timeout
+        // would take a live peer for a dead one.
+        if self.idle.is_some_and(|d| d < 2 * KEEPALIVE) {
+            return Err(StreamError::new(
+                ErrorKind::Usage,
+                "the idle timeout must be at least 2 s",
+            ));
+        }
         Ok(())
+    }
+
+    /// How long each read of the handshake may wait: the idle timeout, and
+    /// never longer than [`accept::HANDSHAKE_TIMEOUT`] (a peer that
+    /// accepted the connection but says nothing is not one).
+    pub(crate) fn handshake_wait(&self) -> Option<Duration> {
+        Some(self.idle.map_or(accept::HANDSHAKE_TIMEOUT, |d| {
+            d.min(accept::HANDSHAKE_TIMEOUT)
+        }))
     }
 
     pub(crate) fn ring_blocks(&self) -> usize {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role};
 
 use crate::*;
@@ -74,13 +74,14 @@ pub fn recv_on<W: Write + Send + 'static>(
     let shut = move || {
         let _ = ctl.shutdown(std::net::Shutdown::Write);
     };
+    let r = IdleRead::new(r, opts.idle);
     recv_session(opts, session, r, w, open, Some(Box::new(shut)))
 }
 
 /// Receive over any connected byte pipe: the handshake, then the stream.
 pub fn recv_over<W, NR, NW>(
     opts: &Options,
-    mut net_r: NR,
+    net_r: NR,
     mut net_w: NW,
     open: Opener<W>,
     close_write: Option<Box<dyn Fn() + Send>>,
@@ -91,8 +92,10 @@ where
     NW: Write + Send + 'static,
 {
     opts.check()?;
+    let mut net_r = IdleRead::new(net_r, opts.handshake_wait());
     let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Responder)
         .map_err(|e| channel_err(e, "handshake"))?;
+    net_r.set_idle(opts.idle);
     recv_session(opts, session, net_r, net_w, open, close_write)
 }
 
@@ -100,7 +103,7 @@ where
 fn recv_session<W, NR, NW>(
     opts: &Options,
     session: ferry_channel::Session,
-    net_r: NR,
+    net_r: IdleRead<NR>,
     net_w: NW,
     open: Opener<W>,
     close_write: Option<Box<dyn Fn() + Send>>,
@@ -112,7 +115,7 @@ where
 {
     let start = Instant::now();
     let suite = session.suite;
-    let chan_r = ChannelReader::new(IdleRead::new(net_r, opts.idle), &session);
+    let chan_r = ChannelReader::new(net_r, &session);
     let reply = Reply::start(ChannelWriter::new(net_w, &session), close_write)?;
     // Only now, with a sender that proved the key, is the output opened.
     let (output, mut hooks) = match open() {
@@ -237,8 +240,13 @@ fn fail_message(e: &StreamError, status: Option<i32>) -> Vec<u8> {
 /// finishing) knows we are alive.
 struct Reply {
     tx: Sender<Vec<u8>>,
-    thread: thread::JoinHandle<()>,
+    /// Disconnected when the thread is done.
+    done: Receiver<()>,
 }
+
+/// How long the verdict may take to write: a sender that stopped reading
+/// (its socket buffers full of our keepalives) does not keep us waiting.
+const REPLY_WAIT: Duration = Duration::from_secs(10);
 
 impl Reply {
     fn start<NW: Write + Send + 'static>(
@@ -246,9 +254,11 @@ impl Reply {
         close_write: Option<Box<dyn Fn() + Send>>,
     ) -> Result<Reply, StreamError> {
         let (tx, rx) = bounded::<Vec<u8>>(1);
-        let thread = thread::Builder::new()
+        let (done_tx, done) = bounded::<()>(0);
+        thread::Builder::new()
             .name("ferry-net-reply".into())
             .spawn(move || {
+                let _done = done_tx;
                 let mut alive = true;
                 let last = loop {
                     match rx.recv_timeout(KEEPALIVE) {
@@ -267,12 +277,13 @@ impl Reply {
                 }
             })
             .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
-        Ok(Reply { tx, thread })
+        Ok(Reply { tx, done })
     }
 
-    /// Send the verdict, end our direction and wait until it is written.
+    /// Send the verdict, end our direction and wait until it is written
+    /// (at most [`REPLY_WAIT`]).
     fn last(self, m: Vec<u8>) {
         let _ = self.tx.send(m);
-        let _ = self.thread.join();
+        let _ = self.done.recv_timeout(REPLY_WAIT);
     }
 }

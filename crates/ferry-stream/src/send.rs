@@ -75,7 +75,7 @@ pub fn send<R: Read + Send + 'static>(
 pub fn send_over<R, NR, NW>(
     opts: &Options,
     input: R,
-    mut net_r: NR,
+    net_r: NR,
     mut net_w: NW,
     abort: Option<Box<dyn Fn() + Send>>,
 ) -> Result<Summary, StreamError>
@@ -86,10 +86,12 @@ where
 {
     opts.check()?;
     let start = Instant::now();
+    let mut net_r = IdleRead::new(net_r, opts.handshake_wait());
     let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Initiator)
         .map_err(|e| channel_err(e, "handshake"))?;
+    net_r.set_idle(opts.idle);
     let suite = session.suite;
-    let chan_r = ChannelReader::new(IdleRead::new(net_r, opts.idle), &session);
+    let chan_r = ChannelReader::new(net_r, &session);
     let chan_w = ChannelWriter::new(net_w, &session);
     let stats = opts.stats.clone();
     stats.buffer_cap.store(

@@ -146,10 +146,14 @@ pub(crate) fn net_writer<W: Write>(
     // How fast the link drains, for the compressors' choice of codec.
     let mut drain = ferry_compress::DrainRate::default();
     let werr = |e: ChannelError| channel_err(e, "sending to the receiver");
+    // A keepalive is due KEEPALIVE after the last frame written, however
+    // many later blocks arrive meanwhile (one worker slow on block N while
+    // the others finish N+1, N+2...: nothing can be written).
+    let mut last_write = Instant::now();
     loop {
         let job = match pending.remove(&next) {
             Some(j) => j,
-            None => match rx.recv_timeout(KEEPALIVE) {
+            None => match rx.recv_deadline(last_write + KEEPALIVE) {
                 Ok(j) if j.seq == next => j,
                 Ok(j) => {
                     pending.insert(j.seq, j);
@@ -158,6 +162,7 @@ pub(crate) fn net_writer<W: Write>(
                 Err(RecvTimeoutError::Timeout) => {
                     // The producer is slow: tell the receiver we are alive.
                     w.keepalive().map_err(werr)?;
+                    last_write = Instant::now();
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => return Ok(None),
@@ -185,6 +190,7 @@ pub(crate) fn net_writer<W: Write>(
                     w.write_sealed(job.seq, &sealed).map_err(werr)?;
                 }
                 let now = Instant::now();
+                last_write = now;
                 let n = w.wire_bytes - before;
                 if let Some(rate) = drain.wrote(n, now - t, now) {
                     stats.link_rate.store(rate as u64, Ordering::Relaxed);

@@ -44,8 +44,14 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         Err(c) => return c,
     };
     let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
-    let Some(port) = ssh::start_remote(&key, &mut ssh_in, &mut ssh_out, &rsh, &a.remote_ferry)
-    else {
+    let Some(port) = ssh::start_remote(
+        &key,
+        &mut ssh_in,
+        &mut ssh_out,
+        &rsh,
+        &a.remote_ferry,
+        a.o.timeout.map(Duration::from_secs_f64),
+    ) else {
         return ssh::ssh_failed(&mut guard);
     };
     let host = ssh::target_host(&a.target);

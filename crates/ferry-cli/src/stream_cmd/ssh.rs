@@ -7,6 +7,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
+use ferry_channel::IdleRead;
+
 use super::args::PipeArgs;
 use super::read_line_raw;
 use crate::exit as code;
@@ -75,13 +77,15 @@ pub(super) fn spawn(mut cmd: Command) -> Result<(KillOnDrop, ChildStdin, ChildSt
 }
 
 /// Hand the remote `ferry recv` its key and read the port it listens on.
-/// `None` (the message is out) when it did not start.
+/// `None` (the message is out) when it did not start, or (with `wait`,
+/// from `--timeout`) did not announce its port in time.
 pub(super) fn start_remote(
     key: &str,
     ssh_in: &mut ChildStdin,
     ssh_out: &mut ChildStdout,
     rsh: &str,
     remote_ferry: &str,
+    wait: Option<Duration>,
 ) -> Option<u16> {
     if writeln!(ssh_in, "{key}")
         .and_then(|_| ssh_in.flush())
@@ -90,7 +94,14 @@ pub(super) fn start_remote(
         errln!("ferry pipe: {rsh} exited before the remote ferry started");
         return None;
     }
-    let line = read_line_raw(ssh_out, 256).unwrap_or_default();
+    let line = match read_line_raw(&mut IdleRead::new(&mut *ssh_out, wait), 256) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            errln!("ferry pipe: the remote side did not start: {e}");
+            return None;
+        }
+        Err(_) => String::new(),
+    };
     let port: Option<u16> = line
         .strip_prefix("FERRY-PORT ")
         .and_then(|p| p.trim().parse().ok());

@@ -151,3 +151,24 @@ fn pipe_with_timeout_survives_a_slow_command() {
         assert!(same(&src, &dst), "via ssh {via_ssh}");
     }
 }
+
+/// A receiver stopped before the sender connects (the kernel still
+/// completes the TCP connect from its backlog): the handshake is bounded
+/// by `--timeout` too, exit 5.
+#[test]
+fn receiver_stopped_before_the_handshake_times_out_the_sender() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (r, port) = start_recv(KEY, &[dir.path().join("dst").to_str().expect("p")]);
+    signal(&r, "-STOP");
+    let t = Instant::now();
+    let out = ferry(KEY)
+        .args(["send", "--timeout", "2", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .expect("send");
+    signal(&r, "-CONT");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{err}");
+    assert!(err.contains("--timeout"), "{err}");
+}
