@@ -22,8 +22,8 @@
 
 use ferry_delta::sig::short;
 use ferry_delta::{apply_to_vec, signature_of_bytes, Matcher, Op, Signature};
-use ferry_proto::layout::block_hash;
-use ferry_proto::{decode, encode, Message};
+use ferry_link::layout::block_hash;
+use ferry_link::{decode, encode, Message};
 
 use crate::util::{records, Bytes};
 

@@ -1,13 +1,13 @@
-//! `frame`: ferry-proto's message codec and the byte-stream link's framing.
+//! `frame`: ferry-link's message codec and the byte-stream link's framing.
 //!
 //! Input: `mode`, two bytes `flip` (u16 LE), then records (see
 //! [`crate::util::records`]), each a frame body.
 //!
-//! * Every record goes through [`ferry_proto::decode`] alone: whatever it
+//! * Every record goes through [`ferry_link::decode`] alone: whatever it
 //!   accepts keeps the limits the receiver relies on, re-encodes to a
 //!   body that decodes to the same message, and the encoding is a fixed
 //!   point (canonical).
-//! * A byte stream goes through the real reader of [`ferry_proto::stream_link`]
+//! * A byte stream goes through the real reader of [`ferry_link::stream_link`]
 //!   (magic, `len`/`!len` header, body, XXH3 check, decode, and the
 //!   decompression of `Compressed` messages by `MsgRx`), and what it
 //!   delivers and the error it ends with are compared with a model of the
@@ -18,9 +18,9 @@
 
 use std::io::Cursor;
 
-use ferry_proto::codec::{MAX_DATA, MAX_REPORT_ERRORS, MAX_SIG_BLOCKS, MAX_STR, MAX_XATTRS};
-use ferry_proto::transport::frame_check;
-use ferry_proto::{decode, encode, encoded_len, DecodeError, LinkError, Message, MAGIC, MAX_FRAME};
+use ferry_link::codec::{MAX_DATA, MAX_REPORT_ERRORS, MAX_SIG_BLOCKS, MAX_STR, MAX_XATTRS};
+use ferry_link::transport::frame_check;
+use ferry_link::{decode, encode, encoded_len, DecodeError, LinkError, Message, MAGIC, MAX_FRAME};
 
 use crate::util::{records, Bytes};
 
@@ -242,7 +242,7 @@ fn compare_with_model(stream: &[u8]) {
     }
     let threads = crate::util::Threads::before();
     let (ep, flushed) =
-        ferry_proto::stream_link_flushed(Cursor::new(stream.to_vec()), std::io::sink());
+        ferry_link::stream_link_flushed(Cursor::new(stream.to_vec()), std::io::sink());
     let mut got = Vec::new();
     let end = loop {
         match ep.rx.recv() {

@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 
 use ferry_core::listcheck::{ListCheck, Shape, MAX_FILE_SIZE};
-use ferry_proto::{Entry, EntryKind};
+use ferry_link::{Entry, EntryKind};
 
 use crate::util::Bytes;
 

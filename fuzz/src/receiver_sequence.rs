@@ -39,8 +39,8 @@ use std::thread;
 use ferry_core::listcheck::valid_rel;
 use ferry_core::receiver::run_receiver;
 use ferry_core::{DeltaMode, Dest, Stats, SyncOptions};
-use ferry_proto::layout::segment_count;
-use ferry_proto::{Endpoint, EntryKind, Message};
+use ferry_link::layout::segment_count;
+use ferry_link::{Endpoint, EntryKind, Message};
 
 use crate::util::{await_done, records, scratch_dir, unlock_tree};
 
@@ -76,13 +76,13 @@ pub fn run(data: &[u8]) {
     let mut msgs: Vec<Message> = Vec::new();
     if flags & 8 == 0 {
         msgs.push(Message::Hello {
-            version: ferry_proto::PROTOCOL_VERSION,
-            features: ferry_proto::features::ALL,
+            version: ferry_link::PROTOCOL_VERSION,
+            features: ferry_link::features::ALL,
         });
     }
     msgs.extend(
         records(rest)
-            .filter_map(|b| ferry_proto::decode(b).ok())
+            .filter_map(|b| ferry_link::decode(b).ok())
             .take(MAX_MSGS),
     );
     session(flags, pace & 1 != 0, msgs);
@@ -384,7 +384,7 @@ fn session(flags: u8, paced: bool, msgs: Vec<Message>) {
         ..Default::default()
     };
     let threads = crate::util::Threads::before();
-    let (a, b) = ferry_proto::in_process();
+    let (a, b) = ferry_link::in_process();
     let (done_tx, done_rx) = mpsc::channel();
     let receiver = thread::Builder::new()
         .name("fuzz receiver".into())

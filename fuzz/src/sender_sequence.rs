@@ -36,8 +36,8 @@ use std::thread;
 
 use ferry_core::sender::run_sender;
 use ferry_core::{SourceSpec, Stats, SyncOptions};
-use ferry_proto::layout::{self, SegmentHasher};
-use ferry_proto::{Endpoint, EntryKind, Message, WantMode};
+use ferry_link::layout::{self, SegmentHasher};
+use ferry_link::{Endpoint, EntryKind, Message, WantMode};
 
 use crate::util::{await_done, records};
 
@@ -141,13 +141,13 @@ pub fn run(data: &[u8]) {
     let mut msgs: Vec<Message> = Vec::new();
     if flags & 1 == 0 {
         msgs.push(Message::Hello {
-            version: ferry_proto::PROTOCOL_VERSION,
-            features: ferry_proto::features::ALL,
+            version: ferry_link::PROTOCOL_VERSION,
+            features: ferry_link::features::ALL,
         });
     }
     msgs.extend(
         records(rest)
-            .filter_map(|b| ferry_proto::decode(b).ok())
+            .filter_map(|b| ferry_link::decode(b).ok())
             .take(64),
     );
     let in_process = flags & 2 != 0;
@@ -164,10 +164,7 @@ pub fn session(
     msgs: Vec<Message>,
     in_process: bool,
     wait_for_list: bool,
-) -> (
-    Vec<Message>,
-    ferry_core::Result<ferry_proto::ReceiverReport>,
-) {
+) -> (Vec<Message>, ferry_core::Result<ferry_link::ReceiverReport>) {
     let src = source();
     let opts = SyncOptions {
         in_process,
@@ -177,7 +174,7 @@ pub fn session(
         ..Default::default()
     };
     let threads = crate::util::Threads::before();
-    let (a, b) = ferry_proto::in_process();
+    let (a, b) = ferry_link::in_process();
     let (done_tx, done_rx) = mpsc::channel();
     let sources = specs();
     let sender = thread::Builder::new()
@@ -236,7 +233,7 @@ struct Asked {
 fn check(
     msgs: &[Message],
     said: &[Message],
-    res: &ferry_core::Result<ferry_proto::ReceiverReport>,
+    res: &ferry_core::Result<ferry_link::ReceiverReport>,
     in_process: bool,
 ) {
     let src = source();

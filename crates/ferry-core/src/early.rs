@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ferry_proto::layout;
+use ferry_link::layout;
 
 /// At least this share (in quarters) of a segment's blocks must be in
 /// place, unchanged, for it to go early; the rest goes as literals.

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use ferry_proto::{FatalClass, LinkError, Message};
+use ferry_link::{FatalClass, LinkError, Message};
 
 /// What a failure means for the run as a whole; the CLI maps each class to
 /// a documented exit code.

@@ -4,7 +4,7 @@
 //! ([`sender::run_sender`]) walks the sources and streams the file list and
 //! the data; a **receiver** ([`receiver::run_receiver`]) compares, asks,
 //! writes, verifies and commits. They talk only through a
-//! [`ferry_proto::Endpoint`], so the same code runs local-to-local over an
+//! [`ferry_link::Endpoint`], so the same code runs local-to-local over an
 //! in-process link ([`sync_local`]) and across hosts over ssh or TCP.
 //!
 //! The engine never prints and never exits: it returns a [`Report`] or an
@@ -203,7 +203,7 @@ fn sync_local_pass(
         in_process: true,
         ..opts.clone()
     };
-    let (a, b) = ferry_proto::in_process();
+    let (a, b) = ferry_link::in_process();
     let mut a = a;
     if let Some(rate) = opts.bwlimit {
         a.tx = a.tx.with_rate_limit(rate);
@@ -245,18 +245,18 @@ pub(crate) fn finished(stats: &Stats, start: Instant) -> Result<Report> {
 
 /// Both sides open a session the same way: say Hello, check the peer's.
 /// A version mismatch is fatal and is told to the peer.
-pub(crate) fn hello(tx: &ferry_proto::MsgTx, rx: &ferry_proto::MsgRx) -> Result<()> {
-    use ferry_proto::Message;
+pub(crate) fn hello(tx: &ferry_link::MsgTx, rx: &ferry_link::MsgRx) -> Result<()> {
+    use ferry_link::Message;
     tx.send(Message::Hello {
-        version: ferry_proto::announced_version(),
-        features: ferry_proto::features::ALL,
+        version: ferry_link::announced_version(),
+        features: ferry_link::features::ALL,
     })?;
     match rx.recv()? {
-        Message::Hello { version, .. } if version == ferry_proto::PROTOCOL_VERSION => Ok(()),
+        Message::Hello { version, .. } if version == ferry_link::PROTOCOL_VERSION => Ok(()),
         Message::Hello { version, .. } => {
             let msg = format!(
                 "peer speaks protocol version {version}, this ferry speaks {}",
-                ferry_proto::PROTOCOL_VERSION
+                ferry_link::PROTOCOL_VERSION
             );
             let e = Error::Protocol(msg);
             let _ = tx.send(error::fatal(&e));

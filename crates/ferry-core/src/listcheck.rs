@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use ferry_proto::{Entry, EntryKind};
+use ferry_link::{Entry, EntryKind};
 
 /// Where the list is going to land.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub struct ListCheck {
 }
 
 /// Largest file size a list may announce: segment indexes are u32.
-pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * ferry_proto::layout::SEGMENT;
+pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * ferry_link::layout::SEGMENT;
 
 /// Why an entry was refused: the sender broke the protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

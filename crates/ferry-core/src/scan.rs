@@ -6,7 +6,7 @@
 
 use std::io;
 
-use ferry_proto::layout::{self, SegmentHasher, ZERO_GRAIN};
+use ferry_link::layout::{self, SegmentHasher, ZERO_GRAIN};
 
 use crate::source::ExtentReader;
 
@@ -67,7 +67,7 @@ pub fn scan_segment<E>(
             let n = ((dstop - pos) as usize).min(CHUNK);
             if buf.capacity() < n {
                 // The last buffer went out in a message: take a recycled one.
-                *buf = ferry_proto::bufpool::take(n);
+                *buf = ferry_link::bufpool::take(n);
             } else {
                 buf.resize(n, 0);
             }

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use ferry_core::{Class, Dest};
-use ferry_proto::layout;
-use ferry_proto::{Message, WantMode};
+use ferry_link::layout;
+use ferry_link::{Message, WantMode};
 use hostile_peer::*;
 // ---------------------------------------------------------------- control
 

@@ -9,11 +9,11 @@
 //! # Signature
 //!
 //! The basis is cut on the *source's* grid (`block_size =
-//! ferry_proto::layout::grid_block(source_size)`, passed in by the caller),
+//! ferry_link::layout::grid_block(source_size)`, passed in by the caller),
 //! so aligned blocks of the two files line up. Per block it holds a rolling
 //! [`weak_hash`] (see [`weak`] for why a 64-bit polynomial and not rsync's
 //! Adler sum or buzhash) and the first 16 bytes of
-//! `ferry_proto::layout::block_hash` (blake3; the zero-block constant for
+//! `ferry_link::layout::block_hash` (blake3; the zero-block constant for
 //! all-zero blocks). [`signature_of_file`] also returns the full 32-byte
 //! hashes, which are the receiver's segment digests' inputs, so reading the
 //! basis once serves both the delta and the end-to-end check. It reads with

@@ -1,6 +1,6 @@
 //! Finding the parts of a source segment that exist in the basis.
 
-use ferry_proto::layout::{block_hash, is_zero, zero_block_hash};
+use ferry_link::layout::{block_hash, is_zero, zero_block_hash};
 
 use crate::sig::{short, Signature};
 use crate::weak::{weak_hash, Roller};
@@ -250,7 +250,7 @@ impl Matcher {
     }
 
     /// [`Matcher::diff`] reusing the caller's block hashes of `data`:
-    /// `hashes[k]` must be `ferry_proto::layout::block_hash` of
+    /// `hashes[k]` must be `ferry_link::layout::block_hash` of
     /// `data[k * bs..(k + 1) * bs]` (the last one may be partial), as the
     /// sender computes anyway for the segment digest. The aligned pass then
     /// hashes nothing. Hashes of the wrong count are ignored.

@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io;
 
-use ferry_proto::layout::{block_hash, zero_block_hash};
+use ferry_link::layout::{block_hash, zero_block_hash};
 
 use crate::weak::{weak_hash, zero_weak};
 
@@ -11,13 +11,13 @@ use crate::weak::{weak_hash, zero_weak};
 /// block (the last block may be partial).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Signature {
-    /// Grid block size: `ferry_proto::layout::grid_block(source_size)`.
+    /// Grid block size: `ferry_link::layout::grid_block(source_size)`.
     pub block_size: u64,
     /// Size of the basis in bytes.
     pub basis_size: u64,
     /// Rolling weak hash ([`crate::weak_hash`]) of each block.
     pub weak: Vec<u64>,
-    /// First 16 bytes of `ferry_proto::layout::block_hash` of each block.
+    /// First 16 bytes of `ferry_link::layout::block_hash` of each block.
     pub strong: Vec<[u8; 16]>,
 }
 

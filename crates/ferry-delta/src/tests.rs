@@ -1,6 +1,6 @@
 use std::io::Write;
 
-use ferry_proto::layout::{block_hash, grid_block};
+use ferry_link::layout::{block_hash, grid_block};
 use proptest::prelude::*;
 
 use crate::*;
@@ -241,7 +241,7 @@ fn seven_byte_insert_costs_under_one_percent() {
     let basis = random_bytes(8, size);
     let mut src = basis.clone();
     src.splice(1 << 20..1 << 20, *b"7 bytes");
-    let ops = roundtrip(&basis, &src, bs, ferry_proto::layout::SEGMENT as usize);
+    let ops = roundtrip(&basis, &src, bs, ferry_link::layout::SEGMENT as usize);
     let lit = literal_bytes(&ops);
     assert!(
         lit * 100 < src.len() as u64,
@@ -290,7 +290,7 @@ fn scattered_overwrites_cost_under_eight_percent() {
         src[at..at + len].copy_from_slice(&fill);
         changed += len;
     }
-    let ops = roundtrip(&basis, &src, bs, ferry_proto::layout::SEGMENT as usize);
+    let ops = roundtrip(&basis, &src, bs, ferry_link::layout::SEGMENT as usize);
     let lit = literal_bytes(&ops);
     assert!(lit * 100 < size as u64 * 8, "literals {lit} of {size}");
 }

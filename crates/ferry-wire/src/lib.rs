@@ -11,7 +11,7 @@
 //!   and delta matching), and how segment digests are computed.
 //!
 //! It does no I/O, starts no threads and reads no clock, like rustls's
-//! core: the link layer (`ferry-proto`: framing, transports, keepalives)
+//! core: the link layer (`ferry-link`: framing, transports, keepalives)
 //! and the engine (`ferry-core`) drive it. It must not grow any of those.
 
 pub mod codec;

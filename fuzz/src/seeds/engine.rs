@@ -2,8 +2,8 @@
 //! framing, and a sender played against the real receiver.
 
 use ferry_compress::{Codec, Compressor, Mode};
-use ferry_proto::layout::{self, SegmentHasher};
-use ferry_proto::{Entry, EntryKind, FatalClass, Message, ReceiverReport, WantMode, MAGIC};
+use ferry_link::layout::{self, SegmentHasher};
+use ferry_link::{Entry, EntryKind, FatalClass, Message, ReceiverReport, WantMode, MAGIC};
 
 use super::{body, text, Seed};
 use crate::frame::frame_of;
@@ -16,8 +16,8 @@ pub(super) fn bodies(msgs: &[Message]) -> Vec<Vec<u8>> {
 
 pub(super) fn hello() -> Message {
     Message::Hello {
-        version: ferry_proto::PROTOCOL_VERSION,
-        features: ferry_proto::features::ALL,
+        version: ferry_link::PROTOCOL_VERSION,
+        features: ferry_link::features::ALL,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The seed corpus, made from real encodings: messages encoded by
-//! ferry-proto's codec, blocks packed by ferry-compress, frames sealed by
+//! ferry-link's codec, blocks packed by ferry-compress, frames sealed by
 //! ferry-channel, signatures computed by ferry-delta, replies laid out as
 //! the NBD spec says. `cargo run --example gen_corpus` writes them to
 //! `corpus/<target>/<name>`; `tests/corpus.rs` checks that the committed
@@ -44,8 +44,8 @@ pub fn text(n: usize, seed: &str) -> Vec<u8> {
 }
 
 /// A message's frame body.
-pub fn body(m: &ferry_proto::Message) -> Vec<u8> {
+pub fn body(m: &ferry_link::Message) -> Vec<u8> {
     let mut v = Vec::new();
-    ferry_proto::encode(m, &mut v);
+    ferry_link::encode(m, &mut v);
     v
 }

@@ -1,8 +1,8 @@
 //! Seeds of the targets that play a receiver against the real sender, and
 //! of the file-list rules.
 
-use ferry_proto::layout;
-use ferry_proto::{FatalClass, Message, WantMode};
+use ferry_link::layout;
+use ferry_link::{FatalClass, Message, WantMode};
 
 use super::engine::{bodies, hello};
 use super::Seed;

@@ -2,8 +2,8 @@
 
 use ferry_channel::{ChannelWriter, Suite};
 use ferry_compress::{Codec, Compressor, Mode};
+use ferry_link::Message;
 use ferry_nbd::proto::*;
-use ferry_proto::Message;
 
 use super::{body, text, Seed};
 use crate::stream_messages::{block_head, end_msg, ACK, BLOCK, FAIL};

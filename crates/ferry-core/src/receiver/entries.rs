@@ -345,7 +345,7 @@ impl Dispatcher<'_, '_> {
             return finalize(&d, self.sh);
         }
         self.files.insert(id, d.clone());
-        let link = |err: ferry_proto::LinkError| io::Error::other(err.to_string());
+        let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
         match old_meta {
             Some(meta) if d.basis.is_some() => {
                 // Signing the old copy reads all of it: the signer thread

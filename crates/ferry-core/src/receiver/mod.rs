@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
-use ferry_proto::layout::{self, SegmentHasher};
-use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
+use ferry_link::layout::{self, SegmentHasher};
+use ferry_link::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
 
 use crate::destdir::{DestDir, Loc};
 use crate::direct;
@@ -304,7 +304,7 @@ struct Dispatcher<'a, 'b> {
     /// An NBD export that the one file of the list is written to.
     nbd: Option<String>,
     /// Bytes received so far and since when: the link's measured rate.
-    received: ferry_proto::WireCounter,
+    received: ferry_link::WireCounter,
     started: std::time::Instant,
     /// The signer thread's queue (delta signatures, then `EndOfList`).
     signer: Option<Sender<SignJob>>,
@@ -335,7 +335,7 @@ fn file_budget() -> decide::FileBudget {
 impl Dispatcher<'_, '_> {
     fn run(
         &mut self,
-        rx: &ferry_proto::MsgRx,
+        rx: &ferry_link::MsgRx,
         workers: &[Sender<(Arc<DstFile>, Op)>],
     ) -> Result<()> {
         loop {

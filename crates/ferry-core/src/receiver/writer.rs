@@ -176,7 +176,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if let Some(b) = &mut st.sig {
                     b.feed(&data);
                 }
-                ferry_proto::bufpool::give(data);
+                ferry_link::bufpool::give(data);
             }
             Op::Copy(off, boff, len) => {
                 let Some(st) = seg_state(&mut segs, &mut pool, &f, off, sh) else {

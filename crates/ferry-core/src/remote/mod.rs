@@ -4,7 +4,7 @@
 //! ferry runs `ferry serve --stdio --send|--receive [OPTIONS] -- PATHS` on
 //! the other host through ssh (or the `-e` command) and plays the other role
 //! here, over ssh's stdin and stdout: the same sender and receiver as a
-//! local run, over [`ferry_proto::stream_link`] instead of the in-process
+//! local run, over [`ferry_link::stream_link`] instead of the in-process
 //! link. Options travel on the serve command line; [`serve_args`] writes
 //! them and the CLI's `serve` parses them.
 //!

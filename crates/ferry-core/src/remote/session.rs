@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferry_proto::ReceiverReport;
+use ferry_link::ReceiverReport;
 
 use super::command::serve_args_with;
 use super::ssh::spawn;
@@ -49,10 +49,10 @@ fn finish_report(stats: &Stats, ep_wire: u64, start: Instant) -> Result<Report> 
 
 /// The sender's side of a byte-stream link: rate limit and compression.
 fn sending_link(
-    mut tx: ferry_proto::MsgTx,
+    mut tx: ferry_link::MsgTx,
     link_rate: &Arc<std::sync::atomic::AtomicU64>,
     opts: &SyncOptions,
-) -> ferry_proto::MsgTx {
+) -> ferry_link::MsgTx {
     if let Some(rate) = opts.bwlimit {
         tx = tx.with_rate_limit(rate);
     }
@@ -179,7 +179,7 @@ pub fn serve_stdio(
     let (mut ep, flushed) = if direct {
         direct_accept()?
     } else {
-        ferry_proto::stream_link_flushed(std::io::stdin(), std::io::stdout())
+        ferry_link::stream_link_flushed(std::io::stdin(), std::io::stdout())
     };
     let stats = Stats::default();
     let res = if send {

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 
-use ferry_proto::{Endpoint, LinkError};
+use ferry_link::{Endpoint, LinkError};
 
 use super::command::rsh_command;
 use super::tcp::{direct_connect, DIRECT_FALLBACK};
@@ -76,7 +76,7 @@ pub(super) fn spawn(
     if ropts.direct {
         return go_direct(remote, host, stdin, stdout, stats);
     }
-    let ep = ferry_proto::stream_link(stdout, stdin);
+    let ep = ferry_link::stream_link(stdout, stdin);
     Ok((remote, ep))
 }
 
@@ -113,7 +113,7 @@ fn go_direct(
             let stdin = remote.stdin.take();
             match stdin {
                 Some(w) => {
-                    let ep = ferry_proto::stream_link(reader, w);
+                    let ep = ferry_link::stream_link(reader, w);
                     Ok((remote, ep))
                 }
                 None => Err(Error::Link(LinkError::Closed)),

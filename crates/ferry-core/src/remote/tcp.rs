@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferry_proto::{Endpoint, LinkError};
+use ferry_link::{Endpoint, LinkError};
 
 use crate::error::{Error, Result};
 
@@ -37,7 +37,7 @@ fn channel_link(
     stream: std::net::TcpStream,
     psk: &ferry_channel::Psk,
     role: ferry_channel::Role,
-) -> Result<(Endpoint, ferry_proto::Flushed)> {
+) -> Result<(Endpoint, ferry_link::Flushed)> {
     let _ = stream.set_nodelay(true);
     let mut r = stream
         .try_clone()
@@ -56,7 +56,7 @@ fn channel_link(
     // Small messages coalesce into one sealed frame; large ones pass.
     let writer =
         std::io::BufWriter::with_capacity(1 << 20, ferry_channel::ChannelWriter::new(w, &session));
-    Ok(ferry_proto::stream_link_flushed(reader, writer))
+    Ok(ferry_link::stream_link_flushed(reader, writer))
 }
 
 /// Client side of `--direct`: read the server's port and key from ssh,
@@ -144,7 +144,7 @@ const DIRECT_CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(
 /// Server side of `--direct`: listen where the ssh connection arrived,
 /// announce port and a fresh key on stdout, and take the first client that
 /// proves the key. Nobody else gets in: the key never leaves ssh.
-pub(super) fn direct_accept() -> Result<(Endpoint, ferry_proto::Flushed)> {
+pub(super) fn direct_accept() -> Result<(Endpoint, ferry_link::Flushed)> {
     let ip = std::env::var("SSH_CONNECTION")
         .ok()
         .and_then(|s| s.split_whitespace().nth(2).map(str::to_string))
@@ -190,7 +190,7 @@ pub(super) fn direct_accept() -> Result<(Endpoint, ferry_proto::Flushed)> {
     loop {
         if fb_rx.try_recv().is_ok() {
             drop(listener);
-            return Ok(ferry_proto::stream_link_flushed(
+            return Ok(ferry_link::stream_link_flushed(
                 std::io::stdin(),
                 std::io::stdout(),
             ));

@@ -3,7 +3,7 @@
 //! blocks changed), or sent early from the pre-hash alone, as ops (see
 //! `ops`). Digests are on the delta grid.
 
-use ferry_proto::{layout, Message, MsgTx};
+use ferry_link::{layout, Message, MsgTx};
 
 use crate::early::EarlySeg;
 use crate::error::{Error, Result};

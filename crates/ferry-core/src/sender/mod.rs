@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::unbounded;
-use ferry_proto::{Endpoint, ReceiverReport};
+use ferry_link::{Endpoint, ReceiverReport};
 
 use crate::early::{EarlySeg, PreHash};
 use crate::error::{Error, Result};

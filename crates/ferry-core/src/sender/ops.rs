@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use ferry_delta::Op;
-use ferry_proto::{LinkError, Message, MsgTx};
+use ferry_link::{LinkError, Message, MsgTx};
 
 use crate::error::Result;
 use crate::scan;
@@ -102,7 +102,7 @@ fn emit_ops(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_proto::layout::ZERO_GRAIN;
+    use ferry_link::layout::ZERO_GRAIN;
 
     const G: usize = ZERO_GRAIN as usize;
 

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
-use ferry_proto::layout;
+use ferry_link::layout;
 
 use super::open::open_listed;
 use super::SrcFile;

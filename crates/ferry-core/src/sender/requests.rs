@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::ScopedJoinHandle;
 
 use crossbeam_channel::Sender;
-use ferry_proto::{layout, Message, MsgRx, MsgTx, ReceiverReport, WantMode};
+use ferry_link::{layout, Message, MsgRx, MsgTx, ReceiverReport, WantMode};
 
 use crate::early::EarlySeg;
 use crate::error::{Error, Result};

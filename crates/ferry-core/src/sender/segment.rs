@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::Receiver;
-use ferry_proto::{layout, Message, MsgTx};
+use ferry_link::{layout, Message, MsgTx};
 
 use crate::error::{describe, Result};
 use crate::scan;

@@ -9,7 +9,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ferry_proto::{Entry, EntryKind, Message, MsgTx};
+use ferry_link::{Entry, EntryKind, Message, MsgTx};
 
 use crate::error::{describe, Error, Result};
 use crate::fsutil;
@@ -118,7 +118,7 @@ impl Walker<'_> {
     /// the side that prints.
     fn warn(&self, error: String) -> Result<()> {
         self.tx.send(Message::FileFailed {
-            file: ferry_proto::NO_FILE,
+            file: ferry_link::NO_FILE,
             error,
         })?;
         Ok(())

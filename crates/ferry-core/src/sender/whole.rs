@@ -2,7 +2,7 @@
 //! [`crate::scan`]) and sent as data and zero ops, with the segment digest
 //! on the file's grid.
 
-use ferry_proto::{LinkError, Message, MsgTx};
+use ferry_link::{LinkError, Message, MsgTx};
 
 use crate::error::Result;
 use crate::scan::{self, Piece, ScanError};

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use ferry_core::receiver::run_receiver;
 use ferry_core::{Class, Dest, Stats, SyncOptions};
-use ferry_proto::layout::{self, SegmentHasher};
-use ferry_proto::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
+use ferry_link::layout::{self, SegmentHasher};
+use ferry_link::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
 
 /// A receiver that has not returned by then has hung: the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(30);
@@ -118,8 +118,8 @@ impl Peer {
     /// Hello both ways, the list, `EndOfList`.
     pub fn start(&mut self, list: Vec<Entry>) {
         self.send(Message::Hello {
-            version: ferry_proto::PROTOCOL_VERSION,
-            features: ferry_proto::features::ALL,
+            version: ferry_link::PROTOCOL_VERSION,
+            features: ferry_link::features::ALL,
         });
         if !matches!(self.recv(), Some(Message::Hello { .. })) {
             return;
@@ -306,7 +306,7 @@ pub fn session(label: &str, dest: Dest, in_process: bool, delete: bool, script: 
 /// [`session`] with the receiver's options given whole (the fake sender
 /// sends real digests unless `opts.in_process`).
 pub fn session_opts(label: &str, dest: Dest, opts: SyncOptions, script: Script) -> Outcome {
-    let (a, b) = ferry_proto::in_process();
+    let (a, b) = ferry_link::in_process();
     let real_digests = !opts.in_process;
     let receiver = thread::Builder::new()
         .name(format!("receiver {}", label.replace('\0', "\\0")))

@@ -7,7 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use ferry_proto::EntryKind;
+use ferry_link::EntryKind;
 
 use super::Kind;
 use crate::error::{Error, Result};

@@ -6,7 +6,7 @@
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
-use ferry_proto::{Entry, EntryKind};
+use ferry_link::{Entry, EntryKind};
 
 /// The kind of what a destination path holds (a symlink is a symlink,
 /// never what it points to).

@@ -28,7 +28,7 @@ pub(crate) use transfer::*;
 /// Entries and [`Stat`]s built by hand for the tests of every module.
 #[cfg(test)]
 pub(crate) mod fixture {
-    use ferry_proto::{Entry, EntryKind};
+    use ferry_link::{Entry, EntryKind};
 
     use super::{Kind, Stat};
 

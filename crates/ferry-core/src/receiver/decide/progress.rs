@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use ferry_proto::layout;
+use ferry_link::layout;
 
 use crate::receiver::file::Failure;
 

@@ -3,7 +3,7 @@
 //! [`choose_delta`], [`still_pays`], [`want_mode`]), verified or not, and
 //! whether the writes bypass the page cache.
 
-use ferry_proto::{layout, EntryKind, WantMode};
+use ferry_link::{layout, EntryKind, WantMode};
 
 use super::FileAt;
 use crate::DeltaMode;
