@@ -160,6 +160,26 @@ impl ChannelError {
         }
     }
 
+    /// Whether a new connection could go past this: the byte pipe ended,
+    /// reset or timed out. A wrong key, garbage or a frame that fails
+    /// authentication would meet the same peer again.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ChannelError::Truncated => true,
+            ChannelError::Io(e) => matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::WouldBlock
+            ),
+            _ => false,
+        }
+    }
+
     /// Recover a channel error from an `io::Error` made by [`into_io`](Self::into_io).
     pub fn from_io(e: io::Error) -> ChannelError {
         if e.get_ref().is_some_and(|r| r.is::<ChannelError>()) {

@@ -204,3 +204,21 @@ fn keepalives_are_skipped_authenticated_and_counted() {
     forged.extend_from_slice(&good[good.len() - TAG..]);
     assert!(read_all(&forged).is_err());
 }
+
+#[test]
+fn only_a_cut_pipe_is_worth_a_retry() {
+    assert!(ChannelError::Truncated.retryable());
+    for k in [
+        io::ErrorKind::ConnectionReset,
+        io::ErrorKind::BrokenPipe,
+        io::ErrorKind::TimedOut,
+        io::ErrorKind::UnexpectedEof,
+    ] {
+        assert!(ChannelError::Io(k.into()).retryable(), "{k:?}");
+    }
+    assert!(!ChannelError::Io(io::ErrorKind::PermissionDenied.into()).retryable());
+    assert!(!ChannelError::WrongKey.retryable());
+    assert!(!ChannelError::BadFrame.retryable());
+    assert!(!ChannelError::BadHello("SSH-2.0".into()).retryable());
+    assert!(!ChannelError::BadLength(1 << 30).retryable());
+}

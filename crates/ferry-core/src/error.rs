@@ -58,6 +58,22 @@ impl Error {
         }
     }
 
+    /// Whether running the session again (a new connection, the same
+    /// data) could succeed: the link dropped or timed out, here or at the
+    /// peer. Bad input, a protocol break, a local I/O error (a full disk, a
+    /// missing source) and an interrupt are not retried.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Error::Link(e) => e.retryable(),
+            Error::Peer { class, .. } => *class == FatalClass::Connection,
+            Error::Io { .. }
+            | Error::Usage(_)
+            | Error::Protocol(_)
+            | Error::Partial { .. }
+            | Error::Interrupted => false,
+        }
+    }
+
     /// The exit class of this error.
     pub fn class(&self) -> Class {
         match self {
@@ -185,3 +201,67 @@ pub fn is_fatal_io(e: &io::Error) -> bool {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_cut_link_is_worth_a_retry() {
+        let link = |e| Error::Link(e);
+        assert!(link(LinkError::Closed).retryable());
+        assert!(link(LinkError::TimedOut(30)).retryable());
+        assert!(link(LinkError::Io("reset".into())).retryable());
+        assert!(link(LinkError::Checksum).retryable());
+        assert!(!link(LinkError::Version(3)).retryable());
+        assert!(!link(LinkError::BadMagic("SSH-2.0".into())).retryable());
+        assert!(!link(LinkError::Corrupt("zstd".into())).retryable());
+        let peer = |class| Error::Peer {
+            class,
+            msg: "x".into(),
+        };
+        assert!(peer(FatalClass::Connection).retryable());
+        for c in [
+            FatalClass::Io,
+            FatalClass::Protocol,
+            FatalClass::Usage,
+            FatalClass::Interrupted,
+        ] {
+            assert!(!peer(c).retryable(), "{c:?}");
+        }
+        let full = io::Error::from_raw_os_error(28);
+        assert!(
+            !Error::io("/dst/f", full).retryable(),
+            "a full disk stays full"
+        );
+        assert!(!Error::Protocol("bad list".into()).retryable());
+        assert!(!Error::Usage("bad flag".into()).retryable());
+        assert!(!Error::Interrupted.retryable());
+    }
+
+    #[test]
+    fn a_fatal_says_the_class_of_its_error() {
+        let m = fatal(&Error::Protocol("bad list".into()));
+        assert!(matches!(
+            m,
+            Message::Fatal {
+                class: FatalClass::Protocol,
+                ..
+            }
+        ));
+        let m = fatal(&Error::io("/d", io::Error::from_raw_os_error(28)));
+        assert!(matches!(
+            m,
+            Message::Fatal {
+                class: FatalClass::Io,
+                ..
+            }
+        ));
+        let e = from_fatal(FatalClass::Protocol, "refused".into());
+        assert_eq!(e.class(), Class::Protocol);
+        assert_eq!(
+            from_fatal(FatalClass::Interrupted, "^C".into()).class(),
+            Class::Connection
+        );
+    }
+}

@@ -53,6 +53,23 @@ pub enum LinkError {
     TimedOut(u64),
 }
 
+impl LinkError {
+    /// Whether a new connection could go past this: the link dropped, timed
+    /// out, or a frame was damaged in transit. A peer that speaks garbage,
+    /// another version or a bad compressed block would do it again.
+    pub fn retryable(&self) -> bool {
+        match self {
+            LinkError::Closed | LinkError::Io(_) | LinkError::TimedOut(_) => true,
+            LinkError::Checksum => true,
+            LinkError::Decode(_)
+            | LinkError::FrameTooLarge(_)
+            | LinkError::BadMagic(_)
+            | LinkError::Version(_)
+            | LinkError::Corrupt(_) => false,
+        }
+    }
+}
+
 /// The check a frame carries after its body on a byte pipe: the low 32
 /// bits of XXH3-64 over the 8-byte header (length and its complement) and
 /// the body. ssh and the direct

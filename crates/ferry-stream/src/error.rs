@@ -34,6 +34,15 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Whether a new connection could go past this: the peer went away, was
+    /// unreachable or timed out. Everything else would fail the same way.
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::PeerKilled | ErrorKind::TimedOut | ErrorKind::Unreachable
+        )
+    }
+
     /// Wire code in FAIL messages.
     pub fn code(self) -> u8 {
         self as u8
@@ -102,5 +111,35 @@ pub(crate) fn channel_err(e: ChannelError, what: &str) -> StreamError {
             _ => StreamError::new(ErrorKind::Io, format!("{what}: {e}")),
         },
         other => StreamError::new(ErrorKind::Integrity, format!("{what}: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_or_silent_peer_is_worth_a_retry_nothing_else_is() {
+        use ErrorKind::*;
+        for k in [PeerKilled, TimedOut, Unreachable] {
+            assert!(k.retryable(), "{k:?}");
+        }
+        for k in [
+            Usage,
+            WrongKey,
+            AddrInUse,
+            ConsumerExited,
+            PeerConsumerExited,
+            ProducerFailed,
+            Integrity,
+            Io,
+        ] {
+            assert!(!k.retryable(), "{k:?}");
+        }
+        // The codes round-trip through FAIL, unknown ones read as integrity.
+        for c in 0..=10u8 {
+            assert_eq!(ErrorKind::from_code(c).code(), c);
+        }
+        assert_eq!(ErrorKind::from_code(200), Integrity);
     }
 }
