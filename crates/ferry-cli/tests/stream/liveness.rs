@@ -18,10 +18,10 @@ fn signal(g: &Guard, sig: &str) {
     assert!(st.success(), "kill {sig}");
 }
 
-/// The producer pauses 6 s after its first 3 MB, the consumer starts
-/// reading only after 3 s, and both sides say `--timeout 2` with 1 MiB
+/// The producer pauses 8 s after its first 3 MB, the consumer starts
+/// reading only after 4 s, and both sides say `--timeout 3` with 1 MiB
 /// buffers: the sender waits for its receiver's verdict the whole time and
-/// the receiver waits on the socket for 3 s or more, so only keepalives
+/// the receiver waits on the socket for 4 s or more, so only keepalives
 /// keep the stream alive. It completes, byte-identical.
 #[test]
 fn slow_producer_and_slow_consumer_are_alive() {
@@ -29,20 +29,20 @@ fn slow_producer_and_slow_consumer_are_alive() {
     let src = dir.path().join("src");
     let dst = dir.path().join("dst");
     write_data(&src, 6 << 20, false);
-    let consumer = format!("sleep 3; cat > '{}'", dst.display());
+    let consumer = format!("sleep 4; cat > '{}'", dst.display());
     let (mut r, port) = start_recv(
         KEY,
-        &["--timeout", "2", "-m", "1M", "--", "sh", "-c", &consumer],
+        &["--timeout", "3", "-m", "1M", "--", "sh", "-c", &consumer],
     );
     let producer = format!(
-        "head -c 3145728 '{s}'; sleep 6; tail -c +3145729 '{s}'",
+        "head -c 3145728 '{s}'; sleep 8; tail -c +3145729 '{s}'",
         s = src.display()
     );
     let t = Instant::now();
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "({producer}) | '{FERRY}' send --timeout 2 -m 1M 127.0.0.1:{port}"
+            "({producer}) | '{FERRY}' send --timeout 3 -m 1M 127.0.0.1:{port}"
         ))
         .env("FERRY_KEY", KEY)
         .output()
@@ -52,7 +52,7 @@ fn slow_producer_and_slow_consumer_are_alive() {
         "send: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(t.elapsed() >= Duration::from_secs(6), "the producer paused");
+    assert!(t.elapsed() >= Duration::from_secs(8), "the producer paused");
     let st = r.wait_timeout(Duration::from_secs(20)).expect("recv exits");
     assert_eq!(st.code(), Some(0), "{}", r.stderr_text());
     assert!(same(&src, &dst));
@@ -128,7 +128,7 @@ fn stopped_sender_times_out_the_receiver() {
 }
 
 /// `pipe --timeout` through ssh's pipes (a stand-in ssh): the remote
-/// command reads nothing for 4 s; keepalives through ssh keep the stream
+/// command reads nothing for 5 s (`--timeout 3`); keepalives through ssh keep the stream
 /// alive, and the command's status comes back.
 #[test]
 fn pipe_with_timeout_survives_a_slow_command() {
@@ -137,8 +137,8 @@ fn pipe_with_timeout_survives_a_slow_command() {
         let src = dir.path().join("src");
         let dst = dir.path().join("dst");
         write_data(&src, 4 << 20, false);
-        let cmd = format!("sleep 4; cat > '{}'; exit 3", dst.display());
-        let extra = ["--timeout", "2", "-m", "1M"];
+        let cmd = format!("sleep 5; cat > '{}'; exit 3", dst.display());
+        let extra = ["--timeout", "3", "-m", "1M"];
         let out = pipe_command(dir.path(), &src, via_ssh, &extra, &cmd)
             .output()
             .expect("pipe");
