@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,27 @@ fn recv_announced(mut c: Command, args: &[&str]) -> (Guard, u16) {
     let mut stdin = g.0.stdin.take().expect("stdin");
     stdin.write_all(b"tcp\n").expect("mode");
     (g, port)
+}
+
+/// Start `ferry send 127.0.0.1:PORT` with `extra` options, its input a
+/// pipe (returned) and its stderr captured when `stderr` is set.
+fn start_send(port: u16, extra: &[&str], stderr: bool) -> (Guard, ChildStdin) {
+    let mut g = Guard(
+        ferry(KEY)
+            .arg("send")
+            .args(extra)
+            .arg(format!("127.0.0.1:{port}"))
+            .stdin(Stdio::piped())
+            .stderr(if stderr {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .expect("send"),
+    );
+    let input = g.0.stdin.take().expect("stdin");
+    (g, input)
 }
 
 fn write_data(path: &Path, n: usize, text: bool) {
@@ -298,15 +319,7 @@ fn killed_sender_makes_the_receiver_fail_with_truncated() {
     let dir = tempfile::tempdir().expect("tmp");
     let dst = dir.path().join("dst");
     let (mut r, port) = start_recv(KEY, &[dst.to_str().expect("path")]);
-    let mut s = Guard(
-        ferry(KEY)
-            .args(["send", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("send"),
-    );
-    let mut input = s.0.stdin.take().expect("stdin");
+    let (mut s, mut input) = start_send(port, &[], false);
     input.write_all(&vec![7u8; 8 << 20]).expect("feed");
     input.flush().expect("flush");
     thread::sleep(Duration::from_millis(500));
@@ -338,15 +351,7 @@ fn consumer_exit_stops_the_sender_promptly() {
             .expect("recv"),
     );
     thread::sleep(Duration::from_millis(300));
-    let mut s = Guard(
-        ferry(KEY)
-            .args(["send", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("send"),
-    );
-    let mut input = s.0.stdin.take().expect("stdin");
+    let (mut s, mut input) = start_send(port, &[], true);
     // An endless producer.
     let feeder = thread::spawn(move || {
         let block = vec![1u8; 1 << 20];
@@ -457,15 +462,7 @@ fn killed_receiver_makes_the_sender_fail_promptly() {
     let dir = tempfile::tempdir().expect("tmp");
     let dst = dir.path().join("dst");
     let (mut r, port) = start_recv(KEY, &[dst.to_str().expect("path")]);
-    let mut s = Guard(
-        ferry(KEY)
-            .args(["send", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("send"),
-    );
-    let mut input = s.0.stdin.take().expect("stdin");
+    let (mut s, mut input) = start_send(port, &[], true);
     let feeder = thread::spawn(move || {
         let block = vec![3u8; 1 << 20];
         while input.write_all(&block).is_ok() {}

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{ferry, pipe_command, same, start_recv, write_data, Guard, FERRY, KEY};
+use super::{ferry, pipe_command, same, start_recv, start_send, write_data, Guard, FERRY, KEY};
 
 fn signal(g: &Guard, sig: &str) {
     let st = Command::new("kill")
@@ -64,15 +64,7 @@ fn slow_producer_and_slow_consumer_are_alive() {
 fn stopped_receiver_times_out_the_sender() {
     let dir = tempfile::tempdir().expect("tmp");
     let (r, port) = start_recv(KEY, &[dir.path().join("dst").to_str().expect("p")]);
-    let mut s = Guard(
-        ferry(KEY)
-            .args(["send", "--timeout", "2", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("send"),
-    );
-    let mut input = s.0.stdin.take().expect("stdin");
+    let (mut s, mut input) = start_send(port, &["--timeout", "2"], true);
     input.write_all(&vec![5u8; 1 << 20]).expect("feed");
     input.flush().expect("flush");
     thread::sleep(Duration::from_millis(500));
@@ -99,16 +91,7 @@ fn stopped_sender_times_out_the_receiver() {
     let dir = tempfile::tempdir().expect("tmp");
     let dst = dir.path().join("dst");
     let (mut r, port) = start_recv(KEY, &["--timeout", "2", dst.to_str().expect("p")]);
-    let s = Guard(
-        ferry(KEY)
-            .args(["send", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("send"),
-    );
-    let mut s = s;
-    let mut input = s.0.stdin.take().expect("stdin");
+    let (s, mut input) = start_send(port, &[], false);
     input.write_all(&vec![6u8; 1 << 20]).expect("feed");
     input.flush().expect("flush");
     thread::sleep(Duration::from_millis(500));
