@@ -32,7 +32,7 @@ against the sender's digests again.
 
 --json prints one object on stdout: files_total, files_transferred, files_delta,
 files_deleted, files_failed, bytes_total, bytes_transferred, bytes_wire,
-bytes_written, bytes_matched, seconds, errors, notices (e.g. a --direct run
+bytes_written, bytes_matched, nbd_connections, seconds, errors, notices (e.g. a --direct run
 that fell back to ssh).";
 
 #[derive(Args, Debug)]

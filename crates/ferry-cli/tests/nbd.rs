@@ -77,6 +77,9 @@ fn nbd_export_to_local_file_is_exact_and_sparse() {
     let out = d.path().join("out.raw");
     let j = ferry_ok(&["sync", &uri, p(&out)]);
     assert!(fs::read(&out).unwrap() == fs::read(d.path().join("ref.raw")).unwrap());
+    // qemu-nbd offers multi-conn on a read-only export but, by default
+    // (--shared=1), takes one client: ferry goes on with the one it has.
+    assert_eq!(j["nbd_connections"], 1, "{j}");
     // Only the 5 MiB of real data is written; zeros and holes stay holes.
     assert_eq!(j["bytes_written"], 5 << 20);
     assert!(
@@ -138,22 +141,9 @@ fn local_image_into_an_nbd_export_and_back() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let sock = d.path().join("mem.sock");
     // A 64 MiB memory export, filled with 0xFF so zero ranges must be
     // written as zeros, not skipped.
-    let child = Command::new("nbdkit")
-        .args(["--foreground", "--exit-with-parent", "-U"])
-        .arg(&sock)
-        .args(["data", "data=0xff*67108864"])
-        .spawn()
-        .expect("start nbdkit");
-    let _srv = Server(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !sock.exists() {
-        assert!(std::time::Instant::now() < deadline, "nbdkit did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let (_srv, uri) = nbdkit(d.path(), &["data", "data=0xff*67108864"]);
     let img = d.path().join("img");
     let f = fs::File::create(&img).unwrap();
     f.set_len(48 << 20).unwrap();
@@ -176,4 +166,109 @@ fn local_image_into_an_nbd_export_and_back() {
     // A tree is refused: an export holds one file.
     let out = ferry(&["sync", p(d.path()), &uri]);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// nbdkit serving `args` on a unix socket in `dir` (the server stops with
+/// the returned guard).
+fn nbdkit(dir: &Path, args: &[&str]) -> (Server, String) {
+    let sock = dir.join("kit.sock");
+    // A server that came before left its socket behind.
+    let _ = fs::remove_file(&sock);
+    let child = Command::new("nbdkit")
+        .args(["--foreground", "--exit-with-parent", "-U"])
+        .arg(&sock)
+        .args(args)
+        .spawn()
+        .expect("start nbdkit");
+    let srv = Server(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(std::time::Instant::now() < deadline, "nbdkit did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (srv, format!("nbd+unix:///?socket={}", sock.display()))
+}
+
+/// How many requests named `what` (`Read`, `Write`) each connection
+/// served, from nbdkit's log filter.
+fn per_connection(log: &Path, what: &str) -> std::collections::BTreeMap<u32, usize> {
+    let text = fs::read_to_string(log).unwrap();
+    let mut m = std::collections::BTreeMap::new();
+    for l in text.lines().filter(|l| l.contains(&format!(" {what} id="))) {
+        let id = l
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("connection="))
+            .and_then(|n| n.parse().ok())
+            .expect("connection id");
+        *m.entry(id).or_insert(0) += 1;
+    }
+    m
+}
+
+#[test]
+fn nbd_multi_conn_spreads_reads_and_writes_over_connections() {
+    if !which("nbdkit") {
+        skip("nbd_multi_conn_spreads_reads_and_writes_over_connections: nbdkit not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("img");
+    fs::write(&img, bytes(7, 24 << 20)).unwrap();
+    // A source that offers multi-conn: reads go over 4 connections.
+    let log = d.path().join("read.log");
+    let logarg = format!("logfile={}", log.display());
+    let imgarg = format!("file={}", img.display());
+    let (srv, uri) = nbdkit(d.path(), &["--filter=log", "file", &imgarg, &logarg]);
+    let out = d.path().join("out");
+    let j = ferry_ok(&["sync", &uri, p(&out)]);
+    drop(srv);
+    assert!(fs::read(&out).unwrap() == fs::read(&img).unwrap());
+    assert_eq!(j["nbd_connections"], 4, "{j}");
+    let reads = per_connection(&log, "Read");
+    assert_eq!(reads.len(), 4, "reads per connection: {reads:?}");
+    assert!(reads.values().all(|&n| n >= 3), "{reads:?}");
+    // A destination that offers it: writes go over 4 connections too.
+    let log = d.path().join("write.log");
+    let logarg = format!("logfile={}", log.display());
+    let (srv, uri) = nbdkit(d.path(), &["--filter=log", "memory", "24M", &logarg]);
+    let j = ferry_ok(&["sync", p(&img), &uri]);
+    assert_eq!(j["nbd_connections"], 4, "{j}");
+    let back = d.path().join("back");
+    ferry_ok(&["sync", &uri, p(&back)]);
+    drop(srv);
+    assert!(fs::read(&back).unwrap() == fs::read(&img).unwrap());
+    let writes = per_connection(&log, "Write");
+    assert_eq!(writes.len(), 4, "writes per connection: {writes:?}");
+}
+
+#[test]
+fn nbd_without_multi_conn_uses_one_connection() {
+    if !which("nbdkit") {
+        skip("nbd_without_multi_conn_uses_one_connection: nbdkit not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("img");
+    fs::write(&img, bytes(8, 6 << 20)).unwrap();
+    let log = d.path().join("kit.log");
+    let logarg = format!("logfile={}", log.display());
+    let imgarg = format!("file={}", img.display());
+    let (srv, uri) = nbdkit(
+        d.path(),
+        &[
+            "--filter=log",
+            "--filter=multi-conn",
+            "file",
+            &imgarg,
+            "multi-conn-mode=disable",
+            &logarg,
+        ],
+    );
+    let out = d.path().join("out");
+    let j = ferry_ok(&["sync", &uri, p(&out)]);
+    drop(srv);
+    assert!(fs::read(&out).unwrap() == fs::read(&img).unwrap());
+    assert_eq!(j["nbd_connections"], 1, "{j}");
+    let text = fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches(" Connect ").count(), 1, "{text}");
 }

@@ -25,7 +25,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::source::ExtentReader;
+use crate::endpoint::Source;
 
 /// Alignment of memory, offsets and lengths for `O_DIRECT`.
 pub const ALIGN: usize = 4096;
@@ -355,7 +355,7 @@ impl ferry_delta::Basis for Reader {
     }
 }
 
-impl ExtentReader for Reader {
+impl Source for Reader {
     fn next_data(&self, pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
         crate::fsutil::next_data(&self.file, pos, end)
     }
@@ -363,7 +363,7 @@ impl ExtentReader for Reader {
         Reader::read_exact_at(self, buf, off)
     }
     fn stamp(&self) -> io::Result<Option<(u64, (i64, u32))>> {
-        ExtentReader::stamp(&self.file)
+        Source::stamp(&self.file)
     }
 }
 

@@ -14,6 +14,7 @@
 mod destdir;
 mod direct;
 mod early;
+pub mod endpoint;
 pub mod error;
 pub mod exclude;
 pub mod fsutil;
@@ -23,7 +24,6 @@ pub mod receiver;
 pub mod remote;
 pub mod scan;
 pub mod sender;
-pub mod source;
 pub mod stats;
 
 use std::path::Path;
@@ -143,23 +143,14 @@ pub fn default_threads() -> usize {
 /// that is a regular file or a symlink is planned as absent, to be replaced
 /// (see [`SyncOptions::force`]).
 pub fn plan_local(sources: &[String], dest: &str, force: bool) -> Result<Plan> {
-    for s in sources.iter().filter(|s| !source::is_nbd_uri(s)) {
-        if std::fs::symlink_metadata(s.trim_end_matches('/')).is_err()
-            && std::fs::symlink_metadata(s).is_err()
-        {
-            return Err(Error::io(
-                s,
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
-        }
-    }
-    if source::is_nbd_uri(dest) {
-        if sources.len() != 1 || source_is_dir(&sources[0]) != Some(false) {
+    endpoint::check_sources_exist(sources)?;
+    if endpoint::Kind::of(dest) == endpoint::Kind::Nbd {
+        if sources.len() != 1 || endpoint::is_dir(&sources[0]) != Some(false) {
             return Err(Error::Usage(format!(
                 "{dest}: an NBD destination takes exactly one file"
             )));
         }
-        let specs = plan::source_specs(sources, source_is_dir)?;
+        let specs = plan::source_specs(sources, endpoint::is_dir)?;
         return Ok(Plan {
             sources: specs,
             dest_root: ".".into(),
@@ -172,16 +163,7 @@ pub fn plan_local(sources: &[String], dest: &str, force: bool) -> Result<Plan> {
         Ok(m) => Some(m.is_dir()),
         Err(_) => None,
     };
-    plan::plan(sources, dest, source_is_dir, dest_kind)
-}
-
-/// Whether a source argument is a directory (`None`: does not exist). NBD
-/// exports are files.
-pub fn source_is_dir(s: &str) -> Option<bool> {
-    if source::is_nbd_uri(s) {
-        return Some(false);
-    }
-    std::fs::metadata(s).ok().map(|m| m.is_dir())
+    plan::plan(sources, dest, endpoint::is_dir, dest_kind)
 }
 
 /// Run a local-to-local sync: sender and receiver in this process, joined

@@ -74,8 +74,8 @@ pub fn source_specs(
             return Err(Error::Usage("empty source path".into()));
         }
         let slash = s.ends_with('/');
-        let name = if crate::source::is_nbd_uri(s) {
-            crate::source::nbd_name(s)
+        let name = if let Some(own) = crate::endpoint::own_name(s) {
+            own
         } else if slash && is_dir(s) == Some(true) {
             Vec::new()
         } else {

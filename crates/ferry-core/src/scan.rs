@@ -8,7 +8,7 @@ use std::io;
 
 use ferry_link::layout::{self, SegmentHasher, ZERO_GRAIN};
 
-use crate::source::ExtentReader;
+use crate::endpoint::Source;
 
 /// Largest read, and largest data run reported at once.
 pub const CHUNK: usize = 1 << 20;
@@ -27,7 +27,7 @@ pub enum Piece<'a> {
 /// maximal data or zero run (data runs at most [`CHUNK`] bytes), and return
 /// the segment digest. `buf` is scratch space reused between calls.
 pub fn scan_segment<E>(
-    file: &dyn ExtentReader,
+    file: &dyn Source,
     size: u64,
     seg: u64,
     hash: bool,
@@ -139,7 +139,7 @@ pub enum ScanError<E> {
 
 /// Whole-file digest (as [`layout::file_digest`]), computed with up to
 /// `threads` segments in parallel.
-pub fn file_digest(file: &dyn ExtentReader, size: u64, threads: usize) -> io::Result<[u8; 32]> {
+pub fn file_digest(file: &dyn Source, size: u64, threads: usize) -> io::Result<[u8; 32]> {
     use std::sync::atomic::{AtomicU64, Ordering};
     let nseg = layout::segment_count(size);
     let next = AtomicU64::new(0);

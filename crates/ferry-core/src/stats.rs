@@ -34,6 +34,9 @@ pub struct Stats {
     /// Bytes that crossed the transport, both directions.
     pub bytes_wire: AtomicU64,
     /// Delta results that failed verification (re-sent whole).
+    /// Connections to the NBD export this side read or wrote (most at
+    /// once; 0 without one).
+    pub nbd_connections: AtomicU64,
     pub delta_mismatch: AtomicU64,
     /// Human-readable lines for entries that failed (capped).
     pub errors: Mutex<Vec<String>>,
@@ -121,6 +124,7 @@ impl Stats {
             bytes_wire: self.bytes_wire.load(Relaxed),
             bytes_written: self.bytes_written.load(Relaxed),
             bytes_matched: self.bytes_matched.load(Relaxed),
+            nbd_connections: self.nbd_connections.load(Relaxed),
             seconds,
             errors: self.errors.lock().map(|e| e.clone()).unwrap_or_default(),
             notices: self.notices.lock().map(|n| n.clone()).unwrap_or_default(),
@@ -144,6 +148,8 @@ pub struct Report {
     pub bytes_wire: u64,
     pub bytes_written: u64,
     pub bytes_matched: u64,
+    /// Connections to an NBD export on this side (0: none).
+    pub nbd_connections: u64,
     pub seconds: f64,
     pub errors: Vec<String>,
     pub notices: Vec<String>,

@@ -80,30 +80,30 @@ impl Client {
         Self::connect_uri(&self.uri, self.opts.clone())
     }
 
-    /// Up to `n` clients for parallel use: `n` connections when the server
-    /// sets `NBD_FLAG_CAN_MULTI_CONN`, otherwise `n` handles sharing this
-    /// client's single connection (still many requests in flight).
+    /// `n` clients for parallel use: up to `n` connections when the server
+    /// sets `NBD_FLAG_CAN_MULTI_CONN` and answers them (see
+    /// [`crate::Pool`]), the rest handles sharing those connections (still
+    /// many requests in flight).
     pub fn connections(&self, n: usize) -> Result<Vec<Client>> {
         let n = n.max(1);
-        let mut v = vec![self.clone()];
-        for _ in 1..n {
-            if self.can_multi_conn() {
-                v.push(self.reconnect()?);
-            } else {
-                v.push(self.clone());
-            }
-        }
-        Ok(v)
+        let pool = crate::pool::Pool::grow(self.clone(), n, std::time::Duration::ZERO);
+        let distinct = pool.clients().to_vec();
+        Ok((0..n)
+            .map(|i| distinct[i % distinct.len()].clone())
+            .collect())
     }
 
     /// Opens `n` connections to `uri` if the server allows multi-conn (else one).
     pub fn connect_multi(uri: &str, n: usize, opts: ConnectOptions) -> Result<Vec<Client>> {
         let first = Self::connect_with(uri, opts)?;
-        if first.can_multi_conn() {
-            first.connections(n)
-        } else {
-            Ok(vec![first])
-        }
+        Ok(crate::pool::Pool::grow(first, n, std::time::Duration::ZERO)
+            .clients()
+            .to_vec())
+    }
+
+    /// The options this client connected with.
+    pub fn options(&self) -> &ConnectOptions {
+        &self.opts
     }
 
     /// The underlying connection (for the submit/wait API).
@@ -157,7 +157,7 @@ impl Client {
         wanted.min(self.info().max_payload() as usize).max(1)
     }
 
-    fn pipeline_depth(&self) -> usize {
+    pub(crate) fn pipeline_depth(&self) -> usize {
         self.opts.max_in_flight.clamp(1, 64)
     }
 
@@ -211,44 +211,12 @@ impl Client {
 
     /// Reads `buf.len()` bytes at `offset` (split and pipelined).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let rs = self.request_size(DEFAULT_REQUEST_SIZE);
-        let mut queue: VecDeque<(usize, Ticket)> = VecDeque::new();
-        let mut pos = 0usize;
-        let depth = self.pipeline_depth();
-        while pos < buf.len() || !queue.is_empty() {
-            while pos < buf.len() && queue.len() < depth {
-                let n = rs.min(buf.len() - pos);
-                let t = self.conn.submit_read(offset + pos as u64, vec![0u8; n])?;
-                queue.push_back((pos, t));
-                pos += n;
-            }
-            if let Some((at, t)) = queue.pop_front() {
-                match t.wait()? {
-                    Reply::Data(d) => buf[at..at + d.len()].copy_from_slice(&d),
-                    other => return Err(unexpected("READ", &other)),
-                }
-            }
-        }
-        Ok(())
+        crate::pool::read_spread(std::slice::from_ref(self), 0, offset, buf)
     }
 
     /// Writes `data` at `offset` (split and pipelined).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
-        let rs = self.request_size(DEFAULT_REQUEST_SIZE);
-        let mut queue = VecDeque::new();
-        let depth = self.pipeline_depth();
-        for (i, c) in data.chunks(rs).enumerate() {
-            if queue.len() >= depth {
-                if let Some(t) = queue.pop_front() {
-                    wait_done(t)?;
-                }
-            }
-            queue.push_back(self.conn.submit_write(offset + (i * rs) as u64, c, false)?);
-        }
-        for t in queue {
-            wait_done(t)?;
-        }
-        Ok(())
+        crate::pool::write_spread(std::slice::from_ref(self), 0, offset, data)
     }
 
     /// Makes `[offset, offset+len)` read as zeroes without sending data when
@@ -405,7 +373,7 @@ fn push_merged(out: &mut Vec<Extent>, e: Extent) {
     out.push(e);
 }
 
-fn unexpected(cmd: &str, r: &Reply) -> Error {
+pub(crate) fn unexpected(cmd: &str, r: &Reply) -> Error {
     Error::Protocol(crate::proto::ProtoError::Malformed(format!(
         "unexpected reply {r:?} to {cmd}"
     )))

@@ -8,6 +8,8 @@
 //! * [`Connection`]: the transmission phase with many requests in flight:
 //!   `submit_*` returns a [`Ticket`], a reader thread dispatches replies by
 //!   cookie. Share it between threads.
+//! * [`Pool`]: one export over several connections (multi-conn), reads
+//!   and writes spread over them.
 //! * [`copy_to_file`] / [`copy_from_file`]: sparse-aware, parallel copies.
 //! * [`proto`]: constants and pure decoders of everything the server sends
 //!   (fuzzed by `fuzz/fuzz_targets/nbd_reply_decode.rs`).
@@ -27,6 +29,7 @@ pub mod client;
 pub mod conn;
 pub mod copy;
 pub mod error;
+pub mod pool;
 pub mod proto;
 pub mod uri;
 
@@ -37,4 +40,5 @@ pub use copy::{
     CopyStats,
 };
 pub use error::{Error, Result};
+pub use pool::Pool;
 pub use uri::{Endpoint, NbdUri, DEFAULT_PORT};

@@ -76,8 +76,11 @@ impl Dispatcher<'_, '_> {
             Stats::add(&stats.files_transferred, 1);
             return Ok(());
         }
-        let client = ferry_nbd::Client::connect(uri).map_err(|err| Error::io(uri, nbd_io(err)))?;
-        if let Some(why) = decide::nbd_refusal(client.read_only(), client.size(), e.size) {
+        let sink = NbdSink::connect(uri).map_err(|err| Error::io(uri, err))?;
+        stats
+            .nbd_connections
+            .fetch_max(sink.connections() as u64, Ordering::Relaxed);
+        if let Some(why) = decide::nbd_refusal(sink.read_only(), sink.size(), e.size) {
             return Err(Error::io(uri, io::Error::other(why)));
         }
         let nseg = layout::segment_count(e.size);
@@ -99,7 +102,7 @@ impl Dispatcher<'_, '_> {
             failed: Mutex::new(None),
             loc: Loc::shown_only(PathBuf::from(uri)),
             tmp: None,
-            file: Target::Nbd(client),
+            file: Box::new(sink),
             direct: None,
             direct_ok: AtomicBool::new(false),
             is_device: true,
@@ -303,7 +306,7 @@ impl Dispatcher<'_, '_> {
             // In place the old copy is the file being written.
             (true, None) => Some(direct::Reader::new(file.try_clone()?, false)),
         };
-        let file = Target::File(file);
+        let file: Box<dyn Sink> = Box::new(file);
         // A signature kept for the cache grows with the file.
         let sig_out = self
             .sh

@@ -9,44 +9,6 @@ pub(super) struct BasisBlocks {
     pub(super) full: Vec<[u8; 32]>,
 }
 
-/// Where a received file's bytes go.
-pub(super) enum Target {
-    File(File),
-    /// An NBD export, written in place (zero ranges as WRITE_ZEROES).
-    Nbd(ferry_nbd::Client),
-}
-
-pub(super) fn nbd_io(e: ferry_nbd::Error) -> io::Error {
-    io::Error::other(format!("NBD: {e}"))
-}
-
-impl Target {
-    pub(super) fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
-        match self {
-            Target::File(f) => f.write_all_at(buf, off),
-            Target::Nbd(c) => c.write_at(off, buf).map_err(nbd_io),
-        }
-    }
-    pub(super) fn zero_range(&self, off: u64, len: u64) -> io::Result<()> {
-        match self {
-            Target::File(f) => fsutil::zero_range(f, off, len),
-            Target::Nbd(c) => c.write_zeroes(off, len).map_err(nbd_io),
-        }
-    }
-    pub(super) fn sync_data(&self) -> io::Result<()> {
-        match self {
-            Target::File(f) => f.sync_data(),
-            Target::Nbd(c) => c.flush().map_err(nbd_io),
-        }
-    }
-    pub(super) fn as_file(&self) -> Option<&File> {
-        match self {
-            Target::File(f) => Some(f),
-            Target::Nbd(_) => None,
-        }
-    }
-}
-
 /// A file being received.
 /// Counts the files open for writing; a [`Slot`] holds one place.
 pub(super) struct InFlight {
@@ -102,7 +64,7 @@ pub(super) struct DstFile {
     /// Temporary file renamed over `final_path` at the end; `None` when
     /// writing in place.
     pub(super) tmp: Option<Loc>,
-    pub(super) file: Target,
+    pub(super) file: Box<dyn Sink>,
     /// The temp file opened again with `O_DIRECT` (see [`direct`]), while
     /// direct writes work.
     pub(super) direct: Option<File>,
@@ -334,7 +296,7 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
             file.sync_data().op("fsync")?;
         }
     } else {
-        f.file.sync_data().op("fsync")?;
+        f.file.durable().op("fsync")?;
     }
     if let (Some(_), Some(file), false) = (&f.readback, f.file.as_file(), f.stream_to) {
         if let Some(why) = super::readback::verify_on_disk(f, file)? {

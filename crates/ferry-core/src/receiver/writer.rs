@@ -38,7 +38,7 @@ impl SegState {
                 slot.copy_from_slice(data);
                 Ok(0)
             }
-            None => f.file.write_all_at(data, off).map(|()| data.len() as u64),
+            None => f.file.put_at(data, off).map(|()| data.len() as u64),
         }
     }
 

@@ -78,12 +78,8 @@ fn push_pass(
     stats: &Stats,
     start: Instant,
 ) -> Result<Report> {
-    for s in sources.iter().filter(|s| !crate::source::is_nbd_uri(s)) {
-        std::fs::symlink_metadata(s.trim_end_matches('/'))
-            .or_else(|_| std::fs::symlink_metadata(s))
-            .map_err(|e| Error::io(s, e))?;
-    }
-    let specs = plan::source_specs(sources, crate::source_is_dir)?;
+    crate::endpoint::check_sources_exist(sources)?;
+    let specs = plan::source_specs(sources, crate::endpoint::is_dir)?;
     let file_or_dir = sources.len() == 1 && !sources[0].ends_with('/') && !dest.path.ends_with('/');
     let opts = opts.clone();
     let args = serve_args_with(
@@ -149,8 +145,8 @@ fn pull_pass(
 fn expected_names(paths: &[String]) -> Option<Vec<Vec<u8>>> {
     let mut names = Vec::new();
     for p in paths {
-        if crate::source::is_nbd_uri(p) {
-            names.push(crate::source::nbd_name(p));
+        if let Some(own) = crate::endpoint::own_name(p) {
+            names.push(own);
             continue;
         }
         let trimmed = p.trim_end_matches('/');
@@ -184,7 +180,7 @@ pub fn serve_stdio(
     let stats = Stats::default();
     let res = if send {
         ep.tx = sending_link(ep.tx, &ep.link_rate, opts);
-        match plan::source_specs(paths, crate::source_is_dir) {
+        match plan::source_specs(paths, crate::endpoint::is_dir) {
             Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false).map(|_| ()),
             Err(e) => Err(e),
         }
@@ -192,7 +188,7 @@ pub fn serve_stdio(
         let [dest] = paths else {
             return Err(Error::Usage("serve --receive takes one destination".into()));
         };
-        let dest = if crate::source::is_nbd_uri(dest) {
+        let dest = if crate::endpoint::Kind::of(dest) == crate::endpoint::Kind::Nbd {
             Dest::Nbd(dest.clone())
         } else if file_or_dir {
             Dest::FileOrDir(dest.into())

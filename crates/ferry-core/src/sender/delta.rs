@@ -6,8 +6,8 @@
 use ferry_link::{layout, Message, MsgTx};
 
 use crate::early::EarlySeg;
+use crate::endpoint::Source;
 use crate::error::{Error, Result};
-use crate::source::ExtentReader;
 
 use super::ops::{literal, send_ops};
 use super::{DeltaJob, Job};
@@ -18,7 +18,7 @@ use super::{DeltaJob, Job};
 /// read error.
 pub(super) fn send_delta_segment(
     job: &Job,
-    file: &dyn ExtentReader,
+    file: &dyn Source,
     d: &DeltaJob,
     tx: &MsgTx,
     buf: &mut Vec<u8>,
@@ -58,7 +58,7 @@ pub(super) fn send_delta_segment(
 /// blocks in place as copies, the others read and sent as literals.
 pub(super) fn send_early_segment(
     job: &Job,
-    file: &dyn ExtentReader,
+    file: &dyn Source,
     e: &EarlySeg,
     tx: &MsgTx,
     buf: &mut Vec<u8>,
@@ -75,7 +75,7 @@ pub(super) fn send_early_segment(
 /// a whole segment is) and diffed.
 fn send_prehashed_segment(
     job: &Job,
-    file: &dyn ExtentReader,
+    file: &dyn Source,
     d: &DeltaJob,
     tx: &MsgTx,
     buf: &mut Vec<u8>,
@@ -143,7 +143,7 @@ fn diff_window((a, b): (u64, u64), size: u64, bs: u64, diff: bool) -> (u64, u64)
 #[allow(clippy::too_many_arguments)]
 fn send_in_place_runs(
     job: &Job,
-    file: &dyn ExtentReader,
+    file: &dyn Source,
     bs: u64,
     same: &dyn Fn(u64) -> bool,
     (first, hashes): (u64, &[[u8; 32]]),

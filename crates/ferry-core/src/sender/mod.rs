@@ -25,9 +25,9 @@ use crossbeam_channel::unbounded;
 use ferry_link::{Endpoint, ReceiverReport};
 
 use crate::early::{EarlySeg, PreHash};
+use crate::endpoint::Source;
 use crate::error::{Error, Result};
 use crate::plan::SourceSpec;
-use crate::source::ExtentReader;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
@@ -45,7 +45,7 @@ struct SrcFile {
     path: PathBuf,
     size: u64,
     mtime: (i64, u32),
-    open: Mutex<Option<Arc<dyn ExtentReader>>>,
+    open: Mutex<Option<Arc<dyn Source>>>,
     /// Opened at walk time and kept (NBD exports), not reopened per use.
     kept_open: bool,
     remaining: AtomicU64,

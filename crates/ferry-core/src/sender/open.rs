@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::early::PreHash;
+use crate::endpoint::Source;
 use crate::error::{Error, Result};
-use crate::source::ExtentReader;
 
 use super::SrcFile;
 
@@ -73,7 +73,7 @@ impl SrcFile {
         path: PathBuf,
         size: u64,
         mtime: (i64, u32),
-        reader: Arc<dyn ExtentReader>,
+        reader: Arc<dyn Source>,
     ) -> Self {
         Self {
             path,
@@ -97,7 +97,7 @@ impl SrcFile {
     pub(super) fn reader(
         &self,
         direct_io: bool,
-    ) -> Result<std::io::Result<Option<Arc<dyn ExtentReader>>>> {
+    ) -> Result<std::io::Result<Option<Arc<dyn Source>>>> {
         let mut g = self
             .open
             .lock()
@@ -106,7 +106,7 @@ impl SrcFile {
             Some(h) => Ok(Some(h.clone())),
             None if self.failed.load(Ordering::SeqCst) => Ok(None),
             None => open_listed(&self.path, self.ident, self.follow).map(|h| {
-                let h: Arc<dyn ExtentReader> = Arc::new(crate::direct::Reader::new(h, direct_io));
+                let h: Arc<dyn Source> = Arc::new(crate::direct::Reader::new(h, direct_io));
                 *g = Some(h.clone());
                 Some(h)
             }),

@@ -51,7 +51,7 @@ fn read_failure(path: &Path, e: &std::io::Error) -> String {
 
 /// After a file's last segment: why it cannot be sent as read, given the
 /// size and modification time the walk listed and its `stamp` now (see
-/// [`crate::source::ExtentReader::stamp`]); `None` when it was stable or
+/// [`crate::endpoint::Source::stamp`]); `None` when it was stable or
 /// cannot tell.
 fn changed_failure(
     path: &Path,

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use ferry_link::{Entry, EntryKind, Message, MsgTx};
 
+use crate::endpoint::Source;
 use crate::error::{describe, Error, Result};
 use crate::fsutil;
 use crate::plan::SourceSpec;
 use crate::scan;
-use crate::source::ExtentReader;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
@@ -43,7 +43,7 @@ pub(super) fn walk_all(
     };
     for src in sources {
         let text = src.path.to_string_lossy();
-        if crate::source::is_nbd_uri(&text) {
+        if crate::endpoint::Kind::of(&text) == crate::endpoint::Kind::Nbd {
             w.nbd(&text, src.name.clone())?;
             continue;
         }
@@ -275,8 +275,10 @@ impl Walker<'_> {
     /// its modification time (an export has none, so it is never taken as
     /// unchanged by size and time; `--checksum` compares contents).
     fn nbd(&mut self, uri: &str, name: Vec<u8>) -> Result<()> {
-        let src = crate::source::NbdSource::connect(uri).map_err(|e| Error::io(uri, e))?;
+        let src = crate::endpoint::NbdSource::connect(uri).map_err(|e| Error::io(uri, e))?;
         let size = src.size();
+        let conns = src.connections() as u64;
+        (self.stats.nbd_connections).fetch_max(conns, std::sync::atomic::Ordering::Relaxed);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -294,7 +296,7 @@ impl Walker<'_> {
             mtime_nsec: now.subsec_nanos(),
             ..Default::default()
         };
-        let reader: Arc<dyn ExtentReader> = Arc::new(src);
+        let reader: Arc<dyn Source> = Arc::new(src);
         if self.opts.checksum && size > 0 {
             e.digest = Some(
                 scan::file_digest(&*reader, size, self.opts.threads)

@@ -4,9 +4,9 @@
 
 use ferry_link::{LinkError, Message, MsgTx};
 
+use crate::endpoint::Source;
 use crate::error::Result;
 use crate::scan::{self, Piece, ScanError};
-use crate::source::ExtentReader;
 
 use super::Job;
 
@@ -35,7 +35,7 @@ fn piece_message(id: u32, p: Piece<'_>) -> Message {
 /// the segment digest, or the read error.
 pub(super) fn send_whole_segment(
     job: &Job,
-    file: &dyn ExtentReader,
+    file: &dyn Source,
     hash: bool,
     tx: &MsgTx,
     buf: &mut Vec<u8>,

@@ -1,0 +1,115 @@
+//! An NBD export as an endpoint: read as a [`Source`], written as a
+//! [`Sink`], each over a [`ferry_nbd::Pool`] of up to [`NBD_CONNECTIONS`]
+//! connections when the server offers multi-conn.
+
+use std::io;
+
+use super::{nbd_io, Sink, Source};
+
+/// Connections opened to an export that offers multi-conn (nbdcopy's
+/// default too): enough to keep a server's threads and a long link busy.
+pub const NBD_CONNECTIONS: usize = 4;
+
+/// The name an NBD export gets in a destination directory: its export
+/// name, or `nbd-export.img` for the default export.
+pub(super) fn export_file_name(uri: &str) -> Vec<u8> {
+    let after = uri.split_once("://").map(|x| x.1).unwrap_or("");
+    let path = after.split(['?', '#']).next().unwrap_or("");
+    let export = path.split_once('/').map(|x| x.1).unwrap_or("");
+    let name = export.rsplit('/').next().unwrap_or("");
+    if name.is_empty() || name == "." || name == ".." {
+        b"nbd-export.img".to_vec()
+    } else {
+        name.as_bytes().to_vec()
+    }
+}
+
+fn connect(uri: &str) -> io::Result<ferry_nbd::Pool> {
+    ferry_nbd::Pool::connect(uri, NBD_CONNECTIONS).map_err(nbd_io)
+}
+
+/// An NBD export as a source.
+pub struct NbdSource(ferry_nbd::Pool);
+
+impl NbdSource {
+    pub fn connect(uri: &str) -> io::Result<Self> {
+        connect(uri).map(NbdSource)
+    }
+    pub fn size(&self) -> u64 {
+        self.0.first().size()
+    }
+    /// How many connections reads are spread over.
+    pub fn connections(&self) -> usize {
+        self.0.connections()
+    }
+}
+
+impl Source for NbdSource {
+    fn next_data(&self, mut pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
+        while pos < end {
+            let exts = self.0.first().extents(pos, end - pos).map_err(nbd_io)?;
+            if exts.is_empty() {
+                return Ok(Some((pos, end)));
+            }
+            let mut start = None;
+            for x in &exts {
+                match (start, x.skippable()) {
+                    (None, false) => start = Some(x.offset.max(pos)),
+                    (Some(s), true) => return Ok(Some((s, x.offset))),
+                    _ => {}
+                }
+            }
+            let last = exts
+                .last()
+                .map(|x| x.offset + x.len)
+                .unwrap_or(end)
+                .min(end);
+            if let Some(s) = start {
+                return Ok(Some((s, last)));
+            }
+            if last <= pos {
+                return Ok(Some((pos, end)));
+            }
+            pos = last;
+        }
+        Ok(None)
+    }
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.0.read_at(off, buf).map_err(nbd_io)
+    }
+    fn stamp(&self) -> io::Result<Option<(u64, (i64, u32))>> {
+        Ok(None)
+    }
+}
+
+/// An NBD export as a destination, written in place (zero ranges as
+/// WRITE_ZEROES, durability as FLUSH).
+pub struct NbdSink(ferry_nbd::Pool);
+
+impl NbdSink {
+    pub fn connect(uri: &str) -> io::Result<Self> {
+        connect(uri).map(NbdSink)
+    }
+    pub fn size(&self) -> u64 {
+        self.0.first().size()
+    }
+    pub fn read_only(&self) -> bool {
+        self.0.first().read_only()
+    }
+    /// How many connections writes are spread over.
+    pub fn connections(&self) -> usize {
+        self.0.connections()
+    }
+}
+
+impl Sink for NbdSink {
+    fn put_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.0.write_at(off, buf).map_err(nbd_io)
+    }
+    fn zero_range(&self, off: u64, len: u64) -> io::Result<()> {
+        self.0.first().write_zeroes(off, len).map_err(nbd_io)
+    }
+    fn durable(&self) -> io::Result<()> {
+        self.0.flush().map_err(nbd_io)
+    }
+}

@@ -1,0 +1,211 @@
+//! Several connections to one export used as one ([`Pool`]): reads and
+//! writes are cut into requests that are spread round-robin over the
+//! connections and pipelined on each, so a server that handles each
+//! connection on its own thread (qemu-nbd, nbdkit, a remote server behind a
+//! long link) works on all of them at once.
+//!
+//! More connections are opened only when the server sets
+//! `NBD_FLAG_CAN_MULTI_CONN` (the spec's promise that a FLUSH on one
+//! connection covers writes acknowledged on all of them). A server may
+//! still refuse them: qemu-nbd's default `--shared=1` leaves a second
+//! connection in its listen queue, unanswered. Each extra connection is
+//! therefore given a short handshake deadline (ten times what the first
+//! handshake took, within 0.25 to 3 s) and the pool goes on with the ones
+//! that answered.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{unexpected, wait_done, Client, DEFAULT_REQUEST_SIZE};
+use crate::conn::{ConnectOptions, Reply};
+use crate::error::Result;
+
+/// One export over up to `n` connections; see the module doc.
+#[derive(Clone, Debug)]
+pub struct Pool {
+    /// Distinct connections, the first one first.
+    clients: Vec<Client>,
+    /// Where the next request goes, so that calls of one request each
+    /// (and calls from several threads) still spread over all connections.
+    next: Arc<AtomicUsize>,
+}
+
+impl Pool {
+    /// Connects to `uri` and, if the server allows multi-conn, opens up to
+    /// `n - 1` more connections (those that do not answer in time are
+    /// left out).
+    pub fn connect(uri: &str, n: usize) -> Result<Pool> {
+        let t0 = Instant::now();
+        let first = Client::connect(uri)?;
+        Ok(Self::grow(first, n, t0.elapsed()))
+    }
+
+    /// A pool of `first` and up to `n - 1` more connections to its export;
+    /// `took` is how long `first`'s connect and handshake took.
+    pub fn grow(first: Client, n: usize, took: Duration) -> Pool {
+        let mut clients = vec![first];
+        let first = &clients[0];
+        if n <= 1 || !first.can_multi_conn() {
+            return Pool::of(clients);
+        }
+        let opts = ConnectOptions {
+            connect_timeout: extra_deadline(took),
+            ..first.options().clone()
+        };
+        let extra: Vec<Client> = std::thread::scope(|s| {
+            let hs: Vec<_> = (1..n)
+                .map(|_| s.spawn(|| Client::connect_uri(first.uri(), opts.clone())))
+                .collect();
+            hs.into_iter()
+                .filter_map(|h| h.join().ok().and_then(|r| r.ok()))
+                // The same export, as the first connection saw it.
+                .filter(|c| c.size() == first.size() && c.read_only() == first.read_only())
+                .collect()
+        });
+        clients.extend(extra);
+        Pool::of(clients)
+    }
+
+    fn of(clients: Vec<Client>) -> Pool {
+        Pool {
+            clients,
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Where a call of `n` requests starts.
+    fn start(&self, n: usize) -> usize {
+        self.next.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// The distinct connections, the first one first.
+    pub fn clients(&self) -> &[Client] {
+        &self.clients
+    }
+
+    /// How many connections the pool uses.
+    pub fn connections(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// The first connection (for size, flags, extents, zeroing, flush).
+    pub fn first(&self) -> &Client {
+        &self.clients[0]
+    }
+
+    /// Reads `buf.len()` bytes at `offset` over all connections.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let start = self.start(buf.len().div_ceil(shape(&self.clients).0));
+        read_spread(&self.clients, start, offset, buf)
+    }
+
+    /// Writes `data` at `offset` over all connections; returns once every
+    /// request is acknowledged.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let start = self.start(data.len().div_ceil(shape(&self.clients).0));
+        write_spread(&self.clients, start, offset, data)
+    }
+
+    /// FLUSH. With multi-conn, one connection's FLUSH covers the writes
+    /// acknowledged on all of them; without it the pool has one connection.
+    pub fn flush(&self) -> Result<()> {
+        self.first().flush()
+    }
+}
+
+/// How long an extra connection may take to answer: ten times the first
+/// handshake, within 0.25 to 3 s.
+fn extra_deadline(took: Duration) -> Duration {
+    (took * 10).clamp(Duration::from_millis(250), Duration::from_secs(3))
+}
+
+/// Requests in flight over `clients` together, and their size.
+fn shape(clients: &[Client]) -> (usize, usize) {
+    let rs = clients
+        .iter()
+        .map(|c| c.request_size(DEFAULT_REQUEST_SIZE))
+        .min()
+        .unwrap_or(1);
+    let depth = clients.iter().map(Client::pipeline_depth).sum::<usize>();
+    (rs, depth.max(1))
+}
+
+/// Reads `buf` at `offset` in requests spread round-robin over `clients`,
+/// the first one to `clients[start % len]`.
+pub(crate) fn read_spread(
+    clients: &[Client],
+    start: usize,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<()> {
+    let (rs, depth) = shape(clients);
+    let mut queue = VecDeque::new();
+    let mut chunks = buf.chunks_mut(rs).enumerate();
+    loop {
+        while queue.len() < depth {
+            let Some((i, c)) = chunks.next() else { break };
+            let at = offset + (i * rs) as u64;
+            let t = clients[(start + i) % clients.len()]
+                .connection()
+                .submit_read(at, vec![0u8; c.len()])?;
+            queue.push_back((c, t));
+        }
+        let Some((c, t)) = queue.pop_front() else {
+            return Ok(());
+        };
+        match t.wait()? {
+            Reply::Data(d) if d.len() == c.len() => c.copy_from_slice(&d),
+            other => return Err(unexpected("READ", &other)),
+        }
+    }
+}
+
+/// Writes `data` at `offset` in requests spread round-robin over
+/// `clients` (the first to `clients[start % len]`); returns when all are
+/// acknowledged.
+pub(crate) fn write_spread(
+    clients: &[Client],
+    start: usize,
+    offset: u64,
+    data: &[u8],
+) -> Result<()> {
+    let (rs, depth) = shape(clients);
+    let mut queue = VecDeque::new();
+    for (i, c) in data.chunks(rs).enumerate() {
+        if queue.len() >= depth {
+            if let Some(t) = queue.pop_front() {
+                wait_done(t)?;
+            }
+        }
+        let at = offset + (i * rs) as u64;
+        queue.push_back(
+            clients[(start + i) % clients.len()]
+                .connection()
+                .submit_write(at, c, false)?,
+        );
+    }
+    queue.into_iter().try_for_each(wait_done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_connections_wait_briefly() {
+        assert_eq!(
+            extra_deadline(Duration::from_micros(300)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            extra_deadline(Duration::from_millis(40)),
+            Duration::from_millis(400)
+        );
+        assert_eq!(
+            extra_deadline(Duration::from_secs(2)),
+            Duration::from_secs(3)
+        );
+    }
+}
