@@ -205,6 +205,32 @@ fn per_connection(log: &Path, what: &str) -> std::collections::BTreeMap<u32, usi
     m
 }
 
+/// nbdkit with its log filter (written to `dir/log`), `filters` and then
+/// the `plugin` words; also an image of `mib` MiB of random bytes.
+fn logged_nbdkit(
+    dir: &Path,
+    log: &str,
+    filters: &[&str],
+    plugin: &[&str],
+) -> (Server, String, std::path::PathBuf) {
+    let log = dir.join(log);
+    let logarg = format!("logfile={}", log.display());
+    let mut args = vec!["--filter=log"];
+    args.extend(filters);
+    args.extend(plugin);
+    args.push(&logarg);
+    let (srv, uri) = nbdkit(dir, &args);
+    (srv, uri, log)
+}
+
+/// A random image of `mib` MiB in `dir`, and its `file=` argument.
+fn image(dir: &Path, seed: u64, mib: usize) -> (std::path::PathBuf, String) {
+    let img = dir.join("img");
+    fs::write(&img, bytes(seed, mib << 20)).unwrap();
+    let arg = format!("file={}", img.display());
+    (img, arg)
+}
+
 #[test]
 fn nbd_multi_conn_spreads_reads_and_writes_over_connections() {
     if !which("nbdkit") {
@@ -212,13 +238,9 @@ fn nbd_multi_conn_spreads_reads_and_writes_over_connections() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let img = d.path().join("img");
-    fs::write(&img, bytes(7, 24 << 20)).unwrap();
+    let (img, imgarg) = image(d.path(), 7, 24);
     // A source that offers multi-conn: reads go over 4 connections.
-    let log = d.path().join("read.log");
-    let logarg = format!("logfile={}", log.display());
-    let imgarg = format!("file={}", img.display());
-    let (srv, uri) = nbdkit(d.path(), &["--filter=log", "file", &imgarg, &logarg]);
+    let (srv, uri, log) = logged_nbdkit(d.path(), "read.log", &[], &["file", &imgarg]);
     let out = d.path().join("out");
     let j = ferry_ok(&["sync", &uri, p(&out)]);
     drop(srv);
@@ -228,9 +250,7 @@ fn nbd_multi_conn_spreads_reads_and_writes_over_connections() {
     assert_eq!(reads.len(), 4, "reads per connection: {reads:?}");
     assert!(reads.values().all(|&n| n >= 3), "{reads:?}");
     // A destination that offers it: writes go over 4 connections too.
-    let log = d.path().join("write.log");
-    let logarg = format!("logfile={}", log.display());
-    let (srv, uri) = nbdkit(d.path(), &["--filter=log", "memory", "24M", &logarg]);
+    let (srv, uri, log) = logged_nbdkit(d.path(), "write.log", &[], &["memory", "24M"]);
     let j = ferry_ok(&["sync", p(&img), &uri]);
     assert_eq!(j["nbd_connections"], 4, "{j}");
     let back = d.path().join("back");
@@ -248,21 +268,12 @@ fn nbd_without_multi_conn_uses_one_connection() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let img = d.path().join("img");
-    fs::write(&img, bytes(8, 6 << 20)).unwrap();
-    let log = d.path().join("kit.log");
-    let logarg = format!("logfile={}", log.display());
-    let imgarg = format!("file={}", img.display());
-    let (srv, uri) = nbdkit(
+    let (img, imgarg) = image(d.path(), 8, 6);
+    let (srv, uri, log) = logged_nbdkit(
         d.path(),
-        &[
-            "--filter=log",
-            "--filter=multi-conn",
-            "file",
-            &imgarg,
-            "multi-conn-mode=disable",
-            &logarg,
-        ],
+        "kit.log",
+        &["--filter=multi-conn"],
+        &["file", &imgarg, "multi-conn-mode=disable"],
     );
     let out = d.path().join("out");
     let j = ferry_ok(&["sync", &uri, p(&out)]);

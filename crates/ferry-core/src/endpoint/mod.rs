@@ -17,7 +17,7 @@ mod source;
 
 use std::io;
 
-pub use nbd::{NbdSink, NbdSource, NBD_CONNECTIONS};
+pub use nbd::{NbdExport, NBD_CONNECTIONS};
 pub use sink::Sink;
 pub use source::Source;
 

@@ -1,5 +1,5 @@
 //! An NBD export as an endpoint: read as a [`Source`], written as a
-//! [`Sink`], each over a [`ferry_nbd::Pool`] of up to [`NBD_CONNECTIONS`]
+//! [`Sink`], over a [`ferry_nbd::Pool`] of up to [`NBD_CONNECTIONS`]
 //! connections when the server offers multi-conn.
 
 use std::io;
@@ -24,27 +24,29 @@ pub(super) fn export_file_name(uri: &str) -> Vec<u8> {
     }
 }
 
-fn connect(uri: &str) -> io::Result<ferry_nbd::Pool> {
-    ferry_nbd::Pool::connect(uri, NBD_CONNECTIONS).map_err(nbd_io)
-}
+/// An NBD export as an endpoint: read as a source, or written in place as
+/// a destination (zero ranges as WRITE_ZEROES, durability as FLUSH).
+pub struct NbdExport(ferry_nbd::Pool);
 
-/// An NBD export as a source.
-pub struct NbdSource(ferry_nbd::Pool);
-
-impl NbdSource {
+impl NbdExport {
     pub fn connect(uri: &str) -> io::Result<Self> {
-        connect(uri).map(NbdSource)
+        ferry_nbd::Pool::connect(uri, NBD_CONNECTIONS)
+            .map(NbdExport)
+            .map_err(nbd_io)
     }
     pub fn size(&self) -> u64 {
         self.0.first().size()
     }
-    /// How many connections reads are spread over.
+    pub fn read_only(&self) -> bool {
+        self.0.first().read_only()
+    }
+    /// How many connections reads and writes are spread over.
     pub fn connections(&self) -> usize {
         self.0.connections()
     }
 }
 
-impl Source for NbdSource {
+impl Source for NbdExport {
     fn next_data(&self, mut pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
         while pos < end {
             let exts = self.0.first().extents(pos, end - pos).map_err(nbd_io)?;
@@ -82,27 +84,7 @@ impl Source for NbdSource {
     }
 }
 
-/// An NBD export as a destination, written in place (zero ranges as
-/// WRITE_ZEROES, durability as FLUSH).
-pub struct NbdSink(ferry_nbd::Pool);
-
-impl NbdSink {
-    pub fn connect(uri: &str) -> io::Result<Self> {
-        connect(uri).map(NbdSink)
-    }
-    pub fn size(&self) -> u64 {
-        self.0.first().size()
-    }
-    pub fn read_only(&self) -> bool {
-        self.0.first().read_only()
-    }
-    /// How many connections writes are spread over.
-    pub fn connections(&self) -> usize {
-        self.0.connections()
-    }
-}
-
-impl Sink for NbdSink {
+impl Sink for NbdExport {
     fn put_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         self.0.write_at(off, buf).map_err(nbd_io)
     }

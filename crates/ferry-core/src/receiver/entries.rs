@@ -76,7 +76,7 @@ impl Dispatcher<'_, '_> {
             Stats::add(&stats.files_transferred, 1);
             return Ok(());
         }
-        let sink = NbdSink::connect(uri).map_err(|err| Error::io(uri, err))?;
+        let sink = NbdExport::connect(uri).map_err(|err| Error::io(uri, err))?;
         stats
             .nbd_connections
             .fetch_max(sink.connections() as u64, Ordering::Relaxed);

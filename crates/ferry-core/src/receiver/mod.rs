@@ -22,7 +22,7 @@ use ferry_link::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, Wan
 
 use crate::destdir::{DestDir, Loc};
 use crate::direct;
-use crate::endpoint::{NbdSink, Sink};
+use crate::endpoint::{NbdExport, Sink};
 use crate::error::{describe, is_fatal_io, line, Error, IoOp, Result};
 use crate::fsutil;
 use crate::listcheck::{parent_of, shown, ListCheck, Shape};

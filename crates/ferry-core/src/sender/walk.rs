@@ -275,7 +275,7 @@ impl Walker<'_> {
     /// its modification time (an export has none, so it is never taken as
     /// unchanged by size and time; `--checksum` compares contents).
     fn nbd(&mut self, uri: &str, name: Vec<u8>) -> Result<()> {
-        let src = crate::endpoint::NbdSource::connect(uri).map_err(|e| Error::io(uri, e))?;
+        let src = crate::endpoint::NbdExport::connect(uri).map_err(|e| Error::io(uri, e))?;
         let size = src.size();
         let conns = src.connections() as u64;
         (self.stats.nbd_connections).fetch_max(conns, std::sync::atomic::Ordering::Relaxed);
