@@ -46,7 +46,7 @@ run() { # name, new-file, command...
   W[$name]=$(grep -o '"bytes_wire":[0-9]*' out.json | cut -d: -f2 || true)
 }
 median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print (NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2}'; }
-BW=110M; RBW=107421   # rsync's --bwlimit is in KiB/s
+BW=110MB; RBW=107421   # 110 MB/s; a bare --bwlimit number is KiB/s (ferry and rsync)
 for i in $(seq "$RUNS"); do
   run "mangled/ferry whole" mangled "$FERRY" sync --whole-file --bwlimit $BW --json mangled d.bin
   run "mangled/ferry --delta" mangled "$FERRY" sync --delta --bwlimit $BW --json mangled d.bin

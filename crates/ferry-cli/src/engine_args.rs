@@ -6,8 +6,6 @@
 use clap::Args;
 use ferry_core::{DeltaMode, Excludes, SyncOptions};
 
-use crate::sync_cmd::parse_rate;
-
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Skip files by content (BLAKE3 of both sides) rather than size+mtime.
@@ -52,9 +50,10 @@ pub struct EngineArgs {
     /// Always send deltas against the destination's old copy.
     #[arg(long)]
     pub delta: bool,
-    /// Limit the bytes the sender puts on the link per second: 110M = 110 MB/s
-    /// (suffixes k M G decimal, Ki Mi Gi binary).
-    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    /// Limit the bytes the sender puts on the link per second, as rsync
+    /// reads it: a bare number is KiB/s, 110M = 110 MiB/s, 110MB = 110 MB/s
+    /// (K M G powers of 1024, KB MB GB powers of 1000); 0 = no limit.
+    #[arg(long, value_name = "RATE", value_parser = parse_bwlimit)]
     pub bwlimit: Option<u64>,
     /// Compression across a link: auto (per block, from the measured link
     /// rate; incompressible blocks go raw), zstd, zstd:LEVEL, lz4, none.
@@ -117,7 +116,7 @@ impl EngineArgs {
             } else {
                 DeltaMode::Auto
             },
-            bwlimit: self.bwlimit,
+            bwlimit: self.bwlimit.filter(|&r| r > 0),
             sig_cache: self.sig_cache.clone(),
             compress: self.compress,
             direct_io: !self.buffered_io,
@@ -125,4 +124,9 @@ impl EngineArgs {
             ..SyncOptions::default()
         })
     }
+}
+
+/// `--bwlimit`: rsync's units (a bare number is KiB/s).
+fn parse_bwlimit(s: &str) -> Result<u64, String> {
+    crate::human::parse_size(s, 1024)
 }

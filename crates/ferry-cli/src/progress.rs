@@ -1,6 +1,8 @@
-//! Progress display: an indicatif bar on a terminal, or with `--progress`
-//! on a non-terminal one plain line a second. Both read the engine's live
-//! counters from a thread of their own.
+//! The one progress display of every command: an indicatif bar on a
+//! terminal, or with `--progress` on a non-terminal one plain line a
+//! second. It reads a [`Meter`] (the engine's live counters) from a thread
+//! of its own: a sync has a total and a bar; a stream has none and shows
+//! its rates and buffer instead.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -8,10 +10,85 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferry_core::Stats;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::human;
+
+/// What a progress display reads.
+pub trait Meter: Send + 'static {
+    /// Bytes to do in all, when known.
+    fn total(&self) -> Option<u64>;
+    /// Bytes done so far.
+    fn done(&self) -> u64;
+    /// The rest of the line (files done, rates, buffer fill).
+    fn message(&mut self) -> String;
+    /// The work ended on its own (a stream's end).
+    fn finished(&self) -> bool {
+        false
+    }
+}
+
+/// A sync's counters: a bar over the bytes of the changed files.
+pub struct SyncMeter(pub Arc<ferry_core::Stats>);
+
+impl Meter for SyncMeter {
+    fn total(&self) -> Option<u64> {
+        Some(self.0.bytes_transferred.load(Relaxed))
+    }
+    fn done(&self) -> u64 {
+        self.0.bytes_done.load(Relaxed)
+    }
+    fn message(&mut self) -> String {
+        format!(
+            "files {}/{}",
+            self.0.files_transferred.load(Relaxed),
+            self.0.files_total.load(Relaxed)
+        )
+    }
+}
+
+/// A stream's counters, mbuffer-like: input and output rates since the
+/// last line, buffer fill, compression ratio.
+pub struct StreamMeter {
+    stats: Arc<ferry_stream::Stats>,
+    last: (Instant, u64, u64),
+}
+
+impl StreamMeter {
+    pub fn new(stats: Arc<ferry_stream::Stats>) -> Self {
+        StreamMeter {
+            stats,
+            last: (Instant::now(), 0, 0),
+        }
+    }
+}
+
+impl Meter for StreamMeter {
+    fn total(&self) -> Option<u64> {
+        None
+    }
+    fn done(&self) -> u64 {
+        ferry_stream::Stats::get(&self.stats.plain_out)
+    }
+    fn message(&mut self) -> String {
+        let now = Instant::now();
+        let i = ferry_stream::Stats::get(&self.stats.plain_in);
+        let o = self.done();
+        let dt = now.duration_since(self.last.0).as_secs_f64().max(1e-3);
+        let line = format!(
+            "in @ {}, out @ {}, buffer {:3.0}% full, ratio {:.2}",
+            human::rate(i.saturating_sub(self.last.1), dt),
+            human::rate(o.saturating_sub(self.last.2), dt),
+            self.stats.fill_pct(),
+            self.stats.ratio()
+        );
+        self.last = (now, i, o);
+        line
+    }
+    fn finished(&self) -> bool {
+        self.stats.done.load(Relaxed)
+    }
+}
 
 pub struct Progress {
     stop: Arc<AtomicBool>,
@@ -19,26 +96,26 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Start showing progress of `stats` if stderr is a terminal or
-    /// `forced`; otherwise do nothing.
-    pub fn start(stats: Arc<Stats>, forced: bool, quiet: bool) -> Self {
+    /// Start showing `meter` if stderr is a terminal or `forced`, and not
+    /// `quiet`; otherwise do nothing.
+    pub fn start(meter: impl Meter, forced: bool, quiet: bool) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let tty = std::io::stderr().is_terminal();
         if quiet || !(tty || forced) {
             return Self { stop, thread: None };
         }
         let st = stop.clone();
-        let thread = std::thread::spawn(move || {
-            if tty {
-                bar(&stats, &st)
-            } else {
-                lines(&stats, &st)
-            }
-        });
-        Self {
-            stop,
-            thread: Some(thread),
-        }
+        let thread = std::thread::Builder::new()
+            .name("ferry-progress".into())
+            .spawn(move || {
+                if tty {
+                    bar(meter, &st)
+                } else {
+                    lines(meter, &st)
+                }
+            })
+            .ok();
+        Self { stop, thread }
     }
 
     pub fn finish(mut self) {
@@ -49,41 +126,56 @@ impl Progress {
     }
 }
 
-fn bar(stats: &Stats, stop: &AtomicBool) {
-    let pb = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(10));
-    let style = ProgressStyle::with_template(
-        "{bar:30.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta} {msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
+fn running(m: &impl Meter, stop: &AtomicBool) -> bool {
+    !stop.load(Relaxed) && !m.finished()
+}
+
+fn bar(mut m: impl Meter, stop: &AtomicBool) {
+    let target = ProgressDrawTarget::stderr_with_hz(10);
+    let (pb, template) = match m.total() {
+        Some(_) => (
+            ProgressBar::with_draw_target(Some(0), target),
+            "{bar:30.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta} {msg}",
+        ),
+        None => (
+            ProgressBar::with_draw_target(None, target),
+            "{bytes} {binary_bytes_per_sec} {msg}",
+        ),
+    };
+    let style =
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
     pb.set_style(style.progress_chars("=> "));
-    while !stop.load(Relaxed) {
-        pb.set_length(stats.bytes_transferred.load(Relaxed));
-        pb.set_position(stats.bytes_done.load(Relaxed));
-        pb.set_message(format!(
-            "files {}/{}",
-            stats.files_transferred.load(Relaxed),
-            stats.files_total.load(Relaxed)
-        ));
+    let mut last = Instant::now();
+    while running(&m, stop) {
+        if let Some(t) = m.total() {
+            pb.set_length(t);
+        }
+        pb.set_position(m.done());
+        // Rates in the message are per interval: refresh it twice a second.
+        if last.elapsed() >= Duration::from_millis(500) {
+            last = Instant::now();
+            pb.set_message(m.message());
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     pb.finish_and_clear();
 }
 
-fn lines(stats: &Stats, stop: &AtomicBool) {
+fn lines(mut m: impl Meter, stop: &AtomicBool) {
     let start = Instant::now();
     let mut last = Instant::now();
-    while !stop.load(Relaxed) {
+    while running(&m, stop) {
         std::thread::sleep(Duration::from_millis(100));
         if last.elapsed() >= Duration::from_secs(1) {
             last = Instant::now();
-            let done = stats.bytes_done.load(Relaxed);
+            let done = m.done();
+            let of = m.total().map(|t| format!(" / {}", human::bytes(t)));
             errln!(
-                "ferry: {} / {}, {}, files {}/{}",
+                "ferry: {}{}, {}, {}",
                 human::bytes(done),
-                human::bytes(stats.bytes_transferred.load(Relaxed)),
+                of.unwrap_or_default(),
                 human::rate(done, start.elapsed().as_secs_f64()),
-                stats.files_transferred.load(Relaxed),
-                stats.files_total.load(Relaxed)
+                m.message()
             );
         }
     }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::engine_args::EngineArgs;
 use crate::exit;
 use crate::human;
-use crate::progress::Progress;
+use crate::progress::{Progress, SyncMeter};
 
 pub const SYNC_HELP: &str = "\
 Paths follow rsync's trailing-slash rule:
@@ -141,7 +141,7 @@ pub fn run(a: SyncArgs) -> i32 {
     // A bar redrawn on the terminal the list is printed to would tear it.
     let bar_in_the_way = listing && std::io::stdout().is_terminal();
     let progress = Progress::start(
-        stats.clone(),
+        SyncMeter(stats.clone()),
         a.progress,
         a.quiet || a.json || bar_in_the_way,
     );
@@ -232,44 +232,4 @@ pub fn summary(r: &ferry_core::Report, dry_run: bool) -> String {
         human::rate(r.bytes_written, r.seconds),
         human::bytes(r.bytes_wire),
     )
-}
-
-/// `110M` → 110_000_000; `64Ki` → 65536; a bare number is bytes.
-pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s}: not a rate (e.g. 50M)"))?;
-    let mult: f64 = match unit.trim_end_matches("/s").trim_end_matches(['B', 'b']) {
-        "" => 1.0,
-        "k" | "K" => 1e3,
-        "M" | "m" => 1e6,
-        "G" | "g" => 1e9,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        _ => return Err(format!("{s}: unknown unit (use k, M, G, Ki, Mi, Gi)")),
-    };
-    let r = v * mult;
-    if !(1.0..=1e13).contains(&r) {
-        return Err(format!("{s}: rate out of range"));
-    }
-    Ok(r as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn rates() {
-        assert_eq!(super::parse_rate("110M"), Ok(110_000_000));
-        assert_eq!(super::parse_rate("64Ki"), Ok(65536));
-        assert_eq!(super::parse_rate("1.5G"), Ok(1_500_000_000));
-        assert_eq!(super::parse_rate("500"), Ok(500));
-        assert!(super::parse_rate("fast").is_err());
-        assert!(super::parse_rate("0").is_err());
-    }
 }

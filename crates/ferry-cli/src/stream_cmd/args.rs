@@ -100,21 +100,10 @@ pub struct PipeArgs {
 }
 
 // ---------------------------------------------------------------- helpers
-/// Parse `123`, `64K`, `256M`, `1G`, `1MiB`, `2GB` (binary multiples).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("bad size {s:?}: use a number with K, M or G")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} too large"))
+/// `--buffer`, `--block-size`: a size in bytes (K, M, G powers of 1024).
+fn parse_size(s: &str) -> Result<usize, String> {
+    let n = crate::human::parse_size(s, 1)?;
+    usize::try_from(n).map_err(|_| format!("{s:?}: too large"))
 }
 
 pub(super) fn read_key(o: &StreamOpts) -> Result<Psk, String> {
@@ -136,6 +125,9 @@ pub(super) fn options(o: &StreamOpts, key: Psk) -> Result<Options, String> {
     opts.compress = o.compress.parse::<Mode>().map_err(|e| e.to_string())?;
     opts.buffer = parse_size(&o.buffer)?;
     opts.block_size = parse_size(&o.block_size)?;
+    if !(1 << 20..=64 << 30).contains(&opts.buffer) {
+        return Err("--buffer must be between 1M and 64G".into());
+    }
     if !(ferry_stream::MIN_BLOCK..=ferry_stream::MAX_BLOCK).contains(&opts.block_size) {
         return Err("--block-size must be between 4K and 1M".into());
     }
@@ -149,19 +141,4 @@ pub(super) fn options(o: &StreamOpts, key: Psk) -> Result<Options, String> {
         opts.idle = Some(Duration::from_secs_f64(t));
     }
     Ok(opts)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("256M"), Ok(256 << 20));
-        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
-        assert_eq!(parse_size("64k"), Ok(64 << 10));
-        assert_eq!(parse_size("1000"), Ok(1000));
-        assert!(parse_size("1T").is_err());
-        assert!(parse_size("M").is_err());
-    }
 }

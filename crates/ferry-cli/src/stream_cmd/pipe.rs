@@ -15,10 +15,11 @@ use ferry_channel::Psk;
 use ferry_stream::{ErrorKind, Options, StreamError, Summary};
 
 use super::args::{options, PipeArgs, StreamOpts};
-use super::report::{exit_code, json_to, report, JsonTo, Progress};
+use super::report::{exit_code, json_to, report, JsonTo};
 use super::ssh;
 use super::{open_input, usage};
 use crate::exit as code;
+use crate::progress::{Progress, StreamMeter};
 
 /// ssh went away before the stream started (the message is out).
 struct LostRemote;
@@ -56,7 +57,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
     };
     let host = ssh::target_host(&a.target);
     let direct = if a.via_ssh { None } else { connect(host, port) };
-    let p = Progress::start(opts.stats.clone(), a.o.progress);
+    let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
     let res = match direct {
         Some(s) => send_direct(&opts, input, s, ssh_in, ssh_out),
         None => {

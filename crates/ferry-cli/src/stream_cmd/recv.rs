@@ -14,9 +14,10 @@ use ferry_channel::Psk;
 use ferry_stream::{ErrorKind, FileOut, Options, RecvHooks, StreamError, Summary};
 
 use super::args::{options, read_key, RecvArgs};
-use super::report::{exit_code, json_to, report, JsonTo, Progress};
+use super::report::{exit_code, json_to, report, JsonTo};
 use super::{read_line_raw, resolve, stdin_file, stdout_file, usage};
 use crate::exit as code;
+use crate::progress::{Progress, StreamMeter};
 
 /// Where `recv` writes the stream.
 enum Sink {
@@ -73,7 +74,7 @@ pub fn run_recv(a: RecvArgs) -> i32 {
         false
     };
 
-    let p = Progress::start(opts.stats.clone(), a.o.progress);
+    let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
     let res = receive(&opts, &listener, via_stdin, sink);
     p.finish();
     let c = match &res {

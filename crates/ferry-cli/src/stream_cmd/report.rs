@@ -1,15 +1,11 @@
-//! What the user sees of a stream: the mbuffer-like status line, the
-//! summary line, the `--json` object, and the exit code an error maps to.
+//! What the user sees of a stream at its end: the summary line, the `--json` object, and the exit code an error maps to.
 
-use std::io::{self, IsTerminal, Write};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use ferry_stream::{ErrorKind, Stats, StreamError, Summary};
 
 use crate::exit as code;
+use crate::human;
 
 pub(super) fn exit_code(e: &StreamError, receiving: bool) -> i32 {
     match e.kind {
@@ -44,77 +40,6 @@ fn kind_name(k: ErrorKind) -> &'static str {
     }
 }
 
-fn human(n: f64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < units.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{v:.0} {}", units[i])
-    } else {
-        format!("{v:.2} {}", units[i])
-    }
-}
-
-fn rate(n: f64) -> String {
-    format!("{}/s", human(n))
-}
-
-/// Draws the mbuffer-like status line until the stream is done.
-pub(super) struct Progress {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    handle: Option<thread::JoinHandle<()>>,
-}
-
-impl Progress {
-    pub(super) fn start(stats: Arc<Stats>, force: bool) -> Progress {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let tty = io::stderr().is_terminal();
-        if !(tty || force) {
-            return Progress { stop, handle: None };
-        }
-        let s2 = stop.clone();
-        let handle = thread::Builder::new()
-            .name("ferry-progress".into())
-            .spawn(move || {
-                let mut last = (Instant::now(), 0u64, 0u64);
-                let end = if tty { "\r" } else { "\n" };
-                while !s2.load(Ordering::Relaxed) && !stats.done.load(Ordering::Relaxed) {
-                    thread::sleep(Duration::from_millis(if tty { 500 } else { 1000 }));
-                    let now = Instant::now();
-                    let i = Stats::get(&stats.plain_in);
-                    let o = Stats::get(&stats.plain_out);
-                    let dt = now.duration_since(last.0).as_secs_f64().max(1e-3);
-                    let line = format!(
-                        "in @ {}, out @ {}, {} total, buffer {:3.0}% full, ratio {:.2}",
-                        rate((i - last.1) as f64 / dt),
-                        rate((o - last.2) as f64 / dt),
-                        human(o as f64),
-                        stats.fill_pct(),
-                        stats.ratio()
-                    );
-                    last = (now, i, o);
-                    let _ = write!(std::io::stderr(), "{line:<90}{end}");
-                }
-            })
-            .ok();
-        Progress { stop, handle }
-    }
-
-    pub(super) fn finish(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-            if io::stderr().is_terminal() {
-                let _ = write!(std::io::stderr(), "{:<90}\r", "");
-            }
-        }
-    }
-}
-
 /// Where `--json` goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum JsonTo {
@@ -145,10 +70,10 @@ pub(super) fn report(
     match res {
         Ok(s) => errln!(
             "summary: {} {what} in {:.1} s - average of {}, {} on the wire (ratio {:.2}), cpu {:.1} s, {}",
-            human(bytes as f64),
+            human::bytes(bytes),
             secs,
-            rate(bytes as f64 / secs),
-            human(wire as f64),
+            human::rate(bytes, secs),
+            human::bytes(wire),
             stats.ratio(),
             cpu,
             s.suite

@@ -3,9 +3,10 @@
 use std::time::Instant;
 
 use super::args::{options, read_key, SendArgs};
-use super::report::{exit_code, json_to, report, JsonTo, Progress};
+use super::report::{exit_code, json_to, report, JsonTo};
 use super::{open_input, resolve, usage};
 use crate::exit as code;
+use crate::progress::{Progress, StreamMeter};
 
 pub fn run_send(a: SendArgs) -> i32 {
     let key = match read_key(&a.o) {
@@ -31,7 +32,7 @@ pub fn run_send(a: SendArgs) -> i32 {
         }
     };
     let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
-    let p = Progress::start(opts.stats.clone(), a.o.progress);
+    let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
     let res = ferry_stream::send(&opts, input, peer);
     p.finish();
     let c = match &res {
