@@ -14,7 +14,8 @@ import sys
 from . import report, util
 from .ferry_forms import Ferry
 from .link import PRESETS, Link, Procs, netns_available
-from .scenarios import SCENARIOS, Ctx
+from .runner import Ctx
+from .scenarios import SCENARIOS
 from .util import log, loud
 
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
