@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import data, verify
-from .ferry_forms import NO_NBD_SERVER, NOT_SUPPORTED, Ferry
+from .ferry_forms import NOT_SUPPORTED, QUIET_NA, Ferry
 from .link import Link, Procs
 from .measure import timed
-from .util import log, loud, rm_rf, sh, which
+from .util import log, loud, rm_rf, sh, slug, which
 
 
 @dataclass
 class Tool:
     name: str
-    kind: str                                  # "peer" or "ferry"
+    kind: str                                  # "peer", "ferry", "baseline" or "ferry-base"
     cmd: Callable[[str, str], str]             # (src, dst) -> shell command
     ns: str | None = None
     servers: Callable[[str, str], list] | None = None
@@ -31,6 +31,9 @@ class Tool:
     phases: tuple | None = None                # tree: phases it runs in (None: all)
     runs: int | None = None                    # fewer timed runs than ctx.runs (slow peers)
     verify: bool = True                        # False: copies nothing (a baseline like ssh true)
+    ferry: Ferry | None = None                 # the binary a ferry row runs (None: ctx.ferry)
+    twin: str | None = None                    # a ferry@base row: the main binary's row it pairs with
+    flags: tuple = ()                          # (subcommand, flag) pairs beyond its form that it passes
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Ctx:
     current_link: str = "none"
     failures: int = 0
     extra: dict = field(default_factory=dict)  # scenario -> figures and notes beyond the table
+    base: Ferry | None = None                  # --ferry-base: measured beside ctx.ferry (base.py)
 
     def note(self, scen: str, text: str) -> None:
         """A Markdown paragraph printed under the scenario's table."""
@@ -62,19 +66,19 @@ class Ctx:
         return os.path.join(d, re.sub(r"[^A-Za-z0-9]+", "-", tool.name).strip("-") + suffix)
 
 
-def slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
-
-
 def availability(ctx: Ctx, t: Tool) -> str | None:
     """None when the tool can run, else why not (the n/a reason)."""
     for exe in t.needs:
         if not which(exe):
             return f"{exe} not installed (bench/setup.sh)"
+    f = t.ferry or ctx.ferry
+    for sub, flag in t.flags:  # an older build (--ferry-base) may lack a newer flag
+        if not f.has_flag(sub, flag):
+            return f"{NOT_SUPPORTED}: no {sub} {flag}"
     for form in ((t.form,) if isinstance(t.form, str) else t.form or ()):
-        ok, why = ctx.ferry.supported(form)
+        ok, why = f.supported(form)
         if not ok:
-            return why if why in (NOT_SUPPORTED, NO_NBD_SERVER) or why.startswith("no link") \
+            return why if why in QUIET_NA or why.startswith("no link") \
                 else f"probe failed: {why}"
     return None
 
@@ -86,6 +90,8 @@ def record(ctx: Ctx, scen: str, case: str, t: Tool) -> dict:
             "scenario": scen, "case": case, "tool": t.name, "kind": t.kind,
             "link": ctx.current_link, "status": "ok", "reason": "", "runs": [],
         }
+        if t.twin:
+            ctx.records[key]["twin"] = t.twin
     return ctx.records[key]
 
 
@@ -117,9 +123,7 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
                   link=ctx.link if t.ns else None, logdir=ctx.logdir, tag=tag,
                   timeout=ctx.sizes["timeout"])
     except RuntimeError as e:
-        rec["status"], rec["reason"] = "FAIL", str(e)[:300]
-        ctx.failures += 1
-        loud(f"FAIL {scen} / {case} / {t.name}: {e}")
+        fail(ctx, rec, t, str(e)[:300], f"FAIL {scen} / {case} / {t.name}: {e}")
         return
     if r.rc != 0:
         ok, msg = False, f"exit {r.rc}{' (timed out)' if r.timed_out else ''}: " + \
@@ -137,7 +141,7 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
     if image and os.path.exists(dst):
         run["dst_allocated_bytes"] = verify.allocated(dst)
         run["src_allocated_bytes"] = verify.allocated(src)
-    if t.kind == "ferry":
+    if t.kind in ("ferry", "ferry-base"):
         j = ferry_json(r.stdout)
         if j:
             run["ferry_json"] = j
@@ -146,9 +150,18 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
     log(f"{scen} / {case} / {t.name}: {r.wall:.2f}s, cpu {r.cpu:.2f}s{wire}"
         + ("" if ok else f"  VERIFY FAILED: {msg}"))
     if not ok:
-        rec["status"], rec["reason"] = "FAIL", msg
+        fail(ctx, rec, t, msg, f"FAIL {scen} / {case} / {t.name}: {msg} (logs: {ctx.logdir}/{tag}.*)")
+
+
+def fail(ctx: Ctx, rec: dict, t: Tool, reason: str, text: str) -> None:
+    """A FAILed row; a ferry@base row's failure is reported but does not
+    count against the bench."""
+    rec["status"], rec["reason"] = "FAIL", reason
+    if t.kind == "ferry-base":
+        text += " (the base binary: reported, does not fail the bench)"
+    else:
         ctx.failures += 1
-        loud(f"FAIL {scen} / {case} / {t.name}: {msg} (logs: {ctx.logdir}/{tag}.*)")
+    loud(text)
 
 
 def rotate(xs: list, k: int) -> list:

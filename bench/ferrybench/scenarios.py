@@ -15,11 +15,12 @@ import shlex
 import shutil
 
 from . import data
-from .ferry_forms import nbd_server_name, nbd_unix_server, nbd_uri, sock_path
-from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT
+from .base import twins
+from .ferry_forms import Ferry, nbd_server_name, nbd_unix_server, nbd_uri, sock_path
+from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT, Link
 from .measure import Server, timed
-from .runner import TREE_PHASES, Ctx, Tool, run_file_case, run_tree, slug
-from .util import log, sh, which
+from .runner import TREE_PHASES, Ctx, Tool, run_file_case, run_tree
+from .util import log, sh, slug, which
 
 q = shlex.quote
 NBD_PORT = 10809
@@ -112,6 +113,41 @@ def old_copy(base: str):
     return prep
 
 
+# -- ferry's rows ------------------------------------------------------------------
+
+def tree_to_b(s: str, d: str) -> str:
+    return f"{s}/ {ADDR_B}:{d}/"
+
+
+def file_to_b(s: str, d: str) -> str:
+    return f"{s} {ADDR_B}:{d}"
+
+
+def file_to_file(s: str, d: str) -> str:
+    return f"{s} {d}"
+
+
+def sync_row(f: Ferry, name: str, flags: str, form, args, link: Link | None = None, **kw) -> Tool:
+    """A `ferry sync FLAGS ARGS(src, dst)` row of binary f: run in A and
+    over the link when link is given, else local. A build without one of
+    FLAGS gets an n/a row."""
+    return Tool(name, "ferry", lambda s, d: f.sync_cmd(flags + args(s, d), link),
+                NS_A if link else None, form=form, flags=tuple(("sync", x) for x in flags.split()), **kw)
+
+
+def push_rows(f: Ferry, link: Link, args, delta: bool = False) -> list[Tool]:
+    """ferry sync's ways of pushing a tree or a big file to B: plain,
+    --delta (big file), --direct, and what durability costs (--no-fsync:
+    ferry fsyncs by default, rsync does not) and what reading every
+    written file back costs (--verify)."""
+    rows = [sync_row(f, "ferry sync (ssh)", "", "remote", args, link)]
+    if delta:
+        rows.append(sync_row(f, "ferry sync --delta (ssh)", "--delta ", "remote-delta", args, link))
+    return rows + [sync_row(f, "ferry sync --direct", "--direct ", "remote-direct", args, link),
+                   sync_row(f, "ferry sync --no-fsync (ssh)", "--no-fsync ", "remote", args, link),
+                   sync_row(f, "ferry sync --verify (ssh)", "--verify ", "remote", args, link)]
+
+
 # -- scenarios ---------------------------------------------------------------------
 
 def scen_tree(ctx: Ctx):
@@ -121,19 +157,7 @@ def scen_tree(ctx: Ctx):
     tools = [
         Tool("rsync -a (ssh)", "peer", lambda s, d: f"rsync -a -e {q(ssh)} {s}/ {ADDR_B}:{d}/",
              NS_A, needs=("rsync",)),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s}/ {ADDR_B}:{d}/", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote-direct"),
-        # What durability costs: ferry fsyncs by default (rsync does not).
-        Tool("ferry sync --no-fsync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote"),
-        # What reading every written file back costs (--verify).
-        Tool("ferry sync --verify (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote"),
+        *twins(ctx, lambda f: push_rows(f, ctx.link, tree_to_b)),
         # The issue's yardstick for the unchanged re-run: a bare login over
         # the same link, same ssh command and options. A baseline, not a peer.
         Tool("ssh host true", "baseline", lambda s, d: ssh_true(ctx), NS_A, needs=("ssh",),
@@ -168,21 +192,7 @@ def scen_bigfile(ctx: Ctx):
         Tool("rsync --inplace", "peer", rs("--inplace "), NS_A, needs=("rsync",)),
         Tool("rsync --whole-file", "peer", rs("--whole-file "), NS_A, needs=("rsync",)),
         Tool("rsync --inplace --whole-file", "peer", rs("--inplace --whole-file "), NS_A, needs=("rsync",)),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --delta (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--delta {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-delta"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-direct"),
-        # What durability costs: ferry fsyncs by default (rsync does not).
-        Tool("ferry sync --no-fsync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote"),
-        Tool("ferry sync --verify (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote"),
+        *twins(ctx, lambda f: push_rows(f, ctx.link, file_to_b, delta=True)),
     ]
     pct = ctx.sizes["mangle_pct"]
     run_file_case(ctx, "bigfile", f"mangled {pct:g}%", tools, mangled, old_copy(base))
@@ -274,6 +284,7 @@ def scen_sparse(ctx: Ctx):
     sock = sock_path(ctx.work, "sparse-a.sock")
     uri = q(nbd_uri(sock))
     nbd_a = lambda s, d: [nbd_unix_server(s, sock, NS_A)]  # noqa: E731
+    nbd_to_b = lambda s, d: f"{uri} {ADDR_B}:{d}"  # noqa: E731
     # scp and rsync at 4 GiB over 100 Mbit/s take ~6 min a run: once is enough
     slow = 1 if ctx.sizes["img_mib"] > 1024 and ctx.runs > 1 else None
     tools = [
@@ -287,17 +298,12 @@ def scen_sparse(ctx: Ctx):
         Tool("nbdkit + qemu-img convert", "peer",
              lambda s, d: f"qemu-img convert -f raw -O raw nbd://{ADDR_A}:{NBD_PORT} {d}",
              NS_B, servers=nbd_server, needs=("nbdkit", "qemu-img")),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-direct"),
-        Tool("ferry sync nbd+unix (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{uri} {ADDR_B}:{d}", ctx.link), NS_A,
-             servers=nbd_a, form="nbd-remote"),
-        Tool("ferry sync --direct nbd+unix", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {uri} {ADDR_B}:{d}", ctx.link), NS_A,
-             servers=nbd_a, form=("nbd-remote", "remote-direct")),
+        *twins(ctx, lambda f: [
+            sync_row(f, "ferry sync (ssh)", "", "remote", file_to_b, ctx.link),
+            sync_row(f, "ferry sync --direct", "--direct ", "remote-direct", file_to_b, ctx.link),
+            sync_row(f, "ferry sync nbd+unix (ssh)", "", "nbd-remote", nbd_to_b, ctx.link, servers=nbd_a),
+            sync_row(f, "ferry sync --direct nbd+unix", "--direct ", ("nbd-remote", "remote-direct"),
+                     nbd_to_b, ctx.link, servers=nbd_a)]),
     ]
     login, login_runs = ssh_login_s(ctx, "sparse")
     log(f"sparse: ssh login (median of {len(login_runs)}): {login if login is None else round(login, 3)} s")
@@ -324,8 +330,6 @@ def scen_stream(ctx: Ctx):
 
     def mbuf_server(tail: str):
         return lambda s, d: [Server(f"{MBUF} -I {MBUF_PORT} {tail}{q(d)}", NS_B, MBUF_PORT)]
-    penv = ctx.ferry.key_env("pipe", link.env())
-    senv = ctx.ferry.key_env("send", link.env())
     tools = [
         Tool("ssh 'cat > out'", "peer", lambda s, d: f"cat {s} | {ssh} {ADDR_B} {q('cat > ' + d)}",
              NS_A, needs=("ssh",)),
@@ -334,12 +338,13 @@ def scen_stream(ctx: Ctx):
         Tool("zstd -1 | mbuffer | zstd -d", "peer",
              lambda s, d: f"cat {s} | zstd -1 -q -c | {MBUF} -O {ADDR_B}:{MBUF_PORT}",
              NS_A, servers=mbuf_server("| zstd -d -q -c > "), needs=("mbuffer", "zstd")),
-        Tool("ferry pipe (ssh)", "ferry",
-             lambda s, d: ctx.ferry.pipe_cmd(f"cat {s}", link, f"sh -c {q('cat > ' + d)}"),
-             NS_A, form="pipe", env=penv),
-        Tool("ferry send / recv", "ferry", lambda s, d: ctx.ferry.send_cmd(f"cat {s}"), NS_A,
-             servers=lambda s, d: [ctx.ferry.recv_server(d, link.env())], form="send-recv",
-             env=senv),
+        *twins(ctx, lambda f: [
+            Tool("ferry pipe (ssh)", "ferry",
+                 lambda s, d: f.pipe_cmd(f"cat {s}", link, f"sh -c {q('cat > ' + d)}"),
+                 NS_A, form="pipe", env=f.key_env("pipe", link.env())),
+            Tool("ferry send / recv", "ferry", lambda s, d: f.send_cmd(f"cat {s}"), NS_A,
+                 servers=lambda s, d: [f.recv_server(d, link.env())], form="send-recv",
+                 env=f.key_env("send", link.env()))]),
     ]
     run_file_case(ctx, "stream", "stream", tools, src, lambda d: None)
     # The issue's target: incompressible data at >= 95% of the link's
@@ -366,11 +371,10 @@ def scen_local(ctx: Ctx):
     """Local copies (bench/local.sh's ground): no link, ferry local sync vs
     cp, rsync, qemu-img, nbdcopy."""
     base = tree_base(ctx)
-    fs = ctx.ferry
     tools = [
         Tool("cp -a", "peer", lambda s, d: f"cp -a {s} {d}", phases=("tree initial",)),
         Tool("rsync -a", "peer", lambda s, d: f"rsync -a {s}/ {d}/", needs=("rsync",)),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s}/ {d}/"), form="local"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "local", lambda s, d: f"{s}/ {d}/")]),
     ]
     run_tree(ctx, "local", tools, base, phases=[("tree " + n, p) for n, p in TREE_PHASES[:3]])
     img = sparse_img(ctx)
@@ -379,7 +383,7 @@ def scen_local(ctx: Ctx):
         Tool("qemu-img convert -O raw", "peer", lambda s, d: f"qemu-img convert -f raw -O raw {s} {d}",
              needs=("qemu-img",)),
         Tool("nbdcopy", "peer", lambda s, d: f"nbdcopy {s} {d}", needs=("nbdcopy",)),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s} {d}"), form="local"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "local", file_to_file)]),
     ]
     run_file_case(ctx, "local", "sparse image", tools, img, lambda d: None, image=True)
     # The issue: "local NBD to local file: no slower than nbdcopy".
@@ -391,7 +395,7 @@ def scen_local(ctx: Ctx):
         Tool("nbdcopy", "peer", lambda s, d: f"nbdcopy {uri} {d}", servers=nbd, needs=(srv, "nbdcopy")),
         Tool("qemu-img convert -O raw", "peer", lambda s, d: f"qemu-img convert -f raw -O raw {uri} {d}",
              servers=nbd, needs=(srv, "qemu-img")),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{uri} {d}"), servers=nbd, form="nbd"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "nbd", lambda s, d: f"{uri} {d}", servers=nbd)]),
     ]
     run_file_case(ctx, "local", "nbd image to file", tools, img, lambda d: None, image=True)
     ctx.note("local", f"Case \"nbd image to file\": the sparse image is served read-only by "
@@ -402,9 +406,8 @@ def scen_local(ctx: Ctx):
         Tool("rsync -a (whole file)", "peer", lambda s, d: f"rsync -a {s} {d}", needs=("rsync",)),
         Tool("rsync -a --no-whole-file", "peer", lambda s, d: f"rsync -a --no-whole-file {s} {d}",
              needs=("rsync",)),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s} {d}"), form="local"),
-        Tool("ferry sync --delta", "ferry", lambda s, d: fs.sync_cmd(f"--delta {s} {d}"),
-             form="local-delta"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "local", file_to_file),
+                               sync_row(f, "ferry sync --delta", "--delta ", "local-delta", file_to_file)]),
     ]
     pct = ctx.sizes["mangle_pct"]
     run_file_case(ctx, "local", f"big file mangled {pct:g}%", tools, mangled, old_copy(base))
