@@ -11,10 +11,11 @@ import signal
 import subprocess
 import sys
 
-from . import report, util
+from . import base, report, util
 from .ferry_forms import Ferry
 from .link import PRESETS, Link, Procs, netns_available
-from .scenarios import SCENARIOS, Ctx
+from .runner import Ctx
+from .scenarios import SCENARIOS
 from .util import log, loud
 
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,11 +92,21 @@ def parse(argv):
                    help="only generate (and cache in --work) the data the chosen scenarios need, then exit")
     p.add_argument("--built-from", metavar="TEXT",
                    help="what the ferry binary was built from, for the report (default: this checkout's HEAD)")
+    p.add_argument("--ferry-base", metavar="PATH",
+                   help="a second ferry binary (e.g. built from an older commit): every ferry row also runs "
+                        "with it (`ferry@base ...`, its far side too), interleaved with the main binary and "
+                        "the peers; the report compares ferry's ratio to its best peer for both")
+    p.add_argument("--base-label", metavar="TEXT",
+                   help="what the --ferry-base binary was built from, for the report (default: its --version)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every command")
     a = p.parse_args(argv)
     for s in a.scenarios:
         if s not in SCENARIOS:
             p.error(f"unknown scenario {s!r}; choose from {', '.join(SCENARIOS)}")
+    if a.ferry_base and not os.access(a.ferry_base, os.X_OK):
+        p.error(f"--ferry-base {a.ferry_base}: not an executable file")
+    if a.base_label and not a.ferry_base:
+        p.error("--base-label goes with --ferry-base")
     return a
 
 
@@ -121,12 +132,13 @@ def git_commit() -> str:
 def main(argv=None) -> int:
     a = parse(sys.argv[1:] if argv is None else argv)
     util.VERBOSE = a.verbose
-    base = dict(QUICK if a.quick else FULL)
+    defaults = dict(QUICK if a.quick else FULL)
     if a.issue_sizes:
-        base.update(ISSUE)  # runs and link stay those of the mode (--quick: 1 run, 1gbit)
-    sizes = {k: (getattr(a, k) if getattr(a, k, None) is not None else base[k]) for k in base if k != "runs"}
+        defaults.update(ISSUE)  # runs and link stay those of the mode (--quick: 1 run, 1gbit)
+    sizes = {k: (getattr(a, k) if getattr(a, k, None) is not None else defaults[k])
+             for k in defaults if k != "runs"}
     sizes["timeout"] = a.timeout or (120.0 if a.quick and not a.issue_sizes else 1800.0)
-    runs = a.runs or base["runs"]
+    runs = a.runs or defaults["runs"]
     wanted = a.scenarios or list(SCENARIOS)
     if a.gen_only:
         from . import scenarios as sc
@@ -217,11 +229,18 @@ def main(argv=None) -> int:
                 links = {s: None for s in wanted}
         log(f"ferry: {ferry_path} ({ferry.version()})")
         ferry.probe(procs, link, logdir)
+        base_ferry = None
+        if a.ferry_base:
+            log(f"{base.NAME}: {os.path.abspath(a.ferry_base)} ({a.base_label or 'no label'})")
+            base_ferry = base.probe(a.ferry_base, a.work, procs, link, logdir)
         if a.probe:
-            for k, (ok, why) in ferry.forms.items():
-                print(f"{k:14} {'supported' if ok else 'n/a (' + why + ')'}")
+            for f in [ferry] + ([base_ferry] if base_ferry else []):
+                for k, (ok, why) in f.forms.items():
+                    name = f"{f.name} {k}" if base_ferry else k
+                    print(f"{name:{25 if base_ferry else 14}} {'supported' if ok else 'n/a (' + why + ')'}")
             return 0
-        ctx = Ctx(work=a.work, ferry=ferry, link=link, procs=procs, logdir=logdir, runs=runs, sizes=sizes)
+        ctx = Ctx(work=a.work, ferry=ferry, link=link, procs=procs, logdir=logdir, runs=runs, sizes=sizes,
+                  base=base_ferry)
         for s in wanted:
             if SCENARIOS[s]["net"]:
                 link.shape(links[s])
@@ -252,7 +271,8 @@ def main(argv=None) -> int:
         "drop_caches": can_drop, "skipped": skipped,
         "loadavg_start": [round(x, 2) for x in load0], "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "forms": {k: {"supported": v[0], "why": v[1]} for k, v in ferry.forms.items()},
+        "forms": ferry.forms_json(),
+        **({"base": base.meta(ctx.base, a.base_label)} if ctx is not None and ctx.base else {}),
         "seeds": {s: SCENARIOS[s]["seed"] for s in SCENARIOS},
         "extra": ctx.extra if ctx is not None else {},
         "describe": {s: DESCRIBE[s].format(**sizes) for s in SCENARIOS},
@@ -270,14 +290,19 @@ def main(argv=None) -> int:
     if interrupted:
         loud("INTERRUPTED: the results above are partial")
         return 130
-    fails = [r for r in records if r["status"] == "FAIL"]
+    fails = [r for r in records if r["status"] == "FAIL" and r["kind"] != base.KIND]
+    base_fails = [r for r in records if r["status"] == "FAIL" and r["kind"] == base.KIND]
     na = [r for r in records if r["status"] == "n/a"]
     log(f"results: {outdir}/results.md, results.json" + (", charts" if charts else ""))
     if skipped:
         loud(f"SKIPPED: {', '.join(skipped)} ({why})")
     # the plain closing line CI runners understand: measured rows passed,
     # n/a rows skipped
-    print(f"bench: {len(records) - len(fails) - len(na)} passed, {len(fails)} failed, {len(na)} skipped",
+    for r in base_fails:  # reported, but only the main binary's rows fail the bench
+        loud(f"FAILED (base binary, does not fail the bench): {r['scenario']} / {r['case']} / {r['tool']}: "
+             f"{r['reason']}")
+    print(f"bench: {len(records) - len(fails) - len(base_fails) - len(na)} passed, {len(fails)} failed, "
+          f"{len(na)} skipped" + (f", {len(base_fails)} base failed (not counted)" if base_fails else ""),
           flush=True)
     if fails:
         for r in fails:

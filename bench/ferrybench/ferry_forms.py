@@ -19,11 +19,13 @@ import subprocess
 
 from .link import ADDR_B, NS_A, NS_B, Link, Procs
 from .measure import Server, ServerError, timed
-from .util import log, loud, rm_rf, sh, which
+from .util import log, loud, rm_rf, sh, slug, which
 from . import verify
 
 NOT_SUPPORTED = "not supported by this build"
 NO_NBD_SERVER = "no NBD server (qemu-nbd or nbdkit) installed; bench/setup.sh"
+NO_REMOTE_FERRY = "no --remote-ferry in this build: its far side would be the main binary"
+QUIET_NA = (NOT_SUPPORTED, NO_NBD_SERVER, NO_REMOTE_FERRY)  # n/a reasons that are not probe failures
 RECV_PORT = 7411
 
 
@@ -61,14 +63,23 @@ def sock_path(workdir: str, name: str) -> str:
     return os.path.join(d, name)
 
 
+# The forms whose far side is a ferry started over ssh (not recv, which
+# the suite starts itself with this binary's path).
+SSH_FORMS = {"remote": "sync", "remote-delta": "sync", "remote-direct": "sync", "nbd-remote": "sync",
+             "pipe": "pipe"}
+
+
 class Ferry:
-    def __init__(self, path: str, workdir: str):
+    def __init__(self, path: str, workdir: str, name: str = "ferry"):
+        """name: how rows and logs call this binary ("ferry", or
+        "ferry@base" for the --ferry-base one)."""
         self.path = os.path.abspath(path)
         self.workdir = workdir
+        self.name = name
         self.forms: dict[str, tuple[bool, str]] = {}
         self._help: dict[str, str] = {}
         self.key = secrets.token_hex(16)
-        self.keyfile = os.path.join(workdir, "ferry.key")
+        self.keyfile = os.path.join(workdir, f"{slug(name)}.key")
         with open(self.keyfile, "w") as f:
             f.write(self.key + "\n")
         os.chmod(self.keyfile, 0o600)
@@ -162,11 +173,23 @@ class Ferry:
     def _set(self, form: str, ok: bool, why: str = ""):
         self.forms[form] = (ok, why)
         if ok:
-            log(f"ferry: form {form}: supported")
-        elif why in (NOT_SUPPORTED, NO_NBD_SERVER):
-            log(f"ferry: form {form}: n/a ({why})")
+            log(f"{self.name}: form {form}: supported")
+        elif why in QUIET_NA:
+            log(f"{self.name}: form {form}: n/a ({why})")
         else:
-            loud(f"ferry: form {form}: n/a (probe failed: {why})")
+            loud(f"{self.name}: form {form}: n/a (probe failed: {why})")
+
+    def forms_json(self) -> dict:
+        return {k: {"supported": v[0], "why": v[1]} for k, v in self.forms.items()}
+
+    def pin_far_side(self):
+        """For a binary that is not the bench PATH's `ferry` (--ferry-base):
+        a form whose far side ferry starts over ssh measures this binary
+        there only if the subcommand takes --remote-ferry; without it the far
+        side would be the main binary, so the form is n/a."""
+        for form, sub in SSH_FORMS.items():
+            if self.forms.get(form, (False, ""))[0] and not self.has_flag(sub, "--remote-ferry"):
+                self._set(form, False, NO_REMOTE_FERRY)
 
     def supported(self, form: str) -> tuple[bool, str]:
         return self.forms.get(form, (False, "not probed"))
@@ -190,7 +213,7 @@ class Ferry:
             else:
                 # The form exists and ran, but copied wrong bytes: keep it
                 # "supported" so its timed runs fail verification loudly.
-                loud(f"ferry: form {form}: WRONG OUTPUT on the probe: {msg}")
+                loud(f"{self.name}: form {form}: WRONG OUTPUT on the probe: {msg}")
                 self.forms[form] = (True, f"wrong output on probe: {msg}")
 
     def probe(self, procs: Procs, link: Link | None, logdir: str):
@@ -210,7 +233,7 @@ class Ferry:
 
         def run(form, cmd, ns=None, env=None, servers=()):
             return timed(cmd, ns=ns, env=env, servers=list(servers), procs=procs,
-                         link=None, logdir=logdir, tag=f"probe-{form}", timeout=20, drop=False)
+                         link=None, logdir=logdir, tag=f"probe-{slug(self.name)}-{form}", timeout=20, drop=False)
 
         if not self.has_sub("sync"):
             self._set("local", False, NOT_SUPPORTED)

@@ -97,7 +97,8 @@ def scenario_table(scen: str, by_case: dict) -> str:
     for case, recs in by_case.items():
         bp = best_peer(recs)
         for r in recs:
-            name = f"**{esc(r['tool'])}**" if r["kind"] == "ferry" else esc(r["tool"])
+            name = {"ferry": f"**{esc(r['tool'])}**", "ferry-base": f"*{esc(r['tool'])}*"}.get(
+                r["kind"], esc(r["tool"]))
             s = summarize(r)
             if r["status"] == "n/a":
                 row = [esc(case), name, f"n/a ({esc(r['reason'])})"] + [""] * (len(head) - 3)
@@ -146,13 +147,20 @@ def summary_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def form_cell(v: dict) -> str:
+    st = "supported" if v["supported"] else f"n/a ({esc(v['why'])})"
+    return st + (f" — {esc(v['why'])}" if v["supported"] and v["why"] else "")
+
+
 def forms_table(meta: dict) -> str:
-    lines = ["| ferry form | in this build |", "|---|---|"]
+    """Which forms the binary has; with --ferry-base a column for the base
+    binary's too."""
+    base = meta.get("base")
+    lines = ["| ferry form | in this build |" + (f" in base ({esc(base['label'])}) |" if base else ""),
+             "|---|---|" + ("---|" if base else "")]
     for k, v in meta.get("forms", {}).items():
-        st = "supported" if v["supported"] else f"n/a ({esc(v['why'])})"
-        if v["supported"] and v["why"]:
-            st += f" — {esc(v['why'])}"
-        lines.append(f"| {k} | {st} |")
+        bv = base["forms"].get(k) if base else None
+        lines.append(f"| {k} | {form_cell(v)} |" + (f" {form_cell(bv) if bv else '-'} |" if base else ""))
     return "\n".join(lines)
 
 
@@ -177,7 +185,7 @@ def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
     ys = list(range(len(rows)))[::-1]
     xmax = max((s["worst"] for _, s, _ in rows if s), default=1.0)
     for y, (label, s, r) in zip(ys, rows):
-        color = {"ferry": "#d9480f", "peer": "#5c7cfa"}.get(r["kind"], "#adb5bd")
+        color = {"ferry": "#d9480f", "ferry-base": "#ffa94d", "peer": "#5c7cfa"}.get(r["kind"], "#adb5bd")
         if s:
             ax.barh(y, s["median"], color=color, height=0.7)
             ax.errorbar(s["median"], y, xerr=[[s["median"] - s["best"]], [s["worst"] - s["median"]]],
@@ -189,8 +197,9 @@ def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
     ax.set_yticks(ys)
     ax.set_yticklabels([l for l, _, _ in rows], fontsize=7)
     ax.set_xlim(0, xmax * 1.15)
-    ax.set_xlabel("wall time, s (median; whiskers: best..worst)   orange: ferry, blue: peers, "
-                  "grey: baselines", fontsize=7)
+    ax.set_xlabel("wall time, s (median; whiskers: best..worst)   orange: ferry, "
+                  + ("light orange: ferry@base, " if any(r["kind"] == "ferry-base" for _, _, r in rows) else "")
+                  + "blue: peers, grey: baselines", fontsize=7)
     ax.set_title(f"{scen} — link {link}", fontsize=9)
     ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
@@ -200,12 +209,13 @@ def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
 
 
 def write_results(outdir: str, meta: dict, records: list[dict]) -> tuple[str, dict]:
+    from . import compare  # it builds on this module
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump({"meta": meta, "records": records}, f, indent=1)
     charts = {}
     md = [f"# ferry benchmarks — {meta['started']}", "", f"Command: `{meta['command']}`", "",
           machine_line(meta), "", "## Summary (ratio < 1: ferry is faster)", "",
-          summary_table(records), "", forms_table(meta), ""]
+          summary_table(records), "", forms_table(meta), ""] + compare.table(meta, records)
     for scen, by_case in cases(records).items():
         link = meta["links"].get(scen) or "none (local disk)"
         png = os.path.join(outdir, f"{scen}.png")
@@ -225,6 +235,8 @@ def machine_line(meta: dict) -> str:
     m = meta["machine"]
     return (f"Machine: {m['nproc']} cores ({m['cpu']}), {m['memory_gib']} GiB RAM, kernel {m['kernel']}, "
             f"filesystem {m['fs']}; {meta['ferry_version']} built from commit {meta['commit']}; "
+            + (f"beside it the base binary {meta['base']['version']} ({meta['base']['label']}); "
+               if meta.get("base") else "") +
             f"{meta['runs']} run(s) per tool, alternating order, sync + drop caches "
             f"{'before each run' if meta['drop_caches'] else 'NOT possible (not root): warm cache'}; "
             f"load average {meta['loadavg_start'][0]:.2f} at the start, {meta['loadavg_end'][0]:.2f} at the end "
@@ -241,6 +253,7 @@ LINK_TEXT = {
 
 def write_benchmarks_md(path: str, repo: str, outdir: str, meta: dict, records: list[dict],
                         charts: dict):
+    from . import compare  # it builds on this module
     chart_dir = os.path.join(repo, "bench", "charts")
     os.makedirs(chart_dir, exist_ok=True)
     body = [BEGIN, "",
@@ -250,7 +263,7 @@ def write_benchmarks_md(path: str, repo: str, outdir: str, meta: dict, records: 
             "## Summary (ferry's fastest supported form against the fastest peer; < 1 means ferry is faster)",
             "", summary_table(records), "",
             "Which of ferry's forms the measured binary has (probed at run time; see bench/README.md):", "",
-            forms_table(meta), ""]
+            forms_table(meta), ""] + compare.table(meta, records)
     for scen, by_case in cases(records).items():
         link = meta["links"].get(scen)
         body += [f"## {scen}", "", f"Reproduces: seed {meta['seeds'].get(scen, '')}.", "",

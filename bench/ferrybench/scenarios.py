@@ -4,226 +4,28 @@ replaces on the same data over the same link in one run, tools alternating
 the same neighbour: these VMs drift and the run after heavy I/O is slower).
 
 Every timed run: untimed preparation of the destination, sync + drop
-caches, the timed command, then a byte-for-byte check of the destination.
+caches, the timed command, then a byte-for-byte check of the destination
+(bench/ferrybench/runner.py).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
-from dataclasses import dataclass, field
-from typing import Callable
 
-from . import data, verify
-from .ferry_forms import NO_NBD_SERVER, NOT_SUPPORTED, Ferry, nbd_server_name, nbd_unix_server, nbd_uri, sock_path
-from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT, Link, Procs
+from . import data
+from .base import twins
+from .ferry_forms import Ferry, nbd_server_name, nbd_unix_server, nbd_uri, sock_path
+from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT, Link
 from .measure import Server, timed
-from .util import log, loud, rm_rf, sh, which
+from .runner import TREE_PHASES, Ctx, Tool, run_file_case, run_tree
+from .util import log, sh, slug, which
 
 q = shlex.quote
 NBD_PORT = 10809
 MBUF_PORT = 7412
 MBUF = "mbuffer -q -s 128k -m 128M"
-
-
-@dataclass
-class Tool:
-    name: str
-    kind: str                                  # "peer" or "ferry"
-    cmd: Callable[[str, str], str]             # (src, dst) -> shell command
-    ns: str | None = None
-    servers: Callable[[str, str], list] | None = None
-    form: str | tuple | None = None            # ferry form(s) it needs
-    needs: tuple = ()                          # executables it needs
-    env: dict | None = None
-    phases: tuple | None = None                # tree: phases it runs in (None: all)
-    runs: int | None = None                    # fewer timed runs than ctx.runs (slow peers)
-    verify: bool = True                        # False: copies nothing (a baseline like ssh true)
-
-
-@dataclass
-class Ctx:
-    work: str
-    ferry: Ferry
-    link: Link | None
-    procs: Procs
-    logdir: str
-    runs: int
-    sizes: dict
-    records: dict = field(default_factory=dict)
-    current_link: str = "none"
-    failures: int = 0
-    extra: dict = field(default_factory=dict)  # scenario -> figures and notes beyond the table
-
-    def note(self, scen: str, text: str) -> None:
-        """A Markdown paragraph printed under the scenario's table."""
-        self.extra.setdefault(scen, {}).setdefault("notes", []).append(text)
-
-    def data(self, name: str) -> str:
-        d = os.path.join(self.work, "data")
-        os.makedirs(d, exist_ok=True)
-        return os.path.join(d, name)
-
-    def dst(self, scen: str, tool: Tool, suffix: str = "") -> str:
-        d = os.path.join(self.work, "dst", scen)
-        os.makedirs(d, exist_ok=True)
-        return os.path.join(d, re.sub(r"[^A-Za-z0-9]+", "-", tool.name).strip("-") + suffix)
-
-
-def slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
-
-
-def availability(ctx: Ctx, t: Tool) -> str | None:
-    """None when the tool can run, else why not (the n/a reason)."""
-    for exe in t.needs:
-        if not which(exe):
-            return f"{exe} not installed (bench/setup.sh)"
-    for form in ((t.form,) if isinstance(t.form, str) else t.form or ()):
-        ok, why = ctx.ferry.supported(form)
-        if not ok:
-            return why if why in (NOT_SUPPORTED, NO_NBD_SERVER) or why.startswith("no link") \
-                else f"probe failed: {why}"
-    return None
-
-
-def record(ctx: Ctx, scen: str, case: str, t: Tool) -> dict:
-    key = (scen, case, t.name)
-    if key not in ctx.records:
-        ctx.records[key] = {
-            "scenario": scen, "case": case, "tool": t.name, "kind": t.kind,
-            "link": ctx.current_link, "status": "ok", "reason": "", "runs": [],
-        }
-    return ctx.records[key]
-
-
-def mark_na(ctx: Ctx, scen: str, case: str, t: Tool, why: str):
-    r = record(ctx, scen, case, t)
-    r["status"], r["reason"] = "n/a", why
-
-
-def ferry_json(stdout: str) -> dict | None:
-    import json
-    for line in reversed(stdout.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                return None
-    return None
-
-
-def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
-            check: Callable[[], tuple[bool, str]], image: bool = False):
-    rec = record(ctx, scen, case, t)
-    tag = f"{slug(scen)}-{slug(case)}-{slug(t.name)}-{len(rec['runs'])}"
-    servers = t.servers(src, dst) if t.servers else []
-    env = t.env if t.env is not None else (ctx.link.env() if ctx.link else None)
-    try:
-        r = timed(t.cmd(src, dst), ns=t.ns, env=env, servers=servers, procs=ctx.procs,
-                  link=ctx.link if t.ns else None, logdir=ctx.logdir, tag=tag,
-                  timeout=ctx.sizes["timeout"])
-    except RuntimeError as e:
-        rec["status"], rec["reason"] = "FAIL", str(e)[:300]
-        ctx.failures += 1
-        loud(f"FAIL {scen} / {case} / {t.name}: {e}")
-        return
-    if r.rc != 0:
-        ok, msg = False, f"exit {r.rc}{' (timed out)' if r.timed_out else ''}: " + \
-            (r.stderr.strip().splitlines() or [""])[-1][:200]
-    elif not t.verify:
-        ok, msg = True, ""
-        rec["no_data"] = True
-    else:
-        ok, msg = check()
-    run = {"wall_s": round(r.wall, 4), "cpu_s": round(r.cpu, 4),
-           "cpu_client_s": round(r.cpu_client, 4), "cpu_servers_s": round(r.cpu_servers, 4),
-           "cpu_sshd_s": round(r.cpu_sshd, 4), "peak_rss_kib": r.maxrss_kb,
-           "wire_bytes": r.wire, "rc": r.rc, "verified": ok, "error": msg,
-           "loadavg_1m": round(os.getloadavg()[0], 2)}
-    if image and os.path.exists(dst):
-        run["dst_allocated_bytes"] = verify.allocated(dst)
-        run["src_allocated_bytes"] = verify.allocated(src)
-    if t.kind == "ferry":
-        j = ferry_json(r.stdout)
-        if j:
-            run["ferry_json"] = j
-    rec["runs"].append(run)
-    wire = f", wire {r.wire / 1e6:.1f} MB" if r.wire is not None else ""
-    log(f"{scen} / {case} / {t.name}: {r.wall:.2f}s, cpu {r.cpu:.2f}s{wire}"
-        + ("" if ok else f"  VERIFY FAILED: {msg}"))
-    if not ok:
-        rec["status"], rec["reason"] = "FAIL", msg
-        ctx.failures += 1
-        loud(f"FAIL {scen} / {case} / {t.name}: {msg} (logs: {ctx.logdir}/{tag}.*)")
-
-
-def rotate(xs: list, k: int) -> list:
-    if not xs:
-        return xs
-    k %= len(xs)
-    return xs[k:] + xs[:k]
-
-
-def usable(ctx: Ctx, scen: str, cases: list[str], tools: list[Tool]) -> list[Tool]:
-    for c in cases:  # rows in the tools' order, whatever runs first
-        for t in tools:
-            if t.phases is None or c in t.phases:
-                record(ctx, scen, c, t)
-    out = []
-    for t in tools:
-        why = availability(ctx, t)
-        if why:
-            for c in cases:
-                if t.phases is None or c in t.phases:
-                    mark_na(ctx, scen, c, t, why)
-            log(f"{scen}: {t.name}: n/a ({why})")
-        else:
-            out.append(t)
-    return out
-
-
-# -- generic runners ---------------------------------------------------------
-
-def run_file_case(ctx: Ctx, scen: str, case: str, tools: list[Tool], src: str,
-                  prepare: Callable[[str], None], image: bool = False):
-    tools = usable(ctx, scen, [case], tools)
-    for rnd in range(ctx.runs):
-        for t in rotate([t for t in tools if t.runs is None or rnd < t.runs], rnd):
-            dst = ctx.dst(scen, t)
-            rm_rf(dst)
-            prepare(dst)
-            one_run(ctx, scen, case, t, src, dst,
-                    lambda: verify.same_file(src, dst), image=image)
-    for t in tools:
-        rm_rf(ctx.dst(scen, t))
-
-
-TREE_PHASES = [("initial", 0), ("unchanged", 0), ("churn 30%", 30), ("churn 60%", 60)]
-
-
-def run_tree(ctx: Ctx, scen: str, tools: list[Tool], base: str, phases=TREE_PHASES):
-    tools = usable(ctx, scen, [p for p, _ in phases], tools)
-    src = os.path.join(ctx.work, "src", scen)
-    for rnd in range(ctx.runs):
-        rm_rf(src)
-        os.makedirs(os.path.dirname(src), exist_ok=True)
-        sh(["cp", "-a", base, src])
-        for t in tools:
-            rm_rf(ctx.dst(scen, t))
-        for pi, (phase, pct) in enumerate(phases):
-            if pct:
-                n = data.churn(src, pct, seed=1000 + pct)
-                log(f"{scen}: {phase}: rewrote {n / 2**20:.1f} MiB of the source")
-            for t in rotate([t for t in tools if t.phases is None or phase in t.phases], rnd + pi):
-                dst = ctx.dst(scen, t)
-                one_run(ctx, scen, phase, t, src, dst, lambda: verify.same_tree(src, dst))
-    for t in tools:
-        rm_rf(ctx.dst(scen, t))
-    rm_rf(src)
 
 
 # -- data ----------------------------------------------------------------------
@@ -311,6 +113,41 @@ def old_copy(base: str):
     return prep
 
 
+# -- ferry's rows ------------------------------------------------------------------
+
+def tree_to_b(s: str, d: str) -> str:
+    return f"{s}/ {ADDR_B}:{d}/"
+
+
+def file_to_b(s: str, d: str) -> str:
+    return f"{s} {ADDR_B}:{d}"
+
+
+def file_to_file(s: str, d: str) -> str:
+    return f"{s} {d}"
+
+
+def sync_row(f: Ferry, name: str, flags: str, form, args, link: Link | None = None, **kw) -> Tool:
+    """A `ferry sync FLAGS ARGS(src, dst)` row of binary f: run in A and
+    over the link when link is given, else local. A build without one of
+    FLAGS gets an n/a row."""
+    return Tool(name, "ferry", lambda s, d: f.sync_cmd(flags + args(s, d), link),
+                NS_A if link else None, form=form, flags=tuple(("sync", x) for x in flags.split()), **kw)
+
+
+def push_rows(f: Ferry, link: Link, args, delta: bool = False) -> list[Tool]:
+    """ferry sync's ways of pushing a tree or a big file to B: plain,
+    --delta (big file), --direct, and what durability costs (--no-fsync:
+    ferry fsyncs by default, rsync does not) and what reading every
+    written file back costs (--verify)."""
+    rows = [sync_row(f, "ferry sync (ssh)", "", "remote", args, link)]
+    if delta:
+        rows.append(sync_row(f, "ferry sync --delta (ssh)", "--delta ", "remote-delta", args, link))
+    return rows + [sync_row(f, "ferry sync --direct", "--direct ", "remote-direct", args, link),
+                   sync_row(f, "ferry sync --no-fsync (ssh)", "--no-fsync ", "remote", args, link),
+                   sync_row(f, "ferry sync --verify (ssh)", "--verify ", "remote", args, link)]
+
+
 # -- scenarios ---------------------------------------------------------------------
 
 def scen_tree(ctx: Ctx):
@@ -320,19 +157,7 @@ def scen_tree(ctx: Ctx):
     tools = [
         Tool("rsync -a (ssh)", "peer", lambda s, d: f"rsync -a -e {q(ssh)} {s}/ {ADDR_B}:{d}/",
              NS_A, needs=("rsync",)),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s}/ {ADDR_B}:{d}/", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote-direct"),
-        # What durability costs: ferry fsyncs by default (rsync does not).
-        Tool("ferry sync --no-fsync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote"),
-        # What reading every written file back costs (--verify).
-        Tool("ferry sync --verify (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote"),
+        *twins(ctx, lambda f: push_rows(f, ctx.link, tree_to_b)),
         # The issue's yardstick for the unchanged re-run: a bare login over
         # the same link, same ssh command and options. A baseline, not a peer.
         Tool("ssh host true", "baseline", lambda s, d: ssh_true(ctx), NS_A, needs=("ssh",),
@@ -367,21 +192,7 @@ def scen_bigfile(ctx: Ctx):
         Tool("rsync --inplace", "peer", rs("--inplace "), NS_A, needs=("rsync",)),
         Tool("rsync --whole-file", "peer", rs("--whole-file "), NS_A, needs=("rsync",)),
         Tool("rsync --inplace --whole-file", "peer", rs("--inplace --whole-file "), NS_A, needs=("rsync",)),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --delta (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--delta {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-delta"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-direct"),
-        # What durability costs: ferry fsyncs by default (rsync does not).
-        Tool("ferry sync --no-fsync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote"),
-        Tool("ferry sync --verify (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote"),
+        *twins(ctx, lambda f: push_rows(f, ctx.link, file_to_b, delta=True)),
     ]
     pct = ctx.sizes["mangle_pct"]
     run_file_case(ctx, "bigfile", f"mangled {pct:g}%", tools, mangled, old_copy(base))
@@ -473,6 +284,7 @@ def scen_sparse(ctx: Ctx):
     sock = sock_path(ctx.work, "sparse-a.sock")
     uri = q(nbd_uri(sock))
     nbd_a = lambda s, d: [nbd_unix_server(s, sock, NS_A)]  # noqa: E731
+    nbd_to_b = lambda s, d: f"{uri} {ADDR_B}:{d}"  # noqa: E731
     # scp and rsync at 4 GiB over 100 Mbit/s take ~6 min a run: once is enough
     slow = 1 if ctx.sizes["img_mib"] > 1024 and ctx.runs > 1 else None
     tools = [
@@ -486,17 +298,12 @@ def scen_sparse(ctx: Ctx):
         Tool("nbdkit + qemu-img convert", "peer",
              lambda s, d: f"qemu-img convert -f raw -O raw nbd://{ADDR_A}:{NBD_PORT} {d}",
              NS_B, servers=nbd_server, needs=("nbdkit", "qemu-img")),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-direct"),
-        Tool("ferry sync nbd+unix (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{uri} {ADDR_B}:{d}", ctx.link), NS_A,
-             servers=nbd_a, form="nbd-remote"),
-        Tool("ferry sync --direct nbd+unix", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {uri} {ADDR_B}:{d}", ctx.link), NS_A,
-             servers=nbd_a, form=("nbd-remote", "remote-direct")),
+        *twins(ctx, lambda f: [
+            sync_row(f, "ferry sync (ssh)", "", "remote", file_to_b, ctx.link),
+            sync_row(f, "ferry sync --direct", "--direct ", "remote-direct", file_to_b, ctx.link),
+            sync_row(f, "ferry sync nbd+unix (ssh)", "", "nbd-remote", nbd_to_b, ctx.link, servers=nbd_a),
+            sync_row(f, "ferry sync --direct nbd+unix", "--direct ", ("nbd-remote", "remote-direct"),
+                     nbd_to_b, ctx.link, servers=nbd_a)]),
     ]
     login, login_runs = ssh_login_s(ctx, "sparse")
     log(f"sparse: ssh login (median of {len(login_runs)}): {login if login is None else round(login, 3)} s")
@@ -523,8 +330,6 @@ def scen_stream(ctx: Ctx):
 
     def mbuf_server(tail: str):
         return lambda s, d: [Server(f"{MBUF} -I {MBUF_PORT} {tail}{q(d)}", NS_B, MBUF_PORT)]
-    penv = ctx.ferry.key_env("pipe", link.env())
-    senv = ctx.ferry.key_env("send", link.env())
     tools = [
         Tool("ssh 'cat > out'", "peer", lambda s, d: f"cat {s} | {ssh} {ADDR_B} {q('cat > ' + d)}",
              NS_A, needs=("ssh",)),
@@ -533,12 +338,13 @@ def scen_stream(ctx: Ctx):
         Tool("zstd -1 | mbuffer | zstd -d", "peer",
              lambda s, d: f"cat {s} | zstd -1 -q -c | {MBUF} -O {ADDR_B}:{MBUF_PORT}",
              NS_A, servers=mbuf_server("| zstd -d -q -c > "), needs=("mbuffer", "zstd")),
-        Tool("ferry pipe (ssh)", "ferry",
-             lambda s, d: ctx.ferry.pipe_cmd(f"cat {s}", link, f"sh -c {q('cat > ' + d)}"),
-             NS_A, form="pipe", env=penv),
-        Tool("ferry send / recv", "ferry", lambda s, d: ctx.ferry.send_cmd(f"cat {s}"), NS_A,
-             servers=lambda s, d: [ctx.ferry.recv_server(d, link.env())], form="send-recv",
-             env=senv),
+        *twins(ctx, lambda f: [
+            Tool("ferry pipe (ssh)", "ferry",
+                 lambda s, d: f.pipe_cmd(f"cat {s}", link, f"sh -c {q('cat > ' + d)}"),
+                 NS_A, form="pipe", env=f.key_env("pipe", link.env())),
+            Tool("ferry send / recv", "ferry", lambda s, d: f.send_cmd(f"cat {s}"), NS_A,
+                 servers=lambda s, d: [f.recv_server(d, link.env())], form="send-recv",
+                 env=f.key_env("send", link.env()))]),
     ]
     run_file_case(ctx, "stream", "stream", tools, src, lambda d: None)
     # The issue's target: incompressible data at >= 95% of the link's
@@ -565,11 +371,10 @@ def scen_local(ctx: Ctx):
     """Local copies (bench/local.sh's ground): no link, ferry local sync vs
     cp, rsync, qemu-img, nbdcopy."""
     base = tree_base(ctx)
-    fs = ctx.ferry
     tools = [
         Tool("cp -a", "peer", lambda s, d: f"cp -a {s} {d}", phases=("tree initial",)),
         Tool("rsync -a", "peer", lambda s, d: f"rsync -a {s}/ {d}/", needs=("rsync",)),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s}/ {d}/"), form="local"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "local", lambda s, d: f"{s}/ {d}/")]),
     ]
     run_tree(ctx, "local", tools, base, phases=[("tree " + n, p) for n, p in TREE_PHASES[:3]])
     img = sparse_img(ctx)
@@ -578,7 +383,7 @@ def scen_local(ctx: Ctx):
         Tool("qemu-img convert -O raw", "peer", lambda s, d: f"qemu-img convert -f raw -O raw {s} {d}",
              needs=("qemu-img",)),
         Tool("nbdcopy", "peer", lambda s, d: f"nbdcopy {s} {d}", needs=("nbdcopy",)),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s} {d}"), form="local"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "local", file_to_file)]),
     ]
     run_file_case(ctx, "local", "sparse image", tools, img, lambda d: None, image=True)
     # The issue: "local NBD to local file: no slower than nbdcopy".
@@ -590,7 +395,7 @@ def scen_local(ctx: Ctx):
         Tool("nbdcopy", "peer", lambda s, d: f"nbdcopy {uri} {d}", servers=nbd, needs=(srv, "nbdcopy")),
         Tool("qemu-img convert -O raw", "peer", lambda s, d: f"qemu-img convert -f raw -O raw {uri} {d}",
              servers=nbd, needs=(srv, "qemu-img")),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{uri} {d}"), servers=nbd, form="nbd"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "nbd", lambda s, d: f"{uri} {d}", servers=nbd)]),
     ]
     run_file_case(ctx, "local", "nbd image to file", tools, img, lambda d: None, image=True)
     ctx.note("local", f"Case \"nbd image to file\": the sparse image is served read-only by "
@@ -601,9 +406,8 @@ def scen_local(ctx: Ctx):
         Tool("rsync -a (whole file)", "peer", lambda s, d: f"rsync -a {s} {d}", needs=("rsync",)),
         Tool("rsync -a --no-whole-file", "peer", lambda s, d: f"rsync -a --no-whole-file {s} {d}",
              needs=("rsync",)),
-        Tool("ferry sync", "ferry", lambda s, d: fs.sync_cmd(f"{s} {d}"), form="local"),
-        Tool("ferry sync --delta", "ferry", lambda s, d: fs.sync_cmd(f"--delta {s} {d}"),
-             form="local-delta"),
+        *twins(ctx, lambda f: [sync_row(f, "ferry sync", "", "local", file_to_file),
+                               sync_row(f, "ferry sync --delta", "--delta ", "local-delta", file_to_file)]),
     ]
     pct = ctx.sizes["mangle_pct"]
     run_file_case(ctx, "local", f"big file mangled {pct:g}%", tools, mangled, old_copy(base))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -56,6 +57,11 @@ def which(name: str) -> str | None:
 
 def mib(n: float | None) -> str:
     return "-" if n is None else f"{n / (1 << 20):.1f}"
+
+
+def slug(s: str) -> str:
+    """s as a file-name part: runs of anything but letters and digits -> '-'."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
 
 
 def rm_rf(path: str) -> None:

@@ -1,0 +1,229 @@
+"""How the scenarios run their tools: one timed and verified run of one
+tool (one_run), the rotation of the tools round by round, n/a bookkeeping,
+and the two generic runners (a file case, the tree's stateful phases).
+The records land in Ctx.records, keyed (scenario, case, tool).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import data, verify
+from .ferry_forms import NOT_SUPPORTED, QUIET_NA, Ferry
+from .link import Link, Procs
+from .measure import timed
+from .util import log, loud, rm_rf, sh, slug, which
+
+
+@dataclass
+class Tool:
+    name: str
+    kind: str                                  # "peer", "ferry", "baseline" or "ferry-base"
+    cmd: Callable[[str, str], str]             # (src, dst) -> shell command
+    ns: str | None = None
+    servers: Callable[[str, str], list] | None = None
+    form: str | tuple | None = None            # ferry form(s) it needs
+    needs: tuple = ()                          # executables it needs
+    env: dict | None = None
+    phases: tuple | None = None                # tree: phases it runs in (None: all)
+    runs: int | None = None                    # fewer timed runs than ctx.runs (slow peers)
+    verify: bool = True                        # False: copies nothing (a baseline like ssh true)
+    ferry: Ferry | None = None                 # the binary a ferry row runs (None: ctx.ferry)
+    twin: str | None = None                    # a ferry@base row: the main binary's row it pairs with
+    flags: tuple = ()                          # (subcommand, flag) pairs beyond its form that it passes
+
+
+@dataclass
+class Ctx:
+    work: str
+    ferry: Ferry
+    link: Link | None
+    procs: Procs
+    logdir: str
+    runs: int
+    sizes: dict
+    records: dict = field(default_factory=dict)
+    current_link: str = "none"
+    failures: int = 0
+    extra: dict = field(default_factory=dict)  # scenario -> figures and notes beyond the table
+    base: Ferry | None = None                  # --ferry-base: measured beside ctx.ferry (base.py)
+
+    def note(self, scen: str, text: str) -> None:
+        """A Markdown paragraph printed under the scenario's table."""
+        self.extra.setdefault(scen, {}).setdefault("notes", []).append(text)
+
+    def data(self, name: str) -> str:
+        d = os.path.join(self.work, "data")
+        os.makedirs(d, exist_ok=True)
+        return os.path.join(d, name)
+
+    def dst(self, scen: str, tool: Tool, suffix: str = "") -> str:
+        d = os.path.join(self.work, "dst", scen)
+        os.makedirs(d, exist_ok=True)
+        return os.path.join(d, re.sub(r"[^A-Za-z0-9]+", "-", tool.name).strip("-") + suffix)
+
+
+def availability(ctx: Ctx, t: Tool) -> str | None:
+    """None when the tool can run, else why not (the n/a reason)."""
+    for exe in t.needs:
+        if not which(exe):
+            return f"{exe} not installed (bench/setup.sh)"
+    f = t.ferry or ctx.ferry
+    for sub, flag in t.flags:  # an older build (--ferry-base) may lack a newer flag
+        if not f.has_flag(sub, flag):
+            return f"{NOT_SUPPORTED}: no {sub} {flag}"
+    for form in ((t.form,) if isinstance(t.form, str) else t.form or ()):
+        ok, why = f.supported(form)
+        if not ok:
+            return why if why in QUIET_NA or why.startswith("no link") \
+                else f"probe failed: {why}"
+    return None
+
+
+def record(ctx: Ctx, scen: str, case: str, t: Tool) -> dict:
+    key = (scen, case, t.name)
+    if key not in ctx.records:
+        ctx.records[key] = {
+            "scenario": scen, "case": case, "tool": t.name, "kind": t.kind,
+            "link": ctx.current_link, "status": "ok", "reason": "", "runs": [],
+        }
+        if t.twin:
+            ctx.records[key]["twin"] = t.twin
+    return ctx.records[key]
+
+
+def mark_na(ctx: Ctx, scen: str, case: str, t: Tool, why: str):
+    r = record(ctx, scen, case, t)
+    r["status"], r["reason"] = "n/a", why
+
+
+def ferry_json(stdout: str) -> dict | None:
+    import json
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
+            check: Callable[[], tuple[bool, str]], image: bool = False):
+    rec = record(ctx, scen, case, t)
+    tag = f"{slug(scen)}-{slug(case)}-{slug(t.name)}-{len(rec['runs'])}"
+    servers = t.servers(src, dst) if t.servers else []
+    env = t.env if t.env is not None else (ctx.link.env() if ctx.link else None)
+    try:
+        r = timed(t.cmd(src, dst), ns=t.ns, env=env, servers=servers, procs=ctx.procs,
+                  link=ctx.link if t.ns else None, logdir=ctx.logdir, tag=tag,
+                  timeout=ctx.sizes["timeout"])
+    except RuntimeError as e:
+        fail(ctx, rec, t, str(e)[:300], f"FAIL {scen} / {case} / {t.name}: {e}")
+        return
+    if r.rc != 0:
+        ok, msg = False, f"exit {r.rc}{' (timed out)' if r.timed_out else ''}: " + \
+            (r.stderr.strip().splitlines() or [""])[-1][:200]
+    elif not t.verify:
+        ok, msg = True, ""
+        rec["no_data"] = True
+    else:
+        ok, msg = check()
+    run = {"wall_s": round(r.wall, 4), "cpu_s": round(r.cpu, 4),
+           "cpu_client_s": round(r.cpu_client, 4), "cpu_servers_s": round(r.cpu_servers, 4),
+           "cpu_sshd_s": round(r.cpu_sshd, 4), "peak_rss_kib": r.maxrss_kb,
+           "wire_bytes": r.wire, "rc": r.rc, "verified": ok, "error": msg,
+           "loadavg_1m": round(os.getloadavg()[0], 2)}
+    if image and os.path.exists(dst):
+        run["dst_allocated_bytes"] = verify.allocated(dst)
+        run["src_allocated_bytes"] = verify.allocated(src)
+    if t.kind in ("ferry", "ferry-base"):
+        j = ferry_json(r.stdout)
+        if j:
+            run["ferry_json"] = j
+    rec["runs"].append(run)
+    wire = f", wire {r.wire / 1e6:.1f} MB" if r.wire is not None else ""
+    log(f"{scen} / {case} / {t.name}: {r.wall:.2f}s, cpu {r.cpu:.2f}s{wire}"
+        + ("" if ok else f"  VERIFY FAILED: {msg}"))
+    if not ok:
+        fail(ctx, rec, t, msg, f"FAIL {scen} / {case} / {t.name}: {msg} (logs: {ctx.logdir}/{tag}.*)")
+
+
+def fail(ctx: Ctx, rec: dict, t: Tool, reason: str, text: str) -> None:
+    """A FAILed row; a ferry@base row's failure is reported but does not
+    count against the bench."""
+    rec["status"], rec["reason"] = "FAIL", reason
+    if t.kind == "ferry-base":
+        text += " (the base binary: reported, does not fail the bench)"
+    else:
+        ctx.failures += 1
+    loud(text)
+
+
+def rotate(xs: list, k: int) -> list:
+    if not xs:
+        return xs
+    k %= len(xs)
+    return xs[k:] + xs[:k]
+
+
+def usable(ctx: Ctx, scen: str, cases: list[str], tools: list[Tool]) -> list[Tool]:
+    for c in cases:  # rows in the tools' order, whatever runs first
+        for t in tools:
+            if t.phases is None or c in t.phases:
+                record(ctx, scen, c, t)
+    out = []
+    for t in tools:
+        why = availability(ctx, t)
+        if why:
+            for c in cases:
+                if t.phases is None or c in t.phases:
+                    mark_na(ctx, scen, c, t, why)
+            log(f"{scen}: {t.name}: n/a ({why})")
+        else:
+            out.append(t)
+    return out
+
+
+# -- generic runners ---------------------------------------------------------
+
+def run_file_case(ctx: Ctx, scen: str, case: str, tools: list[Tool], src: str,
+                  prepare: Callable[[str], None], image: bool = False):
+    tools = usable(ctx, scen, [case], tools)
+    for rnd in range(ctx.runs):
+        for t in rotate([t for t in tools if t.runs is None or rnd < t.runs], rnd):
+            dst = ctx.dst(scen, t)
+            rm_rf(dst)
+            prepare(dst)
+            one_run(ctx, scen, case, t, src, dst,
+                    lambda: verify.same_file(src, dst), image=image)
+    for t in tools:
+        rm_rf(ctx.dst(scen, t))
+
+
+TREE_PHASES = [("initial", 0), ("unchanged", 0), ("churn 30%", 30), ("churn 60%", 60)]
+
+
+def run_tree(ctx: Ctx, scen: str, tools: list[Tool], base: str, phases=TREE_PHASES):
+    tools = usable(ctx, scen, [p for p, _ in phases], tools)
+    src = os.path.join(ctx.work, "src", scen)
+    for rnd in range(ctx.runs):
+        rm_rf(src)
+        os.makedirs(os.path.dirname(src), exist_ok=True)
+        sh(["cp", "-a", base, src])
+        for t in tools:
+            rm_rf(ctx.dst(scen, t))
+        for pi, (phase, pct) in enumerate(phases):
+            if pct:
+                n = data.churn(src, pct, seed=1000 + pct)
+                log(f"{scen}: {phase}: rewrote {n / 2**20:.1f} MiB of the source")
+            for t in rotate([t for t in tools if t.phases is None or phase in t.phases], rnd + pi):
+                dst = ctx.dst(scen, t)
+                one_run(ctx, scen, phase, t, src, dst, lambda: verify.same_tree(src, dst))
+    for t in tools:
+        rm_rf(ctx.dst(scen, t))
+    rm_rf(src)
