@@ -75,8 +75,11 @@ fn stopped_receiver_times_out_the_sender() {
     let st = st.expect("the sender must give up");
     let err = s.stderr_text();
     assert_eq!(st.code(), Some(5), "{err}");
+    // The receiver's last keepalive went out up to 1 s before the STOP
+    // (later on a loaded machine), so the sender's 2 s of silence end
+    // 1 s or less after it: only an immediate give-up is wrong.
     assert!(
-        t.elapsed() >= Duration::from_millis(1500),
+        t.elapsed() >= Duration::from_millis(500),
         "too early: {err}"
     );
     assert!(err.contains("--timeout"), "{err}");
@@ -102,8 +105,11 @@ fn stopped_sender_times_out_the_receiver() {
     let st = st.expect("the receiver must give up");
     let err = r.stderr_text();
     assert_eq!(st.code(), Some(5), "{err}");
+    // The sender's last keepalive went out up to 1 s before the STOP
+    // (later on a loaded machine), so the receiver's 2 s of silence end
+    // 1 s or less after it: only an immediate give-up is wrong.
     assert!(
-        t.elapsed() >= Duration::from_millis(1500),
+        t.elapsed() >= Duration::from_millis(500),
         "too early: {err}"
     );
     assert!(err.contains("--timeout"), "{err}");
