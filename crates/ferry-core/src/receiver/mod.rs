@@ -100,60 +100,18 @@ pub fn run_receiver(
     crate::hello(&tx, &rx)?;
     // From here on a silent peer is a dead one (not during an ssh login).
     rx.set_idle_timeout(opts.timeout);
-    // A file-or-directory destination that is an existing directory is a
-    // directory; otherwise the first entry decides.
-    let nbd = match dest {
-        Dest::Nbd(uri) => Some(uri.clone()),
-        _ => None,
-    };
-    let (root, late) = match dest {
-        Dest::Nbd(_) => (PathBuf::from("."), None),
-        Dest::Dir(r) => (r.clone(), None),
-        Dest::FileOrDir(p) if fs::metadata(p).is_ok_and(|m| m.is_dir()) => (p.clone(), None),
-        Dest::FileOrDir(p) => (p.clone(), Some(p.clone())),
-    };
-    let root = root.as_path();
-    let mut root_created = false;
-    if !opts.dry_run && late.is_none() && nbd.is_none() {
-        match prepare_root(root, opts.force) {
-            Ok(created) => root_created = created,
-            Err(e) => {
-                let _ = tx.send(crate::error::fatal(&e));
-                return Err(e);
-            }
+    let setup = match Setup::open(dest, opts) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = tx.send(crate::error::fatal(&e));
+            return Err(e);
         }
-    }
-
-    // Everything below the root is reached through this handle.
-    let tree = if nbd.is_some() || late.is_some() || (opts.dry_run && !root.exists()) {
-        DestDir::absent(root)
-    } else {
-        match DestDir::open(root) {
-            Ok(t) => t,
-            Err(err) => {
-                let e = Error::io_op("open directory", root, err);
-                let _ = tx.send(crate::error::fatal(&e));
-                return Err(e);
-            }
-        }
-    };
-
-    let cache = match (&opts.sig_cache, opts.dry_run) {
-        (Some(dir), false) => match ferry_delta::SigCache::open(dir) {
-            Ok(c) => Some(Arc::new(c)),
-            Err(e) => {
-                let e = Error::io(dir, e);
-                let _ = tx.send(crate::error::fatal(&e));
-                return Err(e);
-            }
-        },
-        _ => None,
     };
     let (wake_tx, wake_rx) = bounded(1);
     let shared = Shared {
         opts,
         stats,
-        cache,
+        cache: setup.cache,
         fatal: Mutex::new(None),
         fatal_flag: AtomicBool::new(false),
         delta_done: AtomicU64::new(0),
@@ -183,8 +141,8 @@ pub fn run_receiver(
             handles.push(s.spawn(move || signer(sign_rx, sh, tx)));
         }
         let mut d = Dispatcher {
-            tree,
-            root_created,
+            tree: setup.tree,
+            root_created: setup.root_created,
             sh: &shared,
             tx: &tx,
             files: HashMap::new(),
@@ -195,8 +153,8 @@ pub fn run_receiver(
             dirs: Vec::new(),
             dirs_queued: HashSet::new(),
             links: Vec::new(),
-            late,
-            nbd,
+            late: setup.late,
+            nbd: setup.nbd,
             received,
             started: std::time::Instant::now(),
             signer: Some(sign_tx),
@@ -220,16 +178,12 @@ pub fn run_receiver(
         for h in handles {
             let _ = h.join();
         }
-        match r {
-            Ok(()) => {
-                if let Some(e) = shared.fatal.lock().ok().and_then(|mut g| g.take()) {
-                    return Err(e);
-                }
-                d.finish();
-                Ok(())
-            }
-            Err(e) => Err(e),
+        r?;
+        if let Some(e) = shared.fatal.lock().ok().and_then(|mut g| g.take()) {
+            return Err(e);
         }
+        d.finish();
+        Ok(())
     });
     if let Err(e) = result {
         let _ = tx.send(crate::error::fatal(&e));
@@ -238,6 +192,58 @@ pub fn run_receiver(
     let report = receiver_report(stats);
     tx.send(Message::ReceiverDone(Box::new(report.clone())))?;
     Ok(report)
+}
+
+/// The destination as a session starts on it: its root made ready and
+/// opened as the handle everything below it is reached through.
+struct Setup {
+    tree: DestDir,
+    root_created: bool,
+    /// A file-or-directory path that the first entry decides.
+    late: Option<PathBuf>,
+    /// An NBD export that the one file of the list is written to.
+    nbd: Option<String>,
+    cache: Option<Arc<ferry_delta::SigCache>>,
+}
+
+impl Setup {
+    fn open(dest: &Dest, opts: &SyncOptions) -> Result<Setup> {
+        let nbd = match dest {
+            Dest::Nbd(uri) => Some(uri.clone()),
+            _ => None,
+        };
+        // A file-or-directory destination that is an existing directory
+        // is a directory; otherwise the first entry decides.
+        let (root, late) = match dest {
+            Dest::Nbd(_) => (PathBuf::from("."), None),
+            Dest::Dir(r) => (r.clone(), None),
+            Dest::FileOrDir(p) if fs::metadata(p).is_ok_and(|m| m.is_dir()) => (p.clone(), None),
+            Dest::FileOrDir(p) => (p.clone(), Some(p.clone())),
+        };
+        let root = root.as_path();
+        let mut root_created = false;
+        if !opts.dry_run && late.is_none() && nbd.is_none() {
+            root_created = prepare_root(root, opts.force)?;
+        }
+        let tree = if nbd.is_some() || late.is_some() || (opts.dry_run && !root.exists()) {
+            DestDir::absent(root)
+        } else {
+            DestDir::open(root).map_err(|err| Error::io_op("open directory", root, err))?
+        };
+        let cache = match (&opts.sig_cache, opts.dry_run) {
+            (Some(dir), false) => Some(Arc::new(
+                ferry_delta::SigCache::open(dir).map_err(|e| Error::io(dir, e))?,
+            )),
+            _ => None,
+        };
+        Ok(Setup {
+            tree,
+            root_created,
+            late,
+            nbd,
+            cache,
+        })
+    }
 }
 
 /// What this side tells the sender at the end, from its counters.
