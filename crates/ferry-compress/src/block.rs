@@ -32,6 +32,11 @@ impl BlockEncoder {
         let pos = match self.zstd.iter().position(|(l, _)| *l == level) {
             Some(p) => p,
             None => {
+                // Contexts of high levels take tens of MiB: keep the two
+                // levels used last, not one per level the choice tried.
+                if self.zstd.len() >= 2 {
+                    self.zstd.remove(0);
+                }
                 self.zstd.push((level, zstd::bulk::Compressor::new(level)?));
                 self.zstd.len() - 1
             }

@@ -18,6 +18,8 @@ pub(crate) enum JobKind {
     /// `sealed`: the whole channel frame, sealed by the worker with frame
     /// number = seq (empty: the writer seals it).
     Block {
+        /// The input's length (`raw` is emptied once the block is sealed).
+        raw_len: usize,
         raw: Vec<u8>,
         comp: Vec<u8>,
         codec: Codec,
@@ -30,6 +32,32 @@ pub(crate) enum JobKind {
         digest: [u8; 32],
     },
     Abort(String),
+}
+
+/// Block buffers handed back for reuse, at most `cap` of them kept: what
+/// the pipeline holds is the ring and its few stages, not a growing pile.
+#[derive(Clone)]
+pub(crate) struct BlockPool {
+    tx: crossbeam_channel::Sender<Vec<u8>>,
+    rx: Receiver<Vec<u8>>,
+}
+
+impl BlockPool {
+    fn new(cap: usize) -> Self {
+        let (tx, rx) = bounded(cap);
+        BlockPool { tx, rx }
+    }
+    /// A buffer to fill (empty, or with capacity from an earlier block).
+    pub(crate) fn get(&self) -> Vec<u8> {
+        self.rx.try_recv().unwrap_or_default()
+    }
+    /// Keeps `v` for reuse, or frees it when the pool is full.
+    pub(crate) fn put(&self, mut v: Vec<u8>) {
+        if v.capacity() > 0 {
+            v.clear();
+            let _ = self.tx.try_send(v);
+        }
+    }
 }
 
 pub(crate) struct Job {
@@ -102,13 +130,13 @@ where
     let (ev_tx, ev_rx) = unbounded::<SendEv>();
     let (ring_tx, ring_rx) = bounded::<Job>(opts.ring_blocks());
     let (done_tx, done_rx) = bounded::<Job>(opts.workers.max(1) * 2 + 2);
-    let (pool_tx, pool_rx) = unbounded::<Vec<u8>>();
+    let pool = BlockPool::new(opts.workers.max(1) * 3 + 8);
 
     // Reader.
     {
         let ev = ev_tx.clone();
         let stats = stats.clone();
-        let pool = pool_rx.clone();
+        let pool = pool.clone();
         let bs = opts.block_size;
         let spawned = thread::Builder::new()
             .name("ferry-input".into())
@@ -119,7 +147,7 @@ where
     for i in 0..opts.workers.max(1) {
         let rx = ring_rx.clone();
         let tx = done_tx.clone();
-        let pool = pool_rx.clone();
+        let pool = pool.clone();
         let stats = stats.clone();
         let mode = opts.compress;
         let n = opts.workers.max(1);
@@ -138,7 +166,7 @@ where
         thread::Builder::new()
             .name("ferry-net-writer".into())
             .spawn(move || {
-                let r = net_writer(chan_w, &done_rx, &pool_tx, &stats);
+                let r = net_writer(chan_w, &done_rx, &pool, &stats);
                 let _ = ev.send(match r {
                     Ok(Some((total, digest))) => SendEv::WriterDone { total, digest },
                     Ok(None) => return,

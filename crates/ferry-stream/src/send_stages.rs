@@ -10,13 +10,14 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Frame};
 
+use crate::send::BlockPool;
 use crate::*;
 
 pub(crate) fn read_input<R: Read>(
     mut input: R,
     bs: usize,
     ring: &Sender<Job>,
-    pool: &Receiver<Vec<u8>>,
+    pool: &BlockPool,
     stats: &Stats,
     ev: &Sender<SendEv>,
 ) {
@@ -24,7 +25,7 @@ pub(crate) fn read_input<R: Read>(
     let mut total = 0u64;
     let mut seq = 0u64;
     loop {
-        let mut buf = pool.try_recv().unwrap_or_default();
+        let mut buf = pool.get();
         buf.resize(bs, 0);
         let n = match ferry_channel::read_full(&mut input, &mut buf) {
             Ok(n) => n,
@@ -54,8 +55,11 @@ pub(crate) fn read_input<R: Read>(
         let job = Job {
             seq,
             kind: JobKind::Block {
+                raw_len: n,
                 raw: buf,
-                comp: pool.try_recv().unwrap_or_default(),
+                // Taken by the compressor: a block waiting in the ring
+                // holds its input and nothing else.
+                comp: Vec::new(),
                 codec: Codec::None,
                 head: [0; HEAD],
                 sealed: Vec::new(),
@@ -91,7 +95,7 @@ pub(crate) fn compress_worker(
     sealer: &ferry_channel::Sealer,
     rx: &Receiver<Job>,
     tx: &Sender<Job>,
-    pool: &Receiver<Vec<u8>>,
+    pool: &BlockPool,
     stats: &Stats,
 ) {
     let mut c = ferry_compress::Compressor::new(mode);
@@ -107,10 +111,12 @@ pub(crate) fn compress_worker(
             codec,
             head,
             sealed,
+            ..
         } = &mut job.kind
         {
             let rate = Stats::get(&stats.link_rate);
             c.set_link_rate(if rate == 0 { None } else { Some(rate as f64) });
+            *comp = pool.get();
             let p = c.compress(raw, comp);
             *codec = p.codec;
             *head = block_head(p, index as u8, raw.len());
@@ -119,11 +125,17 @@ pub(crate) fn compress_worker(
             } else {
                 &comp[..]
             };
-            *sealed = pool.try_recv().unwrap_or_default();
+            *sealed = pool.get();
             if sealer
                 .seal_data(job.seq, &head[..], payload, sealed)
-                .is_err()
+                .is_ok()
             {
+                // Sealed: the frame is all the writer needs, so the input
+                // and its compressed copy go back to the pool now, not
+                // after the network took the frame.
+                pool.put(std::mem::take(raw));
+                pool.put(std::mem::take(comp));
+            } else {
                 sealed.clear();
             }
         }
@@ -138,7 +150,7 @@ pub(crate) fn compress_worker(
 pub(crate) fn net_writer<W: Write>(
     mut w: ChannelWriter<W>,
     rx: &Receiver<Job>,
-    pool: &Sender<Vec<u8>>,
+    pool: &BlockPool,
     stats: &Stats,
 ) -> Result<Option<(u64, [u8; 32])>, StreamError> {
     let mut pending = std::collections::BTreeMap::new();
@@ -171,6 +183,7 @@ pub(crate) fn net_writer<W: Write>(
         next += 1;
         match job.kind {
             JobKind::Block {
+                raw_len,
                 raw,
                 comp,
                 codec,
@@ -179,15 +192,21 @@ pub(crate) fn net_writer<W: Write>(
             } => {
                 let before = w.wire_bytes;
                 let t = Instant::now();
-                if sealed.is_empty() || w.next_counter() != job.seq {
+                if sealed.is_empty() {
+                    // The worker could not seal it: it kept the payload.
                     let payload = if codec == Codec::None {
                         &raw[..]
                     } else {
                         &comp[..]
                     };
                     w.send_frame2(&head, payload).map_err(werr)?;
-                } else {
+                } else if w.next_counter() == job.seq {
                     w.write_sealed(job.seq, &sealed).map_err(werr)?;
+                } else {
+                    return Err(StreamError::new(
+                        ErrorKind::Io,
+                        "internal: a sealed block is out of step with the channel",
+                    ));
                 }
                 let now = Instant::now();
                 last_write = now;
@@ -196,9 +215,9 @@ pub(crate) fn net_writer<W: Write>(
                     stats.link_rate.store(rate as u64, Ordering::Relaxed);
                 }
                 Stats::add(&stats.wire, n);
-                Stats::add(&stats.plain_wire, raw.len() as u64);
-                Stats::add(&stats.plain_out, raw.len() as u64);
-                Stats::sub(&stats.buffered, raw.len() as u64);
+                Stats::add(&stats.plain_wire, raw_len as u64);
+                Stats::add(&stats.plain_out, raw_len as u64);
+                Stats::sub(&stats.buffered, raw_len as u64);
                 Stats::add(
                     match codec {
                         Codec::None => &stats.blocks_raw,
@@ -207,11 +226,9 @@ pub(crate) fn net_writer<W: Write>(
                     },
                     1,
                 );
-                if pool.len() < 64 {
-                    let _ = pool.send(raw);
-                    let _ = pool.send(comp);
-                    let _ = pool.send(sealed);
-                }
+                pool.put(raw);
+                pool.put(comp);
+                pool.put(sealed);
             }
             JobKind::End { total, digest } => {
                 let mut m = [0u8; 41];
