@@ -283,3 +283,55 @@ fn nbd_without_multi_conn_uses_one_connection() {
     let text = fs::read_to_string(&log).unwrap();
     assert_eq!(text.matches(" Connect ").count(), 1, "{text}");
 }
+
+/// Read-ahead over 4 connections of a server that answers each request
+/// late (nbdkit's delay filter, so replies overtake each other): data
+/// extents of odd lengths at odd places, holes between them, come back
+/// exact and sparse.
+#[test]
+fn nbd_read_ahead_over_a_slow_server_is_exact() {
+    if !which("nbdkit") {
+        skip("nbd_read_ahead_over_a_slow_server_is_exact: nbdkit not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("img");
+    let f = fs::File::create(&img).unwrap();
+    f.set_len(40 << 20).unwrap();
+    for (i, (off, len)) in [
+        (4096u64, (3 << 20) + 12288),
+        (9 << 20, (1 << 20) - 4096),
+        ((17 << 20) + 8192, (6 << 20) + 4096),
+        ((39 << 20) + 4096, 1 << 19),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = bytes(40 + i as u64, len);
+        std::os::unix::fs::FileExt::write_all_at(&f, &data, off).unwrap();
+    }
+    drop(f);
+    let imgarg = format!("file={}", img.display());
+    let (srv, uri, log) = logged_nbdkit(
+        d.path(),
+        "kit.log",
+        &["--filter=delay"],
+        &["file", &imgarg, "rdelay=3ms"],
+    );
+    let out = d.path().join("out");
+    let j = ferry_ok(&["sync", &uri, p(&out)]);
+    drop(srv);
+    assert!(fs::read(&out).unwrap() == fs::read(&img).unwrap());
+    assert_eq!(j["nbd_connections"], 4, "{j}");
+    assert!(allocated(&out) <= 12 << 20, "{}", allocated(&out));
+    // Nothing read twice, nothing read from the holes.
+    let text = fs::read_to_string(&log).unwrap();
+    let read: u64 = text
+        .lines()
+        .filter(|l| l.contains(" Read id="))
+        .filter_map(|l| l.split("count=0x").nth(1))
+        .filter_map(|c| u64::from_str_radix(c.split_whitespace().next()?, 16).ok())
+        .sum();
+    let data = (3 << 20) + 12288 + (1 << 20) - 4096 + (6 << 20) + 4096 + (1 << 19);
+    assert_eq!(read, data, "bytes read from the export");
+}

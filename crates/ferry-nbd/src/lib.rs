@@ -25,6 +25,7 @@
 //! `NBD_OPT_LIST`, metadata contexts other than `base:allocation`, FUA on
 //! the copy paths (a final FLUSH is used instead).
 
+pub mod ahead;
 pub mod client;
 pub mod conn;
 pub mod copy;

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::ahead::Ahead;
 use crate::client::{unexpected, wait_done, Client, DEFAULT_REQUEST_SIZE};
 use crate::conn::{ConnectOptions, Reply};
 use crate::error::Result;
@@ -30,6 +31,8 @@ pub struct Pool {
     /// Where the next request goes, so that calls of one request each
     /// (and calls from several threads) still spread over all connections.
     next: Arc<AtomicUsize>,
+    /// Pieces asked for ahead of their reader ([`Pool::read_ahead_at`]).
+    ahead: Arc<Ahead>,
 }
 
 impl Pool {
@@ -72,7 +75,22 @@ impl Pool {
         Pool {
             clients,
             next: Arc::new(AtomicUsize::new(0)),
+            ahead: Arc::default(),
         }
+    }
+
+    pub(crate) fn ahead(&self) -> &Ahead {
+        &self.ahead
+    }
+
+    /// The size of one request (the server's largest, at most 1 MiB).
+    pub(crate) fn request_size(&self) -> usize {
+        shape(&self.clients).0
+    }
+
+    /// The connection the next of `n` requests goes to.
+    pub(crate) fn next_client(&self, n: usize) -> &Client {
+        &self.clients[self.start(n) % self.clients.len()]
     }
 
     /// Where a call of `n` requests starts.

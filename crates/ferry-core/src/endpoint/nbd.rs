@@ -2,7 +2,9 @@
 //! [`Sink`], over a [`ferry_nbd::Pool`] of up to [`NBD_CONNECTIONS`]
 //! connections when the server offers multi-conn.
 
+use std::collections::VecDeque;
 use std::io;
+use std::sync::Mutex;
 
 use super::{nbd_io, Sink, Source};
 
@@ -26,12 +28,38 @@ pub(super) fn export_file_name(uri: &str) -> Vec<u8> {
 
 /// An NBD export as an endpoint: read as a source, or written in place as
 /// a destination (zero ranges as WRITE_ZEROES, durability as FLUSH).
-pub struct NbdExport(ferry_nbd::Pool);
+pub struct NbdExport(ferry_nbd::Pool, Extents);
+
+/// The data extents [`Source::next_data`] returned last: a read inside one
+/// is followed by reads of the rest of it, which are asked for ahead.
+#[derive(Default)]
+struct Extents(Mutex<VecDeque<(u64, u64)>>);
+
+impl Extents {
+    const KEEP: usize = 32;
+
+    fn found(&self, start: u64, end: u64) {
+        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if v.len() >= Self::KEEP {
+            v.pop_front();
+        }
+        v.push_back((start, end));
+    }
+
+    /// Where the extent holding `off` ends (`off` itself when none does).
+    fn end_of(&self, off: u64) -> u64 {
+        let v = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        v.iter()
+            .rev()
+            .find(|(s, e)| (*s..*e).contains(&off))
+            .map_or(off, |x| x.1)
+    }
+}
 
 impl NbdExport {
     pub fn connect(uri: &str) -> io::Result<Self> {
         ferry_nbd::Pool::connect(uri, NBD_CONNECTIONS)
-            .map(NbdExport)
+            .map(|p| NbdExport(p, Extents::default()))
             .map_err(nbd_io)
     }
     pub fn size(&self) -> u64 {
@@ -47,7 +75,26 @@ impl NbdExport {
 }
 
 impl Source for NbdExport {
-    fn next_data(&self, mut pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
+    fn next_data(&self, pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
+        let found = self.find_data(pos, end)?;
+        if let Some((s, e)) = found {
+            self.1.found(s, e);
+        }
+        Ok(found)
+    }
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let limit = self.1.end_of(off);
+        self.0.read_ahead_at(off, buf, limit).map_err(nbd_io)
+    }
+    fn stamp(&self) -> io::Result<Option<(u64, (i64, u32))>> {
+        Ok(None)
+    }
+}
+
+impl NbdExport {
+    /// The next data extent at or after `pos` and before `end`, from the
+    /// server's allocation map (holes and zero ranges are zeros).
+    fn find_data(&self, mut pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
         while pos < end {
             let exts = self.0.first().extents(pos, end - pos).map_err(nbd_io)?;
             if exts.is_empty() {
@@ -74,12 +121,6 @@ impl Source for NbdExport {
             }
             pos = last;
         }
-        Ok(None)
-    }
-    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        self.0.read_at(off, buf).map_err(nbd_io)
-    }
-    fn stamp(&self) -> io::Result<Option<(u64, (i64, u32))>> {
         Ok(None)
     }
 }
