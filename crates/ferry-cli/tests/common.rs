@@ -34,6 +34,15 @@ pub fn ferry_ok(args: &[&str]) -> serde_json::Value {
 /// A test that cannot run here says so loudly, and under CI (`CI` set, as
 /// `.ci/run` does) fails instead: CI installs everything the tests need, so
 /// a missing tool there is a broken CI, not a reason to pass.
+/// Whether `tool` is installed; if not, `test` is skipped (a failure
+/// under CI, see [`skip`]).
+pub fn need(tool: &str, test: &str) -> bool {
+    which(tool) || {
+        skip(&format!("{test}: {tool} not installed"));
+        false
+    }
+}
+
 pub fn skip(why: &str) {
     if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
         panic!("cannot run under CI: {why}");

@@ -136,8 +136,7 @@ fn missing_nbd_server_is_a_clear_error() {
 
 #[test]
 fn local_image_into_an_nbd_export_and_back() {
-    if !which("nbdkit") {
-        skip("local_image_into_an_nbd_export_and_back: nbdkit not installed");
+    if !need("nbdkit", "local_image_into_an_nbd_export_and_back") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -233,8 +232,10 @@ fn image(dir: &Path, seed: u64, mib: usize) -> (std::path::PathBuf, String) {
 
 #[test]
 fn nbd_multi_conn_spreads_reads_and_writes_over_connections() {
-    if !which("nbdkit") {
-        skip("nbd_multi_conn_spreads_reads_and_writes_over_connections: nbdkit not installed");
+    if !need(
+        "nbdkit",
+        "nbd_multi_conn_spreads_reads_and_writes_over_connections",
+    ) {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -263,8 +264,7 @@ fn nbd_multi_conn_spreads_reads_and_writes_over_connections() {
 
 #[test]
 fn nbd_without_multi_conn_uses_one_connection() {
-    if !which("nbdkit") {
-        skip("nbd_without_multi_conn_uses_one_connection: nbdkit not installed");
+    if !need("nbdkit", "nbd_without_multi_conn_uses_one_connection") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -290,8 +290,7 @@ fn nbd_without_multi_conn_uses_one_connection() {
 /// exact and sparse.
 #[test]
 fn nbd_read_ahead_over_a_slow_server_is_exact() {
-    if !which("nbdkit") {
-        skip("nbd_read_ahead_over_a_slow_server_is_exact: nbdkit not installed");
+    if !need("nbdkit", "nbd_read_ahead_over_a_slow_server_is_exact") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
