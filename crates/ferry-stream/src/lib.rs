@@ -61,7 +61,7 @@ mod send;
 mod send_stages;
 
 pub use error::{ErrorKind, StreamError};
-pub use net::{accept, bind, connect};
+pub use net::{bind, connect};
 pub use options::{cpu_time, Options, Stats, Summary};
 pub use recv::{opened, recv, recv_on, recv_over, Opener, RecvHooks};
 pub use send::{send, send_over};

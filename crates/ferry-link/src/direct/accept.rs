@@ -41,13 +41,9 @@ pub enum AcceptError {
     #[error("accept failed: {0}")]
     Listener(io::Error),
     /// Nobody proved the key within `waited`. `wrong_key`: some connection
-    /// failed the key; `last`: the last connection's failure.
+    /// failed the key.
     #[error("no peer proved the key within {} s", .waited.as_secs_f64().round())]
-    NoPeer {
-        waited: Duration,
-        wrong_key: bool,
-        last: Option<ChannelError>,
-    },
+    NoPeer { waited: Duration, wrong_key: bool },
 }
 
 impl AcceptError {
@@ -67,13 +63,14 @@ impl AcceptError {
 type Attempt = (SocketAddr, Result<(Session, TcpStream), ChannelError>);
 
 /// Accept connections on `l` until one completes the handshake with `psk`
-/// (as the responder), or `stop()` says to stop waiting. `refused` is told
-/// of every connection that failed. With `wait`, give up after that long.
+/// (as the responder), or `stop()` says to stop waiting. `refused` is
+/// handed the failure of every connection that failed. With `wait`, give
+/// up after that long.
 pub fn accept_authenticated(
     l: &TcpListener,
     psk: &Psk,
     wait: Option<Duration>,
-    refused: &dyn Fn(SocketAddr, &ChannelError),
+    refused: &mut dyn FnMut(SocketAddr, ChannelError),
     stop: &dyn Fn() -> bool,
 ) -> Result<Accepted, AcceptError> {
     l.set_nonblocking(true).map_err(AcceptError::Listener)?;
@@ -90,7 +87,6 @@ struct Waiting<'a> {
     /// When each began, and a handle to cut it short.
     pending: Vec<(Instant, SocketAddr, TcpStream)>,
     wrong_key: bool,
-    last: Option<ChannelError>,
 }
 
 impl<'a> Waiting<'a> {
@@ -102,7 +98,6 @@ impl<'a> Waiting<'a> {
             rx,
             pending: Vec::new(),
             wrong_key: false,
-            last: None,
         }
     }
 
@@ -110,7 +105,7 @@ impl<'a> Waiting<'a> {
         mut self,
         l: &TcpListener,
         wait: Option<Duration>,
-        refused: &dyn Fn(SocketAddr, &ChannelError),
+        refused: &mut dyn FnMut(SocketAddr, ChannelError),
         stop: &dyn Fn() -> bool,
     ) -> Result<Accepted, AcceptError> {
         let deadline = wait.map(|w| Instant::now() + w);
@@ -136,7 +131,6 @@ impl<'a> Waiting<'a> {
                     return Err(AcceptError::NoPeer {
                         waited: w,
                         wrong_key: self.wrong_key,
-                        last: self.last,
                     });
                 }
             }
@@ -180,7 +174,7 @@ impl<'a> Waiting<'a> {
     }
 
     /// The handshakes that ended: the first that succeeded, if any.
-    fn collect(&mut self, refused: &dyn Fn(SocketAddr, &ChannelError)) -> Option<Accepted> {
+    fn collect(&mut self, refused: &mut dyn FnMut(SocketAddr, ChannelError)) -> Option<Accepted> {
         while let Ok((peer, res)) = self.rx.try_recv() {
             match res {
                 Ok((session, s)) => {
@@ -190,8 +184,7 @@ impl<'a> Waiting<'a> {
                 Err(e) => {
                     self.pending.retain(|(_, p, _)| *p != peer);
                     self.wrong_key |= matches!(e, ChannelError::WrongKey);
-                    refused(peer, &e);
-                    self.last = Some(e);
+                    refused(peer, e);
                 }
             }
         }

@@ -145,6 +145,14 @@ pub fn channel_link(session: &Session, s: TcpStream) -> io::Result<(Endpoint, Fl
     Ok(stream_link_flushed(reader, writer))
 }
 
+/// A fresh key for one session: as hex text (to hand to the other side
+/// over ssh) and ready for the handshake.
+pub fn fresh_key() -> Result<(String, Psk), ChannelError> {
+    let hex = Psk::generate_hex()?;
+    let psk = Psk::new(hex.as_bytes())?;
+    Ok((hex, psk))
+}
+
 /// The address a server started through ssh listens on: the one the ssh
 /// connection arrived at (`$SSH_CONNECTION`), else all of them.
 pub fn ssh_listen_ip() -> String {

@@ -184,10 +184,11 @@ pub enum DialError {
     KeyNotTaken(io::Error),
     #[error(transparent)]
     Offer(#[from] OfferError),
-    /// ssh took not the answer. `fell_back`: why the direct connection
-    /// had failed, if it had.
+    /// ssh took not the answer to `offer`. `fell_back`: why the direct
+    /// connection had failed, if it had.
     #[error("lost the remote side: {source}")]
     Lost {
+        offer: Offer,
         fell_back: Option<ConnectError>,
         source: io::Error,
     },
@@ -239,7 +240,11 @@ pub fn dial<W: Write, R: Read + AsFd>(
                 Route::ViaSsh(why) => why,
                 Route::Direct(_) => None,
             };
-            return Err(DialError::Lost { fell_back, source });
+            return Err(DialError::Lost {
+                offer,
+                fell_back,
+                source,
+            });
         }
     }
     Ok(Dialled { offer, route })

@@ -107,7 +107,7 @@ fn dial_meets_accept_or_falls_back_to_ssh() {
             if d == Dialect::Pipe {
                 assert_eq!(read_answer(d, &p.server_in).unwrap(), Ok(Answer::Direct));
             }
-            match accept_authenticated(&l, &psk(KEY), None, &|_, _| {}, &|| false) {
+            match accept_authenticated(&l, &psk(KEY), None, &mut |_, _| {}, &|| false) {
                 Ok(Accepted::Peer(_, mut s)) => {
                     let mut b = [0u8; 2];
                     s.read_exact(&mut b).unwrap();
@@ -235,22 +235,17 @@ fn silent_connections_and_a_wrong_key_do_not_lock_the_client_out() {
         let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         handshake_tcp(s, &psk(KEY), Role::Initiator, HANDSHAKE_TIMEOUT).map(|_| ())
     });
-    let refused = std::sync::Mutex::new(Vec::new());
+    let mut refused = Vec::new();
     let res = accept_authenticated(
         &l,
         &psk(KEY),
         Some(Duration::from_secs(20)),
-        &|_, e| {
-            refused
-                .lock()
-                .unwrap()
-                .push(matches!(e, ChannelError::WrongKey))
-        },
+        &mut |_, e| refused.push(matches!(e, ChannelError::WrongKey)),
         &|| false,
     );
     assert!(matches!(res, Ok(Accepted::Peer(..))));
     wrong.join().unwrap().unwrap();
-    assert!(refused.lock().unwrap().contains(&true));
+    assert!(refused.contains(&true));
     drop(silent);
 }
 
@@ -258,7 +253,7 @@ fn silent_connections_and_a_wrong_key_do_not_lock_the_client_out() {
 fn the_wait_ends_when_told_or_in_time() {
     let (l, port) = listener();
     let t = Instant::now();
-    let res = accept_authenticated(&l, &psk(KEY), None, &|_, _| {}, &|| {
+    let res = accept_authenticated(&l, &psk(KEY), None, &mut |_, _| {}, &|| {
         t.elapsed() > Duration::from_millis(100)
     });
     assert!(matches!(res, Ok(Accepted::Stopped)));
@@ -275,7 +270,7 @@ fn the_wait_ends_when_told_or_in_time() {
         &l,
         &psk(KEY),
         Some(Duration::from_secs(2)),
-        &|_, _| {},
+        &mut |_, _| {},
         &|| false,
     );
     wrong.join().unwrap();
