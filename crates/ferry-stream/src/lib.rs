@@ -10,6 +10,11 @@
 //! receiver: net reader (decrypt + decompress) -> ring (--buffer) -> writer thread
 //! ```
 //!
+//! The connection itself is `ferry-link`'s, as for sync's `--direct`:
+//! [`connect`] and the wait for a sender that proves the key ([`accept`])
+//! are `ferry_link::direct`'s; `ferry pipe` starts its remote `recv` with
+//! `ferry_link::rsh` and sets it up with the same bootstrap.
+//!
 //! The engine prints nothing; it reports through [`Stats`] (atomics the CLI
 //! polls) and returns a [`Summary`] or a [`StreamError`] whose
 //! [`ErrorKind`] tells the CLI which exit code to use.
