@@ -45,17 +45,14 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
     };
     let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
     let host = rsh::host_name(&a.target);
-    let wait = a.o.timeout.map(Duration::from_secs_f64);
-    let dialled = direct::dial(
-        Dialect::Pipe,
-        &mut ssh_in,
-        &mut ssh_out,
+    let dial = direct::Dial {
+        dialect: Dialect::Pipe,
         host,
-        Some(&key),
-        wait,
-        !a.via_ssh,
-    );
-    let dialled = match dialled {
+        key: Some(&key),
+        wait: a.o.timeout.map(Duration::from_secs_f64),
+        try_direct: !a.via_ssh,
+    };
+    let dialled = match dial.run(&mut ssh_in, &mut ssh_out) {
         Ok(d) => d,
         Err(e) => {
             drop((ssh_in, ssh_out));

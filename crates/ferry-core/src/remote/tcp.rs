@@ -39,17 +39,14 @@ pub(super) fn direct_connect(
     ssh_out: &mut ChildStdout,
     stats: &Stats,
 ) -> Result<Option<Endpoint>> {
-    let name = ferry_link::rsh::host_name(host);
-    let dialled = direct::dial(
-        Dialect::Sync,
-        ssh_in,
-        ssh_out,
-        name,
-        None,
-        Some(DIRECT_WAIT),
-        true,
-    )
-    .map_err(dial_err)?;
+    let dial = direct::Dial {
+        dialect: Dialect::Sync,
+        host: ferry_link::rsh::host_name(host),
+        key: None,
+        wait: Some(DIRECT_WAIT),
+        try_direct: true,
+    };
+    let dialled = dial.run(ssh_in, ssh_out).map_err(dial_err)?;
     match dialled.route {
         direct::Route::Direct(s) => {
             let key = dialled.offer.key.unwrap_or_default();

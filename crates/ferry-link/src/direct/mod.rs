@@ -16,7 +16,7 @@
 //! 3. The client waits for that line (sync: 30 s; pipe: `--timeout`),
 //!    connects to the ssh host's name on that port ([`connect`]: every
 //!    address, [`CONNECT_WAIT`] each) and tells the server over ssh which
-//!    way the data goes ([`dial`]). When it cannot connect, the session
+//!    way the data goes ([`Dial`]). When it cannot connect, the session
 //!    runs through ssh's own pipes after all.
 //! 4. The server takes connections until one proves the key
 //!    ([`accept_authenticated`]: each handshake on a thread of its own,
@@ -42,7 +42,7 @@ use crate::transport::{stream_link_flushed, Endpoint, Flushed};
 
 pub use accept::{accept_authenticated, AcceptError, Accepted, MAX_PENDING};
 pub use offer::{
-    dial, offer, read_answer, read_line, read_line_within, Answer, DialError, Dialect, Dialled,
+    offer, read_answer, read_line, read_line_within, Answer, Dial, DialError, Dialect, Dialled,
     Offer, OfferError, Route,
 };
 

@@ -204,50 +204,65 @@ impl DialError {
     }
 }
 
-/// Client: the bootstrap over the ssh child's pipes. With
-/// [`Dialect::Pipe`], first hand over `key`; wait at most `wait` for the
-/// server's offer; unless `try_direct` is false, connect to `host` on the
-/// offered port; tell the server the way the data goes.
-pub fn dial<W: Write, R: Read + AsFd>(
-    dialect: Dialect,
-    ssh_in: &mut W,
-    ssh_out: &mut R,
-    host: &str,
-    key: Option<&str>,
-    wait: Option<Duration>,
-    try_direct: bool,
-) -> Result<Dialled, DialError> {
-    if let (Dialect::Pipe, Some(key)) = (dialect, key) {
-        write_line(ssh_in, key).map_err(DialError::KeyNotTaken)?;
-    }
-    let offer = match read_line_within(ssh_out, MAX_OFFER, wait) {
-        Ok(Some(line)) => dialect.parse_offer(&line)?,
-        Ok(None) => return Err(OfferError::Closed.into()),
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(OfferError::TimedOut(e).into()),
-        Err(e) => return Err(OfferError::Io(e).into()),
-    };
-    let route = match try_direct {
-        true => connect(host, offer.port).map_or_else(|e| Route::ViaSsh(Some(e)), Route::Direct),
-        false => Route::ViaSsh(None),
-    };
-    let answer = match route {
-        Route::Direct(_) => Answer::Direct,
-        Route::ViaSsh(_) => Answer::ViaSsh,
-    };
-    if let Some(line) = dialect.answer_line(answer) {
-        if let Err(source) = write_line(ssh_in, line) {
-            let fell_back = match route {
-                Route::ViaSsh(why) => why,
-                Route::Direct(_) => None,
-            };
-            return Err(DialError::Lost {
-                offer,
-                fell_back,
-                source,
-            });
+/// The client's side of the bootstrap, over the ssh child's pipes.
+pub struct Dial<'a> {
+    pub dialect: Dialect,
+    /// The server's host name, to connect to (no user, no brackets:
+    /// [`crate::rsh::host_name`]).
+    pub host: &'a str,
+    /// [`Dialect::Pipe`]: the key to hand over first.
+    pub key: Option<&'a str>,
+    /// How long to wait for the server's offer (`None`: for ever).
+    pub wait: Option<Duration>,
+    /// Try the direct connection (`false`: through ssh at once).
+    pub try_direct: bool,
+}
+
+impl Dial<'_> {
+    /// Hand over the key (pipe), wait for the server's offer, connect to
+    /// the offered port unless told not to, and tell the server the way
+    /// the data goes.
+    pub fn run<W: Write, R: Read + AsFd>(
+        &self,
+        ssh_in: &mut W,
+        ssh_out: &mut R,
+    ) -> Result<Dialled, DialError> {
+        let dialect = self.dialect;
+        if let (Dialect::Pipe, Some(key)) = (dialect, self.key) {
+            write_line(ssh_in, key).map_err(DialError::KeyNotTaken)?;
         }
+        let offer = match read_line_within(ssh_out, MAX_OFFER, self.wait) {
+            Ok(Some(line)) => dialect.parse_offer(&line)?,
+            Ok(None) => return Err(OfferError::Closed.into()),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(OfferError::TimedOut(e).into())
+            }
+            Err(e) => return Err(OfferError::Io(e).into()),
+        };
+        let route = match self.try_direct {
+            true => connect(self.host, offer.port)
+                .map_or_else(|e| Route::ViaSsh(Some(e)), Route::Direct),
+            false => Route::ViaSsh(None),
+        };
+        let answer = match route {
+            Route::Direct(_) => Answer::Direct,
+            Route::ViaSsh(_) => Answer::ViaSsh,
+        };
+        if let Some(line) = dialect.answer_line(answer) {
+            if let Err(source) = write_line(ssh_in, line) {
+                let fell_back = match route {
+                    Route::ViaSsh(why) => why,
+                    Route::Direct(_) => None,
+                };
+                return Err(DialError::Lost {
+                    offer,
+                    fell_back,
+                    source,
+                });
+            }
+        }
+        Ok(Dialled { offer, route })
     }
-    Ok(Dialled { offer, route })
 }
 
 fn write_line<W: Write>(w: &mut W, line: &str) -> io::Result<()> {

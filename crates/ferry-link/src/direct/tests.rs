@@ -28,6 +28,24 @@ struct Pipes {
     server_out: UnixStream,
 }
 
+/// Dial `d` over the client's pipes to 127.0.0.1, waiting `wait` for the
+/// offer.
+fn dial(
+    d: Dialect,
+    cin: &mut UnixStream,
+    cout: &mut UnixStream,
+    wait: Option<Duration>,
+) -> Result<Dialled, DialError> {
+    let dial = Dial {
+        dialect: d,
+        host: "127.0.0.1",
+        key: Some(KEY),
+        wait,
+        try_direct: true,
+    };
+    dial.run(cin, cout)
+}
+
 fn pipes() -> Pipes {
     let (client_in, server_in) = UnixStream::pair().unwrap();
     let (server_out, client_out) = UnixStream::pair().unwrap();
@@ -117,16 +135,7 @@ fn dial_meets_accept_or_falls_back_to_ssh() {
             }
         });
         let wait = Some(Duration::from_secs(10));
-        let dialled = dial(
-            d,
-            &mut p.client_in,
-            &mut p.client_out,
-            "127.0.0.1",
-            Some(KEY),
-            wait,
-            true,
-        )
-        .unwrap();
+        let dialled = dial(d, &mut p.client_in, &mut p.client_out, wait).unwrap();
         assert_eq!(dialled.offer.port, port);
         let Route::Direct(s) = dialled.route else {
             panic!("not direct")
@@ -140,16 +149,7 @@ fn dial_meets_accept_or_falls_back_to_ssh() {
         let (l, port) = listener();
         drop(l);
         offer(d, &mut p.server_out, port, Some(KEY)).unwrap();
-        let dialled = dial(
-            d,
-            &mut p.client_in,
-            &mut p.client_out,
-            "127.0.0.1",
-            Some(KEY),
-            None,
-            true,
-        )
-        .unwrap();
+        let dialled = dial(d, &mut p.client_in, &mut p.client_out, None).unwrap();
         let Route::ViaSsh(Some(why)) = dialled.route else {
             panic!("not via ssh")
         };
@@ -167,52 +167,26 @@ fn dial_meets_accept_or_falls_back_to_ssh() {
 fn dial_says_why_the_offer_did_not_come() {
     let mut p = pipes();
     p.server_out.write_all(b"Last login: yesterday\n").unwrap();
-    let e = dial(
-        Dialect::Sync,
-        &mut p.client_in,
-        &mut p.client_out,
-        "h",
-        None,
-        None,
-        true,
-    );
+    let e = dial(Dialect::Sync, &mut p.client_in, &mut p.client_out, None);
     assert!(
         matches!(e, Err(DialError::Offer(OfferError::NotOffered(ref l))) if l == "Last login: yesterday")
     );
     drop(p.server_out);
-    let e = dial(
-        Dialect::Sync,
-        &mut p.client_in,
-        &mut p.client_out,
-        "h",
-        None,
-        None,
-        true,
-    );
+    let e = dial(Dialect::Sync, &mut p.client_in, &mut p.client_out, None);
     assert!(matches!(e, Err(DialError::Offer(OfferError::Closed))));
     let mut p = pipes();
     let wait = Some(Duration::from_millis(100));
-    let e = dial(
-        Dialect::Pipe,
-        &mut p.client_in,
-        &mut p.client_out,
-        "h",
-        Some(KEY),
-        wait,
-        true,
-    );
+    let e = dial(Dialect::Pipe, &mut p.client_in, &mut p.client_out, wait);
     assert!(matches!(e, Err(DialError::Offer(OfferError::TimedOut(_)))));
     drop(p.server_in);
-    let e = dial(
-        Dialect::Pipe,
-        &mut p.client_in,
-        &mut p.client_out,
-        "h",
-        Some(KEY),
-        wait,
-        true,
-    );
+    let e = dial(Dialect::Pipe, &mut p.client_in, &mut p.client_out, wait);
     assert!(matches!(e, Err(DialError::KeyNotTaken(_))));
+}
+
+/// A client that connects to `port` and proves `key`.
+fn client(port: u16, key: &str) -> Result<(), ChannelError> {
+    let s = TcpStream::connect(("127.0.0.1", port))?;
+    handshake_tcp(s, &psk(key), Role::Initiator, HANDSHAKE_TIMEOUT).map(|_| ())
 }
 
 /// Twenty connections that say nothing (more than the handshakes run at
@@ -224,16 +198,8 @@ fn silent_connections_and_a_wrong_key_do_not_lock_the_client_out() {
         .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
     let wrong = thread::spawn(move || {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let e = handshake_tcp(
-            s,
-            &psk("another key, long enough"),
-            Role::Initiator,
-            HANDSHAKE_TIMEOUT,
-        );
-        assert!(e.is_err());
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        handshake_tcp(s, &psk(KEY), Role::Initiator, HANDSHAKE_TIMEOUT).map(|_| ())
+        assert!(client(port, "another key, long enough").is_err());
+        client(port, KEY)
     });
     let mut refused = Vec::new();
     let res = accept_authenticated(
@@ -258,13 +224,7 @@ fn the_wait_ends_when_told_or_in_time() {
     });
     assert!(matches!(res, Ok(Accepted::Stopped)));
     let wrong = thread::spawn(move || {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let _ = handshake_tcp(
-            s,
-            &psk("another key, long enough"),
-            Role::Initiator,
-            HANDSHAKE_TIMEOUT,
-        );
+        let _ = client(port, "another key, long enough");
     });
     let res = accept_authenticated(
         &l,
