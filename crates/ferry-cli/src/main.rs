@@ -1,6 +1,7 @@
 //! `ferry`: the command-line front end. It parses arguments, owns the
-//! terminal (progress, summaries, JSON, exit codes) and calls the engine in
-//! `ferry-core`; it holds no transfer logic of its own.
+//! terminal (progress, summaries, JSON, exit codes) and calls the engines:
+//! `ferry-core` for sync, `ferry-stream` for streams (and `ferry-link` to
+//! start `pipe`'s remote side); it holds no transfer logic of its own.
 
 #[macro_use]
 mod out;

@@ -1,19 +1,29 @@
-//! ferry's link layer for sync sessions: how [`Message`]s (defined, with
-//! their codec and the block layout, in the `ferry-wire` crate and
-//! re-exported here) travel between a sender and a receiver.
+//! ferry's link layer: how a session reaches the other side, for sync and
+//! streams alike, and how sync's [`Message`]s (defined, with their codec
+//! and the block layout, in the `ferry-wire` crate and re-exported here)
+//! travel between a sender and a receiver.
 //!
-//! * [`transport`]: the message links: an in-process link (channels) and a
-//!   byte-stream link (pipes, ssh, TCP through ferry-channel), which
+//! * [`rsh`]: the remote side as a child process: the one ssh (`-e`)
+//!   command line with its shell quoting, spawning it with pipes, and
+//!   waiting for it (sync's `serve --stdio` and `pipe`'s `recv`);
+//! * [`direct`]: the one direct-TCP bootstrap (the offer of a port and a
+//!   key over ssh, connecting, falling back to ssh, the accept loop that
+//!   waits for the client that proves the key, the channel handshake);
+//! * [`transport`]: sync's message links: an in-process link (channels)
+//!   and a byte-stream link (pipes, ssh, TCP through ferry-channel), which
 //!   compresses data blocks when that pays and counts `bytes_wire`;
 //! * `framing`: the magic and the checked frames on a byte pipe;
 //! * [`liveness`]: keepalives and the idle timeout (`--timeout`);
 //! * [`bufpool`]: reused data buffers.
 //!
-//! The crate does no file I/O and knows nothing of the terminal.
+//! The crate does no file I/O and knows nothing of the terminal: it
+//! returns typed errors, and its callers word them for the user.
 
 pub mod bufpool;
+pub mod direct;
 mod framing;
 pub mod liveness;
+pub mod rsh;
 pub mod transport;
 
 pub use ferry_wire::{

@@ -10,6 +10,11 @@
 //! receiver: net reader (decrypt + decompress) -> ring (--buffer) -> writer thread
 //! ```
 //!
+//! The connection itself is `ferry-link`'s, as for sync's `--direct`:
+//! [`connect`] and the wait for a sender that proves the key ([`accept`])
+//! are `ferry_link::direct`'s; `ferry pipe` starts its remote `recv` with
+//! `ferry_link::rsh` and sets it up with the same bootstrap.
+//!
 //! The engine prints nothing; it reports through [`Stats`] (atomics the CLI
 //! polls) and returns a [`Summary`] or a [`StreamError`] whose
 //! [`ErrorKind`] tells the CLI which exit code to use.
@@ -61,7 +66,7 @@ mod send;
 mod send_stages;
 
 pub use error::{ErrorKind, StreamError};
-pub use net::{accept, bind, connect};
+pub use net::{bind, connect};
 pub use options::{cpu_time, Options, Stats, Summary};
 pub use recv::{opened, recv, recv_on, recv_over, Opener, RecvHooks};
 pub use send::{send, send_over};

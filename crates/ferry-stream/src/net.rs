@@ -1,5 +1,7 @@
-//! The TCP sockets of `send` and `recv`: bind, accept, connect, and the
-//! three handles a stream uses (read, write, shutdown).
+//! The TCP sockets of `send` and `recv`: bind, connect (through
+//! `ferry_link::direct`, as sync's `--direct` does; `accept` has the wait
+//! for a sender that proves the key), and the three handles a stream uses
+//! (read, write, shutdown).
 
 use std::io::{self};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,25 +23,14 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, StreamError> {
     })
 }
 
-/// Accept one connection.
-pub fn accept(l: &TcpListener) -> Result<TcpStream, StreamError> {
-    let (s, _) = l
-        .accept()
-        .map_err(|e| StreamError::new(ErrorKind::Io, format!("accept failed: {e}")))?;
-    let _ = s.set_nodelay(true);
-    Ok(s)
-}
-
 /// Connect to the receiver.
 pub fn connect(peer: SocketAddr, timeout: Duration) -> Result<TcpStream, StreamError> {
-    let s = TcpStream::connect_timeout(&peer, timeout).map_err(|e| {
+    ferry_link::direct::connect_any(&[peer], timeout).map_err(|e| {
         StreamError::new(
             ErrorKind::Unreachable,
             format!("cannot connect to {peer}: {e}"),
         )
-    })?;
-    let _ = s.set_nodelay(true);
-    Ok(s)
+    })
 }
 
 pub(crate) fn split(s: TcpStream) -> Result<(TcpStream, TcpStream, TcpStream), StreamError> {

@@ -19,18 +19,19 @@
 //!
 //! The parts: `args` (the command lines and the engine options they
 //! make), `report` (status line, summary, JSON, exit codes), `send`,
-//! `recv` and `pipe` (one command each), and `ssh` (starting the remote
-//! side of `pipe`). This file keeps the few helpers they share.
+//! `recv` and `pipe` (one command each; `pipe` starts its remote side and
+//! connects to it with `ferry_link::rsh` and `ferry_link::direct`, which
+//! `recv --key-stdin --announce` answers). This file keeps the few helpers
+//! they share.
 
 mod args;
 mod pipe;
 mod recv;
 mod report;
 mod send;
-mod ssh;
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -68,20 +69,4 @@ fn stdin_file() -> io::Result<File> {
 }
 fn stdout_file() -> io::Result<File> {
     Ok(File::from(io::stdout().as_fd().try_clone_to_owned()?))
-}
-
-/// Read one line byte by byte (nothing past the newline is consumed).
-fn read_line_raw<R: Read>(r: &mut R, max: usize) -> io::Result<String> {
-    let mut v = Vec::new();
-    let mut b = [0u8; 1];
-    while v.len() < max {
-        match r.read(&mut b) {
-            Ok(0) => break,
-            Ok(_) if b[0] == b'\n' => break,
-            Ok(_) => v.push(b[0]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(String::from_utf8_lossy(&v).trim().to_string())
 }

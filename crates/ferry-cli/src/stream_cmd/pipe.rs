@@ -1,28 +1,25 @@
 //! `producer | ferry pipe [user@]host -- COMMAND ARGS...`: start `ferry
 //! recv` on the other host through ssh with a fresh key, then send the
 //! stream over a direct TCP connection to it, or through ssh when that
-//! cannot be made (or with `--via-ssh`).
+//! cannot be made (or with `--via-ssh`). The ssh spawner and the bootstrap
+//! are `ferry_link`'s (`rsh`, and `direct` in its pipe dialect).
 
-use ferry_core::remote::rsh_command;
 use std::fs::File;
 use std::io::{self, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::process::{ChildStdin, ChildStdout};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ferry_channel::Psk;
+use ferry_link::direct::{self, DialError, Dialect, OfferError, Route};
+use ferry_link::rsh::{self, RemoteChild, Stderr};
 use ferry_stream::{ErrorKind, Options, StreamError, Summary};
 
 use super::args::{options, PipeArgs, StreamOpts};
+use super::open_input;
 use super::report::{exit_code, json_to, report, JsonTo};
-use super::ssh;
-use super::{open_input, usage};
 use crate::exit as code;
 use crate::progress::{Progress, StreamMeter};
-
-/// ssh went away before the stream started (the message is out).
-struct LostRemote;
 
 pub fn run_pipe(a: PipeArgs) -> i32 {
     let (key, opts) = match session_key(&a.o) {
@@ -36,44 +33,50 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
             return code::IO;
         }
     };
-    let Some(cmd) = rsh_command(&a.rsh, &a.target, &ssh::remote_recv_words(&a)) else {
-        return usage("--rsh is empty");
+    let Some(cmd) = rsh::rsh_command(&a.rsh, &a.target, &remote_recv_words(&a)) else {
+        return super::usage("--rsh is empty");
     };
     let rsh = cmd.get_program().to_string_lossy().into_owned();
-    let (mut guard, mut ssh_in, mut ssh_out) = match ssh::spawn(cmd) {
+    let (mut child, mut ssh_in, mut ssh_out) = match rsh::spawn(cmd, Stderr::Inherit) {
         Ok(s) => s,
-        Err(c) => return c,
-    };
-    let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
-    let Some(port) = ssh::start_remote(
-        &key,
-        &mut ssh_in,
-        &mut ssh_out,
-        &rsh,
-        &a.remote_ferry,
-        a.o.timeout.map(Duration::from_secs_f64),
-    ) else {
-        return ssh::ssh_failed(&mut guard);
-    };
-    let host = ssh::target_host(&a.target);
-    let direct = if a.via_ssh { None } else { connect(host, port) };
-    let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
-    let res = match direct {
-        Some(s) => send_direct(&opts, input, s, ssh_in, ssh_out),
-        None => {
-            if !a.via_ssh {
-                errln!(
-                    "ferry pipe: direct connection to {host}:{port} failed; sending through ssh"
-                );
-            }
-            send_via_ssh(&opts, input, ssh_in, ssh_out)
+        Err(e) => {
+            errln!("ferry pipe: {e}");
+            return code::REMOTE;
         }
     };
-    let Ok(res) = res else {
-        return ssh::ssh_failed(&mut guard);
+    let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
+    let host = rsh::host_name(&a.target);
+    let dial = direct::Dial {
+        dialect: Dialect::Pipe,
+        host,
+        key: Some(&key),
+        wait: a.o.timeout.map(Duration::from_secs_f64),
+        try_direct: !a.via_ssh,
+    };
+    let dialled = match dial.run(&mut ssh_in, &mut ssh_out) {
+        Ok(d) => d,
+        Err(e) => {
+            drop((ssh_in, ssh_out));
+            return remote_failed(child, &e, host, &rsh, &a.remote_ferry);
+        }
+    };
+    if let Route::ViaSsh(Some(_)) = &dialled.route {
+        say_fell_back(host, dialled.offer.port);
+    }
+    let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
+    let res = match dialled.route {
+        Route::Direct(s) => send_direct(&opts, input, s, ssh_in, ssh_out),
+        Route::ViaSsh(_) => ferry_stream::send_over(&opts, input, ssh_out, ssh_in, None),
     };
     p.finish();
-    let ssh_status = ssh::reap(&mut guard, res.is_err());
+    // After a failed stream the remote gets a moment to report, then ssh
+    // is killed.
+    let grace = if res.is_ok() {
+        Duration::MAX
+    } else {
+        Duration::from_millis(200)
+    };
+    let ssh_status = child.wait_with_grace(grace).ok().and_then(|s| s.code());
     let c = match &res {
         Ok(s) => s.remote_status.or(ssh_status).unwrap_or(code::OK),
         Err(e) => match e.remote_status {
@@ -96,48 +99,98 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
 /// A fresh key for this one stream (in hex, to hand to the remote side)
 /// and the engine options that use it. On failure, the exit code.
 fn session_key(o: &StreamOpts) -> Result<(String, Options), i32> {
-    let key = match Psk::generate_hex() {
+    let (key, psk) = match direct::fresh_key() {
         Ok(k) => k,
         Err(e) => {
             errln!("ferry pipe: {e}");
             return Err(code::IO);
         }
     };
-    let psk = match Psk::new(key.as_bytes()) {
-        Ok(p) => p,
-        Err(e) => return Err(usage(&e.to_string())),
-    };
     match options(o, psk) {
         Ok(opts) => Ok((key, opts)),
-        Err(e) => Err(usage(&e)),
+        Err(e) => Err(super::usage(&e)),
     }
 }
 
-/// The direct connection to the remote `ferry recv`, if one can be made.
-fn connect(host: &str, port: u16) -> Option<TcpStream> {
-    (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut it| it.next())
-        .and_then(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok())
+/// The words that run `ferry recv` on the remote host, in the mode
+/// `pipe` drives: key on stdin, port announced on stdout.
+fn remote_recv_words(a: &PipeArgs) -> Vec<String> {
+    let mut remote = vec![
+        a.remote_ferry.clone(),
+        "recv".into(),
+        "--listen".into(),
+        format!("{}:0", a.remote_listen),
+        "--key-stdin".into(),
+        "--announce".into(),
+        "--compress".into(),
+        a.o.compress.clone(),
+        "--buffer".into(),
+        a.o.buffer.clone(),
+        "--block-size".into(),
+        a.o.block_size.clone(),
+    ];
+    if let Some(t) = a.o.timeout {
+        remote.extend(["--timeout".into(), t.to_string()]);
+    }
+    remote.push("--".into());
+    remote.extend(a.command.iter().cloned());
+    remote
 }
 
-/// Send over the direct connection `s`; the remote command's own output
-/// comes back through ssh.
+/// The remote side never started, or ssh went away before the stream
+/// did: say why, reap ssh (its pipes are closed: a remote that is up
+/// gets 10 s to notice and exit, one that said nothing in time none) and
+/// exit with the documented code. ssh's own status (1 from `false`, 255
+/// from ssh) would read as one of ferry's other codes, or as the remote
+/// command's.
+fn remote_failed(
+    mut child: RemoteChild,
+    e: &DialError,
+    host: &str,
+    rsh: &str,
+    remote_ferry: &str,
+) -> i32 {
+    let mut grace = Duration::from_secs(10);
+    match e {
+        DialError::KeyNotTaken(_) => {
+            errln!("ferry pipe: {rsh} exited before the remote ferry started")
+        }
+        DialError::Offer(OfferError::TimedOut(e)) => {
+            grace = Duration::ZERO;
+            errln!("ferry pipe: the remote side did not start: {e}");
+        }
+        DialError::Offer(e) => errln!(
+            "ferry pipe: the remote side did not start (is {remote_ferry} installed there? it said {:?})",
+            e.said()
+        ),
+        DialError::Lost {
+            offer, fell_back, ..
+        } => {
+            if fell_back.is_some() {
+                say_fell_back(host, offer.port);
+            }
+            errln!("ferry pipe: lost the remote side");
+        }
+    }
+    let _ = child.wait_with_grace(grace);
+    code::REMOTE
+}
+
+/// Say that the stream goes through ssh after all.
+fn say_fell_back(host: &str, port: u16) {
+    errln!("ferry pipe: direct connection to {host}:{port} failed; sending through ssh");
+}
+
+/// Send over the direct connection `s` (the remote side has been told);
+/// the remote command's own output comes back through ssh.
 fn send_direct(
     opts: &Options,
     input: File,
     s: TcpStream,
-    mut ssh_in: ChildStdin,
+    ssh_in: ChildStdin,
     mut ssh_out: ChildStdout,
-) -> Result<Result<Summary, StreamError>, LostRemote> {
-    if !ssh::choose_transport(&mut ssh_in, "tcp") {
-        errln!("ferry pipe: lost the remote side");
-        return Err(LostRemote);
-    }
+) -> Result<Summary, StreamError> {
     drop(ssh_in);
-    let _ = s.set_nodelay(true);
-    // The remote command's own output comes back through ssh.
     let copier = thread::spawn(move || {
         let mut out = io::stdout();
         let _ = io::copy(&mut ssh_out, &mut out);
@@ -158,19 +211,5 @@ fn send_direct(
     if res.is_ok() {
         let _ = copier.join();
     }
-    Ok(res)
-}
-
-/// Send through ssh's own pipes (the remote `ferry recv` reads its stdin).
-fn send_via_ssh(
-    opts: &Options,
-    input: File,
-    mut ssh_in: ChildStdin,
-    ssh_out: ChildStdout,
-) -> Result<Result<Summary, StreamError>, LostRemote> {
-    if !ssh::choose_transport(&mut ssh_in, "stdin") {
-        errln!("ferry pipe: lost the remote side");
-        return Err(LostRemote);
-    }
-    Ok(ferry_stream::send_over(opts, input, ssh_out, ssh_in, None))
+    res
 }

@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferry_channel::Psk;
+use ferry_link::direct::{self, Answer, Dialect};
 use ferry_stream::{ErrorKind, FileOut, Options, RecvHooks, StreamError, Summary};
 
 use super::args::{options, read_key, RecvArgs};
 use super::report::{exit_code, json_to, report, JsonTo};
-use super::{read_line_raw, resolve, stdin_file, stdout_file, usage};
+use super::{resolve, stdin_file, stdout_file, usage};
 use crate::exit as code;
 use crate::progress::{Progress, StreamMeter};
 
@@ -92,8 +93,8 @@ pub fn run_recv(a: RecvArgs) -> i32 {
 /// the first line of stdin.
 fn recv_key(a: &RecvArgs) -> Result<Psk, String> {
     if a.key_stdin {
-        match stdin_file().and_then(|mut f| read_line_raw(&mut f, 4096)) {
-            Ok(k) => Psk::new(k.as_bytes()).map_err(|e| e.to_string()),
+        match stdin_file().and_then(|f| direct::read_line(f, 4096)) {
+            Ok(k) => Psk::new(k.unwrap_or_default().as_bytes()).map_err(|e| e.to_string()),
             Err(e) => Err(format!("reading the key from stdin: {e}")),
         }
     } else {
@@ -101,21 +102,18 @@ fn recv_key(a: &RecvArgs) -> Result<Psk, String> {
     }
 }
 
-/// `--announce`: print our port for `ferry pipe`, and read back the
-/// transport it chose. `Ok(true)`: the stream comes on stdin.
+/// `--announce`: offer our port to `ferry pipe` (the bootstrap of
+/// `ferry_link::direct`, pipe dialect), and read back the transport it
+/// chose. `Ok(true)`: the stream comes on stdin.
 fn announce(listener: &std::net::TcpListener) -> Result<bool, i32> {
     let port = listener.local_addr().map(|l| l.port()).unwrap_or(0);
-    let mut out = io::stdout();
-    if writeln!(out, "FERRY-PORT {port}")
-        .and_then(|_| out.flush())
-        .is_err()
-    {
+    if direct::offer(Dialect::Pipe, &mut io::stdout(), port, None).is_err() {
         return Err(code::IO);
     }
-    match stdin_file().and_then(|mut f| read_line_raw(&mut f, 64)) {
-        Ok(m) if m == "stdin" => Ok(true),
-        Ok(m) if m == "tcp" => Ok(false),
-        Ok(m) => Err(usage(&format!(
+    match stdin_file().and_then(|f| direct::read_answer(Dialect::Pipe, f)) {
+        Ok(Ok(Answer::ViaSsh)) => Ok(true),
+        Ok(Ok(Answer::Direct)) => Ok(false),
+        Ok(Err(m)) => Err(usage(&format!(
             "unexpected transport {m:?} from ferry pipe"
         ))),
         Err(e) => Err(usage(&format!("reading the transport from stdin: {e}"))),

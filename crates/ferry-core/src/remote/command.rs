@@ -1,6 +1,6 @@
 //! The command line ferry runs on the other host: the `ferry serve`
-//! arguments that carry the sync options, and the quoting for the remote
-//! shell that ssh runs them through.
+//! arguments that carry the sync options (ssh runs them through
+//! `ferry_link::rsh`, which quotes them for the remote shell).
 
 use crate::{DeltaMode, SyncOptions};
 
@@ -64,52 +64,4 @@ pub(super) fn serve_args_with(
     a.push("--".into());
     a.extend(paths.iter().cloned());
     a
-}
-
-/// The command that runs `words` (the remote ferry and its arguments) on
-/// `host`: the `-e`/`--rsh` command split on spaces (as rsync does), the
-/// host, then the words as one shell-quoted line (ssh hands it to the
-/// remote shell). `None` when `rsh` is empty. The caller sets up the pipes.
-pub fn rsh_command<S: AsRef<str>>(
-    rsh: &str,
-    host: &str,
-    words: &[S],
-) -> Option<std::process::Command> {
-    let mut rsh = rsh.split_whitespace();
-    let mut c = std::process::Command::new(rsh.next()?);
-    let line: Vec<String> = words.iter().map(|w| shell_quote(w.as_ref())).collect();
-    c.args(rsh).arg(host).arg(line.join(" "));
-    Some(c)
-}
-
-/// Quote one word for a POSIX shell (ssh runs the command through one).
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quoting() {
-        assert_eq!(shell_quote("/a/b-c.d"), "/a/b-c.d");
-        assert_eq!(shell_quote("it's here"), r"'it'\''s here'");
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("*.tmp"), "'*.tmp'");
-        let c = rsh_command("ssh -p 2222", "u@h", &["ferry", "recv", "--", "a b"]).unwrap();
-        assert_eq!(c.get_program(), "ssh");
-        let args: Vec<_> = c.get_args().map(|a| a.to_str().unwrap()).collect();
-        assert_eq!(args, ["-p", "2222", "u@h", "ferry recv -- 'a b'"]);
-        assert!(rsh_command("  ", "h", &["x"]).is_none());
-        assert_eq!(shell_quote("pool/ds@snap"), "pool/ds@snap");
-        assert_eq!(shell_quote("a b"), "'a b'");
-    }
 }

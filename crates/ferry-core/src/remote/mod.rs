@@ -9,16 +9,17 @@
 //! them and the CLI's `serve` parses them.
 //!
 //! The parts: `command` writes the remote command line, `ssh` runs it
-//! and reports how it failed, `tcp` carries the data over a direct
-//! connection instead (`--direct`), and `session` drives a push, a pull
-//! or the remote side's `serve --stdio`.
+//! (through [`ferry_link::rsh`]) and reports how it failed, `tcp` carries
+//! the data over a direct connection instead (`--direct`: the bootstrap is
+//! [`ferry_link::direct`]'s, in its sync dialect), and `session` drives a
+//! push, a pull or the remote side's `serve --stdio`.
 
 mod command;
 mod session;
 mod ssh;
 mod tcp;
 
-pub use command::{rsh_command, serve_args, shell_quote};
+pub use command::serve_args;
 pub use session::{serve_stdio, sync_pull, sync_push};
 
 /// `[user@]host:path`.

@@ -1,0 +1,232 @@
+//! The remote side as a child process, for sync (`ferry serve --stdio`)
+//! and `ferry pipe` (`ferry recv`) alike: the command line for the remote
+//! shell (`-e`/`--rsh`, default `ssh`) with its quoting, starting it with
+//! its stdin and stdout as pipes, and waiting for it at the end.
+
+use std::io::{self, BufRead, BufReader};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The command that runs `words` (the remote ferry and its arguments) on
+/// `host`: the `-e`/`--rsh` command split on spaces (as rsync does), the
+/// host, then the words as one shell-quoted line (ssh hands it to the
+/// remote shell). `None` when `rsh` is empty. [`spawn`] sets up the pipes.
+pub fn rsh_command<S: AsRef<str>>(rsh: &str, host: &str, words: &[S]) -> Option<Command> {
+    let mut rsh = rsh.split_whitespace();
+    let mut c = Command::new(rsh.next()?);
+    let line: Vec<String> = words.iter().map(|w| shell_quote(w.as_ref())).collect();
+    c.args(rsh).arg(host).arg(line.join(" "));
+    Some(c)
+}
+
+/// Quote one word for a POSIX shell (ssh runs the command through one).
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The host name of `[user@]host` (or `[user@][v6addr]`), to connect to.
+pub fn host_name(target: &str) -> &str {
+    let host = target.rsplit('@').next().unwrap_or(target);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// What becomes of the remote side's stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stderr {
+    /// Ours: the user sees it as it comes (`pipe`).
+    Inherit,
+    /// Kept, its last [`TAIL_LINES`] lines, to say why a session failed
+    /// (sync: [`RemoteChild::stderr_tail`]).
+    Tail,
+}
+
+/// Lines of the remote side's stderr that [`Stderr::Tail`] keeps.
+pub const TAIL_LINES: usize = 20;
+
+/// The remote shell could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot run {prog}: {source}")]
+pub struct SpawnError {
+    /// The program (`ssh`, or the first word of `-e`).
+    pub prog: String,
+    pub source: io::Error,
+}
+
+impl SpawnError {
+    /// Whether trying again could help: never, the program is missing or
+    /// may not be run.
+    pub fn retryable(&self) -> bool {
+        false
+    }
+}
+
+/// A running remote side: killed (and reaped) if still running when
+/// dropped.
+pub struct RemoteChild {
+    child: Child,
+    tail: Option<(Lines, JoinHandle<()>)>,
+}
+
+/// The last lines of the child's stderr, as the thread reading it keeps them.
+type Lines = Arc<Mutex<Vec<String>>>;
+
+/// Start `cmd` (from [`rsh_command`]) with its stdin and stdout as pipes
+/// and its stderr as `stderr` says.
+pub fn spawn(
+    mut cmd: Command,
+    stderr: Stderr,
+) -> Result<(RemoteChild, ChildStdin, ChildStdout), SpawnError> {
+    let prog = cmd.get_program().to_string_lossy().into_owned();
+    let err = |source| SpawnError {
+        prog: prog.clone(),
+        source,
+    };
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(match stderr {
+            Stderr::Inherit => Stdio::inherit(),
+            Stderr::Tail => Stdio::piped(),
+        })
+        .spawn()
+        .map_err(err)?;
+    let (stdin, stdout, err_pipe) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    // From here on, a failure kills the child (RemoteChild's drop).
+    let mut remote = RemoteChild { child, tail: None };
+    let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+        return Err(err(io::Error::other("no pipes")));
+    };
+    if let Some(pipe) = err_pipe {
+        let lines: Lines = Arc::default();
+        let l2 = lines.clone();
+        let keep = std::thread::Builder::new()
+            .name("ferry-rsh-stderr".into())
+            .spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(|l| l.ok()) {
+                    if let Ok(mut g) = l2.lock() {
+                        if g.len() >= TAIL_LINES {
+                            g.remove(0);
+                        }
+                        g.push(line);
+                    }
+                }
+            })
+            .map_err(err)?;
+        remote.tail = Some((lines, keep));
+    }
+    Ok((remote, stdin, stdout))
+}
+
+impl RemoteChild {
+    /// Wait for the remote side to exit, killing it if it is still running
+    /// after `grace` (`Duration::MAX`: wait for ever).
+    pub fn wait_with_grace(&mut self, grace: Duration) -> io::Result<ExitStatus> {
+        if grace != Duration::MAX {
+            let until = Instant::now().checked_add(grace);
+            while until.is_some_and(|u| Instant::now() < u) {
+                if let Some(st) = self.child.try_wait()? {
+                    return Ok(st);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if self.child.try_wait()?.is_none() {
+                let _ = self.child.kill();
+            }
+        }
+        self.child.wait()
+    }
+
+    /// With [`Stderr::Tail`], once the child has exited: the last lines it
+    /// wrote to stderr, joined by `; `, without ssh's host key notices.
+    pub fn stderr_tail(&mut self) -> String {
+        let Some((lines, keep)) = self.tail.take() else {
+            return String::new();
+        };
+        let _ = keep.join();
+        lines
+            .lock()
+            .map(|g| {
+                g.iter()
+                    .filter(|l| !l.starts_with("Warning: Permanently added"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RemoteChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("/a/b-c.d"), "/a/b-c.d");
+        assert_eq!(shell_quote("it's here"), r"'it'\''s here'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("*.tmp"), "'*.tmp'");
+        let c = rsh_command("ssh -p 2222", "u@h", &["ferry", "recv", "--", "a b"]).unwrap();
+        assert_eq!(c.get_program(), "ssh");
+        let args: Vec<_> = c.get_args().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(args, ["-p", "2222", "u@h", "ferry recv -- 'a b'"]);
+        assert!(rsh_command("  ", "h", &["x"]).is_none());
+        assert_eq!(shell_quote("pool/ds@snap"), "pool/ds@snap");
+        assert_eq!(shell_quote("a b"), "'a b'");
+    }
+
+    #[test]
+    fn host_names() {
+        assert_eq!(host_name("me@box"), "box");
+        assert_eq!(host_name("box"), "box");
+        assert_eq!(host_name("me@[::1]"), "::1");
+        assert_eq!(host_name("a@b@c"), "c");
+    }
+
+    #[test]
+    fn a_child_is_waited_for_killed_after_its_grace_and_its_stderr_kept() {
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "echo one >&2; echo 'Warning: Permanently added x' >&2; echo two >&2; exit 3",
+        ]);
+        let (mut child, _i, _o) = spawn(c, Stderr::Tail).unwrap();
+        assert_eq!(
+            child.wait_with_grace(Duration::MAX).unwrap().code(),
+            Some(3)
+        );
+        assert_eq!(child.stderr_tail(), "one; two");
+        let mut c = Command::new("sleep");
+        c.arg("30");
+        let (mut child, _i, _o) = spawn(c, Stderr::Inherit).unwrap();
+        let t = Instant::now();
+        let st = child.wait_with_grace(Duration::from_millis(100)).unwrap();
+        assert!(st.code().is_none() && t.elapsed() < Duration::from_secs(10));
+        let e = spawn(Command::new("/nonexistent/ferry-rsh"), Stderr::Inherit)
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("cannot run /nonexistent/ferry-rsh: "),
+            "{e}"
+        );
+    }
+}
