@@ -74,6 +74,7 @@ mod tests {
             delta: ferry_core::DeltaMode::Delta,
             excludes: ferry_core::Excludes::new(&["*.tmp".into(), "--odd".into()]).unwrap(),
             sig_cache: Some("/var/cache/x y".into()),
+            bwlimit: Some(2_000_123),
             ..Default::default()
         };
         let args = ferry_core::remote::serve_args(&opts, false, true, &["/dst dir".into()]);
@@ -96,5 +97,7 @@ mod tests {
             w.a.engine.sig_cache.unwrap(),
             std::path::PathBuf::from("/var/cache/x y")
         );
+        // Bytes per second, whatever units a user would type.
+        assert_eq!(w.a.engine.bwlimit, Some(2_000_123));
     }
 }

@@ -52,7 +52,8 @@ pub(super) fn serve_args_with(
         a.push(format!("--exclude={p}"));
     }
     if let Some(r) = opts.bwlimit {
-        a.push(format!("--bwlimit={r}"));
+        // In bytes, said so: a bare number is KiB/s, as in rsync.
+        a.push(format!("--bwlimit={r}B"));
     }
     if let Some(t) = opts.timeout {
         a.push(format!("--timeout={}", t.as_secs_f64()));
