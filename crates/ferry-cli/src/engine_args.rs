@@ -126,7 +126,27 @@ impl EngineArgs {
     }
 }
 
-/// `--bwlimit`: rsync's units (a bare number is KiB/s).
+/// `--bwlimit`: rsync's units (a bare number is KiB/s); 0 is no limit,
+/// anything else at least 512 B/s, as in rsync.
 fn parse_bwlimit(s: &str) -> Result<u64, String> {
-    crate::human::parse_size(s, 1024)
+    match crate::human::parse_size(s, 1024)? {
+        r @ 1..512 => Err(format!(
+            "{s:?}: {r} B/s is too small (at least 512 B/s; 0 means no limit)"
+        )),
+        r => Ok(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bwlimit_as_rsync_reads_it() {
+        use super::parse_bwlimit as p;
+        assert_eq!(p("100"), Ok(100 << 10));
+        assert_eq!(p("110MB"), Ok(110_000_000));
+        assert_eq!(p("0"), Ok(0));
+        assert!(p("1b").is_err());
+        assert!(p("0.0001").is_err());
+        assert!(p("-5").is_err());
+    }
 }

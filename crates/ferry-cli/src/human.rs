@@ -83,6 +83,10 @@ pub fn parse_size(s: &str, bare: u64) -> Result<u64, String> {
     if !(0.0..9.2e18).contains(&n) {
         return Err(format!("{s:?}: too large"));
     }
+    if n == 0.0 && v != 0.0 {
+        // Not a silent 0, which some options read as "no limit".
+        return Err(format!("{s:?}: less than one byte"));
+    }
     Ok(n as u64)
 }
 
@@ -118,5 +122,8 @@ mod tests {
         assert!(p("5X", 1).is_err());
         assert!(p("5Mx", 1).is_err());
         assert!(p("99999999999T", 1).is_err());
+        assert!(p("0.1b", 1).is_err());
+        assert_eq!(p("0", 1024), Ok(0));
+        assert_eq!(p("0.0M", 1), Ok(0));
     }
 }

@@ -30,10 +30,16 @@ impl BlockEncoder {
 
     fn zstd_ctx(&mut self, level: i32) -> std::io::Result<&mut zstd::bulk::Compressor<'static>> {
         let pos = match self.zstd.iter().position(|(l, _)| *l == level) {
-            Some(p) => p,
+            // The level used last goes last: the other one is evicted.
+            Some(p) => {
+                let hit = self.zstd.remove(p);
+                self.zstd.push(hit);
+                self.zstd.len() - 1
+            }
             None => {
                 // Contexts of high levels take tens of MiB: keep the two
-                // levels used last, not one per level the choice tried.
+                // levels used last (least recently used goes), not one per
+                // level the choice tried.
                 if self.zstd.len() >= 2 {
                     self.zstd.remove(0);
                 }

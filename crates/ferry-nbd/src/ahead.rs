@@ -4,10 +4,12 @@
 //! for the next pieces of the range before waiting for this one, spread
 //! over the pool's connections, so a server far away or slow per request
 //! is kept busy. What is asked ahead is bounded ([`AHEAD_MAX`] requests in
-//! all); a piece read ahead that is never asked for is dropped.
+//! all, a reader's share shrinking when many read at once); a piece
+//! nobody takes is dropped, and a write over a piece forgets it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::client::unexpected;
 use crate::conn::{Reply, Ticket};
@@ -17,14 +19,34 @@ use crate::pool::Pool;
 /// Most requests read ahead and not yet taken, over all readers.
 pub const AHEAD_MAX: usize = 64;
 
-/// Requests in flight for pieces not asked for yet, by offset.
+/// A piece nobody took for this long belongs to a reader that gave up
+/// on its range: its place may go to another reader.
+const STALE: Duration = Duration::from_secs(5);
+
+/// Requests in flight for pieces not asked for yet, by offset: their
+/// length, the request, and when it was asked.
 #[derive(Default)]
-pub(crate) struct Ahead(Mutex<HashMap<u64, (usize, Ticket)>>);
+pub(crate) struct Ahead(Mutex<HashMap<u64, (usize, Ticket, Instant)>>);
 
 impl std::fmt::Debug for Ahead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.0.lock().map(|m| m.len()).unwrap_or(0);
-        write!(f, "Ahead({n} in flight)")
+        write!(f, "Ahead({} in flight)", self.lock().len())
+    }
+}
+
+impl Ahead {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (usize, Ticket, Instant)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forget pieces that overlap `[offset, offset + len)`: it is being
+    /// written, so what was read ahead there is old.
+    pub(crate) fn forget(&self, offset: u64, len: u64) {
+        let mut m = self.lock();
+        if !m.is_empty() {
+            let end = offset.saturating_add(len);
+            m.retain(|&at, (n, _, _)| at.saturating_add(*n as u64) <= offset || at >= end);
+        }
     }
 }
 
@@ -52,39 +74,47 @@ impl Pool {
     }
 
     fn ahead_take(&self, offset: u64, len: usize) -> Option<Ticket> {
-        let mut m = self.ahead().0.lock().unwrap_or_else(|p| p.into_inner());
-        match m.remove(&offset) {
-            Some((l, t)) if l == len => Some(t),
+        match self.ahead().lock().remove(&offset) {
+            Some((l, t, _)) if l == len => Some(t),
             // Asked ahead with another size: drop it, read afresh.
             _ => None,
         }
     }
 
-    /// Ask for up to two pieces per connection after `from`, below `limit`.
+    /// Ask for up to two pieces per connection after `from`, below
+    /// `limit`, while fewer than [`AHEAD_MAX`] are out. The requests are
+    /// sent with the map unlocked (a submit may wait for the server).
     fn ask_ahead(&self, from: u64, len: usize, limit: u64) {
-        let mut m = self.ahead().0.lock().unwrap_or_else(|p| p.into_inner());
-        if m.len() >= AHEAD_MAX {
-            // Full of pieces nobody took (a reader that gave up on its
-            // range): start afresh rather than never read ahead again.
-            m.clear();
-        }
-        let mut at = from;
-        for _ in 0..self.connections() * 2 {
-            if at >= limit || m.len() >= AHEAD_MAX {
-                return;
+        let mut want = Vec::new();
+        {
+            let mut m = self.ahead().lock();
+            if m.len() >= AHEAD_MAX {
+                m.retain(|_, (_, _, asked)| asked.elapsed() < STALE);
             }
-            let n = len.min((limit - at) as usize);
-            if let std::collections::hash_map::Entry::Vacant(slot) = m.entry(at) {
-                let conn = self.next_client(1).connection();
-                match conn.submit_read(at, vec![0u8; n]) {
-                    Ok(t) => {
-                        slot.insert((n, t));
-                    }
-                    // The read itself will say what is wrong.
-                    Err(_) => return,
+            let mut at = from;
+            for _ in 0..self.connections() * 2 {
+                if at >= limit || m.len() + want.len() >= AHEAD_MAX {
+                    break;
                 }
+                let n = len.min((limit - at) as usize);
+                if !m.contains_key(&at) {
+                    want.push((at, n));
+                }
+                at += n as u64;
             }
-            at += n as u64;
         }
+        let mut asked = Vec::with_capacity(want.len());
+        for (at, n) in want {
+            match self
+                .next_client(1)
+                .connection()
+                .submit_read(at, vec![0u8; n])
+            {
+                Ok(t) => asked.push((at, (n, t, Instant::now()))),
+                // The read itself will say what is wrong.
+                Err(_) => break,
+            }
+        }
+        self.ahead().lock().extend(asked);
     }
 }

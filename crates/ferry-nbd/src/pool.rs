@@ -53,20 +53,39 @@ impl Pool {
         if n <= 1 || !first.can_multi_conn() {
             return Pool::of(clients);
         }
+        let deadline = extra_deadline(took);
         let opts = ConnectOptions {
-            connect_timeout: extra_deadline(took),
+            connect_timeout: deadline,
             ..first.options().clone()
         };
-        let extra: Vec<Client> = std::thread::scope(|s| {
-            let hs: Vec<_> = (1..n)
-                .map(|_| s.spawn(|| Client::connect_uri(first.uri(), opts.clone())))
-                .collect();
-            hs.into_iter()
-                .filter_map(|h| h.join().ok().and_then(|r| r.ok()))
-                // The same export, as the first connection saw it.
-                .filter(|c| c.size() == first.size() && c.read_only() == first.read_only())
-                .collect()
-        });
+        // Each attempt on a thread of its own, waited for until the
+        // deadline as a whole: a connect() into a full listen queue or a
+        // handshake dripped byte by byte is abandoned, not joined (the
+        // thread drops its connection when it ends).
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 1..n {
+            let (tx, uri, opts) = (tx.clone(), first.uri().clone(), opts.clone());
+            let spawned = std::thread::Builder::new()
+                .name("ferry-nbd-connect".into())
+                .spawn(move || {
+                    let _ = tx.send(Client::connect_uri(&uri, opts));
+                });
+            if spawned.is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        let until = Instant::now() + deadline;
+        let mut extra = Vec::new();
+        while let Ok(r) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            // The same export, as the first connection saw it.
+            match r {
+                Ok(c) if c.size() == first.size() && c.read_only() == first.read_only() => {
+                    extra.push(c)
+                }
+                _ => {}
+            }
+        }
         clients.extend(extra);
         Pool::of(clients)
     }
@@ -122,8 +141,16 @@ impl Pool {
     /// Writes `data` at `offset` over all connections; returns once every
     /// request is acknowledged.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.ahead.forget(offset, data.len() as u64);
         let start = self.start(data.len().div_ceil(shape(&self.clients).0));
         write_spread(&self.clients, start, offset, data)
+    }
+
+    /// Makes `[offset, offset + len)` read as zeros (see
+    /// [`Client::write_zeroes`]).
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        self.ahead.forget(offset, len);
+        self.first().write_zeroes(offset, len)
     }
 
     /// FLUSH. With multi-conn, one connection's FLUSH covers the writes

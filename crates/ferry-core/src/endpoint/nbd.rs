@@ -130,7 +130,7 @@ impl Sink for NbdExport {
         self.0.write_at(off, buf).map_err(nbd_io)
     }
     fn zero_range(&self, off: u64, len: u64) -> io::Result<()> {
-        self.0.first().write_zeroes(off, len).map_err(nbd_io)
+        self.0.write_zeroes(off, len).map_err(nbd_io)
     }
     fn durable(&self) -> io::Result<()> {
         self.0.flush().map_err(nbd_io)
