@@ -33,6 +33,12 @@ enum Script {
     Close,
     HugeBlockStatus,
     Good,
+    /// Good on the first connection, with multi-conn offered; later
+    /// connections are accepted and never answered.
+    MultiSilent,
+    /// As MultiSilent, but later connections get their greeting one byte
+    /// every 200 ms.
+    MultiDrip,
 }
 
 struct Fake {
@@ -61,7 +67,7 @@ fn chunk(flags: u16, kind: u16, cookie: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Handshake: structured replies yes, base:allocation id 7, exports "disk" only.
-fn handshake(s: &mut UnixStream) -> bool {
+fn handshake(s: &mut UnixStream, multi: bool) -> bool {
     let mut g = NBDMAGIC.to_be_bytes().to_vec();
     g.extend_from_slice(&IHAVEOPT.to_be_bytes());
     g.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
@@ -104,8 +110,9 @@ fn handshake(s: &mut UnixStream) -> bool {
                     &(FLAG_HAS_FLAGS
                         | FLAG_SEND_FLUSH
                         | FLAG_SEND_WRITE_ZEROES
-                        | FLAG_SEND_FAST_ZERO)
-                        .to_be_bytes(),
+                        | FLAG_SEND_FAST_ZERO
+                        | if multi { FLAG_CAN_MULTI_CONN } else { 0 })
+                    .to_be_bytes(),
                 );
                 opt_reply(s, opt, REP_INFO, &p);
                 opt_reply(s, opt, REP_ACK, &[]);
@@ -117,9 +124,11 @@ fn handshake(s: &mut UnixStream) -> bool {
 }
 
 fn serve(mut s: UnixStream, script: Script) {
-    if !handshake(&mut s) {
+    let multi = matches!(script, Script::MultiSilent | Script::MultiDrip);
+    if !handshake(&mut s, multi) {
         return;
     }
+    let script = if multi { Script::Good } else { script };
     loop {
         let mut r = [0u8; 28];
         if s.read_exact(&mut r).is_err() {
@@ -238,6 +247,8 @@ fn serve(mut s: UnixStream, script: Script) {
                     b
                 }
             },
+            // Served as Good (mapped above).
+            Script::MultiSilent | Script::MultiDrip => return,
         };
         if s.write_all(&reply).is_err() {
             return;
@@ -253,8 +264,24 @@ impl Fake {
         let handle = std::thread::spawn(move || {
             // Serve connections until the listener errors (test end).
             l.set_nonblocking(false).unwrap();
-            for s in l.incoming().take(4) {
+            for (i, s) in l.incoming().take(4).enumerate() {
                 match s {
+                    Ok(s) if i > 0 && matches!(script, Script::MultiSilent) => {
+                        std::thread::spawn(move || {
+                            std::thread::sleep(Duration::from_secs(10));
+                            drop(s)
+                        });
+                    }
+                    Ok(mut s) if i > 0 && matches!(script, Script::MultiDrip) => {
+                        std::thread::spawn(move || {
+                            for b in NBDMAGIC.to_be_bytes() {
+                                std::thread::sleep(Duration::from_millis(200));
+                                if s.write_all(&[b]).is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                    }
                     Ok(s) => {
                         std::thread::spawn(move || serve(s, script));
                     }
@@ -419,4 +446,22 @@ fn good_server_chunks_and_contexts() {
 fn tls_is_refused_clearly() {
     let e = Client::connect("nbds://127.0.0.1/disk").unwrap_err();
     assert!(e.to_string().contains("TLS not supported yet"), "{e}");
+}
+
+#[test]
+fn extra_connections_that_do_not_answer_are_left_out() {
+    for script in [Script::MultiSilent, Script::MultiDrip] {
+        let f = Fake::start(script);
+        let t0 = Instant::now();
+        let pool = ferry_nbd::Pool::connect(&f.uri("disk"), 4).unwrap();
+        // The extra handshakes get 0.25 s in all, not each and not per read.
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{script:?}: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(pool.connections(), 1, "{script:?}");
+        let mut b = vec![0u8; 8192];
+        pool.read_at(4096, &mut b).unwrap();
+    }
 }
