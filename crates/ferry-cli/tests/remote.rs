@@ -329,6 +329,54 @@ fn direct_falls_back_to_ssh_when_unreachable() {
     }
 }
 
+/// `--direct` to an ssh alias (`Host NAME` with `HostName` in an ssh
+/// config): the name does not resolve here, but ssh got there; the direct
+/// connection goes to the address ssh reached, with no fallback.
+#[test]
+fn direct_through_an_ssh_alias() {
+    let Some(srv) = SshServer::start("direct_through_an_ssh_alias") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("ssh_config");
+    std::fs::write(
+        &cfg,
+        "Host ferry-test-alias.invalid\n  HostName 127.0.0.1\n",
+    )
+    .unwrap();
+    let rsh = format!("{} -F {}", srv.rsh(), cfg.display());
+    let alias = |path: &std::path::Path| {
+        srv.remote(path)
+            .replacen("@127.0.0.1:", "@ferry-test-alias.invalid:", 1)
+    };
+    let bin = ferry_bin();
+    let src = d.path().join("src");
+    tree(&src);
+    for (name, from, to) in [
+        ("pushed", slash(&src), alias(&d.path().join("pushed"))),
+        (
+            "pulled",
+            format!("{}/", alias(&src)),
+            p(&d.path().join("pulled")).to_string(),
+        ),
+    ] {
+        let out = std::process::Command::new(&bin)
+            .args(remote_args(
+                &rsh,
+                p(&bin),
+                &["--direct", "--json", &from, &to],
+            ))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {err}");
+        assert!(!err.contains("through ssh"), "{name}: fell back: {err}");
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["notices"], serde_json::json!([]), "{name}: {j}");
+        assert_same_tree(&src, &d.path().join(name));
+    }
+}
+
 /// `producer | ferry pipe host -- COMMAND` through a real sshd, direct and
 /// through ssh, with COMMAND's exit status passed back.
 #[test]

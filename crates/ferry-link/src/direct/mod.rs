@@ -33,7 +33,7 @@ mod accept;
 mod offer;
 
 use std::io;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use ferry_channel::{ChannelError, Psk, Role, Session};
@@ -78,13 +78,7 @@ impl ConnectError {
 /// Connect to `host` (a name or an address, no user, no brackets) on
 /// `port`, trying each of its addresses for [`CONNECT_WAIT`].
 pub fn connect(host: &str, port: u16) -> Result<TcpStream, ConnectError> {
-    // Test aid: a port where nothing listens, as behind a firewall.
-    #[cfg(feature = "test-hooks")]
-    let port = if std::env::var_os("FERRY_TEST_DIRECT_UNREACHABLE").is_some() {
-        1
-    } else {
-        port
-    };
+    let port = test_port(port);
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|source| ConnectError::Resolve {
@@ -97,6 +91,48 @@ pub fn connect(host: &str, port: u16) -> Result<TcpStream, ConnectError> {
         port,
         source,
     })
+}
+
+/// Connect to what the server offered: the addresses of `host`, then
+/// the address ssh reached the server at (an ssh alias such as `Host box`
+/// with a `HostName` in ssh_config does not resolve here, but ssh got
+/// there).
+pub fn connect_offer(host: &str, offer: &Offer) -> Result<TcpStream, ConnectError> {
+    let Some(reached) = offer.addr.filter(|a| !a.is_unspecified()) else {
+        return connect(host, offer.port);
+    };
+    let port = test_port(offer.port);
+    let mut addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map(|a| a.collect())
+        .unwrap_or_default();
+    let via_ssh = SocketAddr::new(reached, port);
+    if !addrs.contains(&via_ssh) {
+        addrs.push(via_ssh);
+    }
+    connect_any(&addrs, CONNECT_WAIT).map_err(|source| ConnectError::Connect {
+        host: host.into(),
+        port,
+        source,
+    })
+}
+
+/// Test aid: with the `test-hooks` feature and
+/// `FERRY_TEST_DIRECT_UNREACHABLE` set, a port where nothing listens, as
+/// behind a firewall.
+fn test_port(port: u16) -> u16 {
+    #[cfg(feature = "test-hooks")]
+    if std::env::var_os("FERRY_TEST_DIRECT_UNREACHABLE").is_some() {
+        return 1;
+    }
+    port
+}
+
+/// The address this side was reached at by ssh (`$SSH_CONNECTION`'s
+/// third field), if ferry runs under ssh.
+pub fn ssh_reached_ip() -> Option<IpAddr> {
+    let c = std::env::var("SSH_CONNECTION").ok()?;
+    c.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Connect to the first of `addrs` that answers within `wait`, with

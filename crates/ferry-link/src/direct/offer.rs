@@ -14,13 +14,13 @@
 //! After an answer that chose ssh, the session runs on ssh's pipes.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
 use ferry_channel::IdleRead;
 
-use super::{connect, ConnectError};
+use super::{connect_offer, ConnectError};
 
 /// Which ferry command's bootstrap: the lines are fixed by the ferrys
 /// already installed on other hosts.
@@ -60,6 +60,10 @@ pub struct Offer {
     pub port: u16,
     /// The session's key (sync; pipe's client made its own).
     pub key: Option<String>,
+    /// The address ssh reached the server at (`$SSH_CONNECTION`), when it
+    /// said: tried after the host's own addresses, and instead of them
+    /// when the host is an ssh alias that does not resolve.
+    pub addr: Option<IpAddr>,
 }
 
 /// The server's offer did not come.
@@ -102,24 +106,39 @@ impl OfferError {
 }
 
 impl Dialect {
-    /// The server's offer line.
-    pub(super) fn offer_line(self, port: u16, key: Option<&str>) -> String {
-        match self {
+    /// The server's offer line, with the address ssh reached it at when
+    /// known.
+    pub(super) fn offer_line(self, port: u16, key: Option<&str>, addr: Option<IpAddr>) -> String {
+        let mut line = match self {
             Dialect::Sync => format!("{SYNC_OFFER} {port} {}", key.unwrap_or_default()),
             Dialect::Pipe => format!("{PIPE_OFFER} {port}"),
+        };
+        if let Some(a) = addr {
+            line.push_str(&format!(" {a}"));
         }
+        line
     }
 
     /// Read the server's offer from `line`.
     pub(super) fn parse_offer(self, line: &str) -> Result<Offer, OfferError> {
-        let mut words = line.split_whitespace();
-        let (port, key) = match (self, words.next(), words.next(), words.next()) {
-            (Dialect::Sync, Some(SYNC_OFFER), Some(port), Some(key)) => (port, Some(key.into())),
-            (Dialect::Pipe, Some(PIPE_OFFER), Some(port), None) => (port, None),
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (port, key, addr) = match (self, words.as_slice()) {
+            (Dialect::Sync, [SYNC_OFFER, port, key, rest @ ..]) => {
+                (*port, Some(key.to_string()), rest)
+            }
+            (Dialect::Pipe, [PIPE_OFFER, port, rest @ ..]) => (*port, None, rest),
+            _ => return Err(OfferError::NotOffered(line.into())),
+        };
+        let addr = match addr {
+            [] => None,
+            [a] => Some(
+                a.parse::<IpAddr>()
+                    .map_err(|_| OfferError::NotOffered(line.into()))?,
+            ),
             _ => return Err(OfferError::NotOffered(line.into())),
         };
         match port.parse() {
-            Ok(port) => Ok(Offer { port, key }),
+            Ok(port) => Ok(Offer { port, key, addr }),
             Err(_) => Err(OfferError::BadPort {
                 line: line.into(),
                 port: port.into(),
@@ -151,7 +170,7 @@ pub fn offer<W: Write>(
     port: u16,
     key: Option<&str>,
 ) -> io::Result<()> {
-    write_line(out, &dialect.offer_line(port, key))
+    write_line(out, &dialect.offer_line(port, key, super::ssh_reached_ip()))
 }
 
 /// Server: the client's answer from `r` (the server's stdin), or the line
@@ -240,7 +259,7 @@ impl Dial<'_> {
             Err(e) => return Err(OfferError::Io(e).into()),
         };
         let route = match self.try_direct {
-            true => connect(self.host, offer.port)
+            true => connect_offer(self.host, &offer)
                 .map_or_else(|e| Route::ViaSsh(Some(e)), Route::Direct),
             false => Route::ViaSsh(None),
         };

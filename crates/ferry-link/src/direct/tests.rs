@@ -84,11 +84,19 @@ fn offers_and_answers_of_both_dialects() {
         (Dialect::Sync, "FERRY-DIRECT 4711 k3y", Some("k3y")),
         (Dialect::Pipe, "FERRY-PORT 4711", None),
     ] {
-        let mut out = Vec::new();
-        offer(d, &mut out, 4711, key).unwrap();
-        assert_eq!(out, format!("{port_line}\n").into_bytes());
+        // (`offer` adds $SSH_CONNECTION's address when ferry runs under ssh.)
+        assert_eq!(d.offer_line(4711, key, None), port_line);
         let o = d.parse_offer(port_line).unwrap();
-        assert_eq!((o.port, o.key.as_deref()), (4711, key));
+        assert_eq!((o.port, o.key.as_deref(), o.addr), (4711, key, None));
+        // The address ssh reached the server at, v4 or v6.
+        for ip in ["10.1.2.3", "fe80::1"] {
+            let a: std::net::IpAddr = ip.parse().unwrap();
+            let line = d.offer_line(4711, key, Some(a));
+            assert_eq!(line, format!("{port_line} {ip}"));
+            assert_eq!(d.parse_offer(&line).unwrap().addr, Some(a));
+            assert!(d.parse_offer(&format!("{port_line} box")).is_err());
+            assert!(d.parse_offer(&format!("{line} more")).is_err());
+        }
         for a in [Answer::Direct, Answer::ViaSsh] {
             if let Some(line) = d.answer_line(a) {
                 let input = format!("{line}\nprotocol bytes");
