@@ -311,6 +311,29 @@ def old_copy(base: str):
     return prep
 
 
+def ferry_sync(ctx: Ctx, name: str, flags: str, paths: Callable[[str, str], str],
+               form: str | tuple = "remote", **kw) -> Tool:
+    """`ferry sync FLAGS PATHS` from A over the link; `paths(src, dst)` names
+    the source and the destination in B."""
+    return Tool(name, "ferry", lambda s, d: ctx.ferry.sync_cmd(flags + paths(s, d), ctx.link), NS_A,
+                form=form, **kw)
+
+
+def ferry_sync_variants(ctx: Ctx, paths: Callable[[str, str], str], delta: bool = False) -> list[Tool]:
+    """ferry sync over ssh (and with --delta), over --direct, and what its
+    defaults cost, for the tree and file scenarios."""
+    tools = [ferry_sync(ctx, "ferry sync (ssh)", "", paths)]
+    if delta:
+        tools.append(ferry_sync(ctx, "ferry sync --delta (ssh)", "--delta ", paths, "remote-delta"))
+    return tools + [
+        ferry_sync(ctx, "ferry sync --direct", "--direct ", paths, "remote-direct"),
+        # What durability costs: ferry fsyncs by default (rsync does not).
+        ferry_sync(ctx, "ferry sync --no-fsync (ssh)", "--no-fsync ", paths),
+        # What reading every written file back costs (--verify).
+        ferry_sync(ctx, "ferry sync --verify (ssh)", "--verify ", paths),
+    ]
+
+
 # -- scenarios ---------------------------------------------------------------------
 
 def scen_tree(ctx: Ctx):
@@ -320,19 +343,7 @@ def scen_tree(ctx: Ctx):
     tools = [
         Tool("rsync -a (ssh)", "peer", lambda s, d: f"rsync -a -e {q(ssh)} {s}/ {ADDR_B}:{d}/",
              NS_A, needs=("rsync",)),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s}/ {ADDR_B}:{d}/", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote-direct"),
-        # What durability costs: ferry fsyncs by default (rsync does not).
-        Tool("ferry sync --no-fsync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote"),
-        # What reading every written file back costs (--verify).
-        Tool("ferry sync --verify (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s}/ {ADDR_B}:{d}/", ctx.link), NS_A,
-             form="remote"),
+        *ferry_sync_variants(ctx, lambda s, d: f"{s}/ {ADDR_B}:{d}/"),
         # The issue's yardstick for the unchanged re-run: a bare login over
         # the same link, same ssh command and options. A baseline, not a peer.
         Tool("ssh host true", "baseline", lambda s, d: ssh_true(ctx), NS_A, needs=("ssh",),
@@ -367,21 +378,7 @@ def scen_bigfile(ctx: Ctx):
         Tool("rsync --inplace", "peer", rs("--inplace "), NS_A, needs=("rsync",)),
         Tool("rsync --whole-file", "peer", rs("--whole-file "), NS_A, needs=("rsync",)),
         Tool("rsync --inplace --whole-file", "peer", rs("--inplace --whole-file "), NS_A, needs=("rsync",)),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --delta (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--delta {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-delta"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-direct"),
-        # What durability costs: ferry fsyncs by default (rsync does not).
-        Tool("ferry sync --no-fsync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--no-fsync {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote"),
-        Tool("ferry sync --verify (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--verify {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote"),
+        *ferry_sync_variants(ctx, lambda s, d: f"{s} {ADDR_B}:{d}", delta=True),
     ]
     pct = ctx.sizes["mangle_pct"]
     run_file_case(ctx, "bigfile", f"mangled {pct:g}%", tools, mangled, old_copy(base))
@@ -473,6 +470,8 @@ def scen_sparse(ctx: Ctx):
     sock = sock_path(ctx.work, "sparse-a.sock")
     uri = q(nbd_uri(sock))
     nbd_a = lambda s, d: [nbd_unix_server(s, sock, NS_A)]  # noqa: E731
+    to_b = lambda s, d: f"{s} {ADDR_B}:{d}"  # noqa: E731
+    export_to_b = lambda s, d: f"{uri} {ADDR_B}:{d}"  # noqa: E731
     # scp and rsync at 4 GiB over 100 Mbit/s take ~6 min a run: once is enough
     slow = 1 if ctx.sizes["img_mib"] > 1024 and ctx.runs > 1 else None
     tools = [
@@ -486,17 +485,11 @@ def scen_sparse(ctx: Ctx):
         Tool("nbdkit + qemu-img convert", "peer",
              lambda s, d: f"qemu-img convert -f raw -O raw nbd://{ADDR_A}:{NBD_PORT} {d}",
              NS_B, servers=nbd_server, needs=("nbdkit", "qemu-img")),
-        Tool("ferry sync (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{s} {ADDR_B}:{d}", ctx.link), NS_A, form="remote"),
-        Tool("ferry sync --direct", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {s} {ADDR_B}:{d}", ctx.link), NS_A,
-             form="remote-direct"),
-        Tool("ferry sync nbd+unix (ssh)", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"{uri} {ADDR_B}:{d}", ctx.link), NS_A,
-             servers=nbd_a, form="nbd-remote"),
-        Tool("ferry sync --direct nbd+unix", "ferry",
-             lambda s, d: ctx.ferry.sync_cmd(f"--direct {uri} {ADDR_B}:{d}", ctx.link), NS_A,
-             servers=nbd_a, form=("nbd-remote", "remote-direct")),
+        ferry_sync(ctx, "ferry sync (ssh)", "", to_b),
+        ferry_sync(ctx, "ferry sync --direct", "--direct ", to_b, "remote-direct"),
+        ferry_sync(ctx, "ferry sync nbd+unix (ssh)", "", export_to_b, "nbd-remote", servers=nbd_a),
+        ferry_sync(ctx, "ferry sync --direct nbd+unix", "--direct ", export_to_b,
+                   ("nbd-remote", "remote-direct"), servers=nbd_a),
     ]
     login, login_runs = ssh_login_s(ctx, "sparse")
     log(f"sparse: ssh login (median of {len(login_runs)}): {login if login is None else round(login, 3)} s")
