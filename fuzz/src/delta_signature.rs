@@ -23,7 +23,7 @@
 use ferry_delta::sig::short;
 use ferry_delta::{apply_to_vec, signature_of_bytes, Matcher, Op, Signature};
 use ferry_link::layout::block_hash;
-use ferry_link::{decode, encode, Message};
+use ferry_link::{decode, encode, Message, SignaturePart};
 
 use crate::util::{records, Bytes};
 
@@ -97,7 +97,7 @@ fn honest(bs: u64, per: usize, recs: &[&[u8]]) {
     let mut i = 0;
     loop {
         let j = (i + per).min(n);
-        let m = Message::Signature {
+        let m = Message::Signature(SignaturePart {
             file: 1,
             block_size: bs as u32,
             basis_size: basis.len() as u64,
@@ -105,15 +105,15 @@ fn honest(bs: u64, per: usize, recs: &[&[u8]]) {
             weak: sig.weak[i..j].to_vec(),
             strong: sig.strong[i..j].to_vec(),
             last: j == n,
-        };
+        });
         let mut body = Vec::new();
         encode(&m, &mut body);
-        let Ok(Message::Signature {
+        let Ok(Message::Signature(SignaturePart {
             first_block,
             weak,
             strong,
             ..
-        }) = decode(&body)
+        })) = decode(&body)
         else {
             panic!("a signature part does not survive the codec");
         };
@@ -180,14 +180,14 @@ fn hostile(recs: &[&[u8]]) {
     };
     let mut sig: Option<Signature> = None;
     for body in parts {
-        let Ok(Message::Signature {
+        let Ok(Message::Signature(SignaturePart {
             block_size,
             basis_size,
             first_block,
             weak,
             strong,
             ..
-        }) = decode(body)
+        })) = decode(body)
         else {
             continue;
         };

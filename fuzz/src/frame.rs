@@ -20,7 +20,10 @@ use std::io::Cursor;
 
 use ferry_link::codec::{MAX_DATA, MAX_REPORT_ERRORS, MAX_SIG_BLOCKS, MAX_STR, MAX_XATTRS};
 use ferry_link::transport::frame_check;
-use ferry_link::{decode, encode, encoded_len, DecodeError, LinkError, Message, MAGIC, MAX_FRAME};
+use ferry_link::{
+    decode, encode, encoded_len, CompressedData, DecodeError, LinkError, Message, SignaturePart,
+    MAGIC, MAX_FRAME,
+};
 
 use crate::util::{records, Bytes};
 
@@ -91,12 +94,12 @@ fn limits(m: &Message) {
             assert!(e.path.len() <= MAX_STR && e.target.len() <= MAX_STR);
             assert!(e.xattrs.len() <= MAX_XATTRS);
         }
-        Message::Signature {
+        Message::Signature(SignaturePart {
             block_size,
             weak,
             strong,
             ..
-        } => {
+        }) => {
             assert!(*block_size > 0);
             assert_eq!(weak.len(), strong.len());
             assert!(weak.len() <= MAX_SIG_BLOCKS);
@@ -116,13 +119,13 @@ fn limits(m: &Message) {
             assert!(basis_offset.checked_add(*len).is_some());
         }
         Message::ReceiverDone(r) => assert!(r.errors.len() <= MAX_REPORT_ERRORS),
-        Message::Compressed {
+        Message::Compressed(CompressedData {
             offset,
             raw_len,
             data,
             stream,
             ..
-        } => {
+        }) => {
             assert!(*raw_len as usize <= MAX_DATA && data.len() <= MAX_DATA);
             assert!(offset.checked_add(u64::from(*raw_len)).is_some());
             let _ = stream;
@@ -267,14 +270,14 @@ fn compare_with_model(stream: &[u8]) {
         });
         match (w, g) {
             (
-                Message::Compressed {
+                Message::Compressed(CompressedData {
                     file,
                     offset,
                     codec,
                     raw_len,
                     data: packed,
                     ..
-                },
+                }),
                 Message::Data {
                     file: f2,
                     offset: o2,
@@ -294,7 +297,7 @@ fn compare_with_model(stream: &[u8]) {
         // Stopped early: only at a Compressed message that does not unpack.
         let w = &want.msgs[got.len()];
         assert!(
-            matches!(w, Message::Compressed { .. })
+            matches!(w, Message::Compressed(CompressedData { .. }))
                 && matches!(
                     end,
                     LinkError::Corrupt(_) | LinkError::Decode(DecodeError::BadValue(_))

@@ -37,7 +37,7 @@ use std::thread;
 use ferry_core::sender::run_sender;
 use ferry_core::{SourceSpec, Stats, SyncOptions};
 use ferry_link::layout::{self, SegmentHasher};
-use ferry_link::{Endpoint, EntryKind, Message, WantMode};
+use ferry_link::{Endpoint, EntryKind, Message, SignaturePart, WantMode};
 
 use crate::util::{await_done, records};
 
@@ -242,7 +242,7 @@ fn check(
     for m in msgs {
         match m {
             Message::Want { file, mode } => asked.entry(*file).or_default().modes.push(*mode),
-            Message::Signature {
+            Message::Signature(SignaturePart {
                 file,
                 block_size,
                 basis_size,
@@ -250,7 +250,7 @@ fn check(
                 weak,
                 strong,
                 last,
-            } => asked.entry(*file).or_default().sig.push((
+            }) => asked.entry(*file).or_default().sig.push((
                 *block_size,
                 *basis_size,
                 *first_block,

@@ -94,6 +94,28 @@ thread_local! {
         std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
 }
 
+/// Clears `out` for a block the sender declared as `raw_len` bytes, which
+/// must not be above `max_out` (checked before anything is allocated).
+pub(crate) fn start_output(
+    out: &mut Vec<u8>,
+    raw_len: usize,
+    max_out: usize,
+) -> Result<(), DecompressError> {
+    out.clear();
+    if raw_len > max_out {
+        return Err(DecompressError::TooLarge(raw_len, max_out));
+    }
+    Ok(())
+}
+
+/// A block must decode to exactly the size declared.
+fn exact_size(got: usize, want: usize) -> Result<(), DecompressError> {
+    if got != want {
+        return Err(DecompressError::WrongSize { got, want });
+    }
+    Ok(())
+}
+
 /// Decompress one block of untrusted `input` into `out` (cleared first).
 /// `raw_len` is the size the sender declared; anything above `max_out` is
 /// refused before allocating, and a block that decodes to any other size
@@ -105,18 +127,10 @@ pub fn decompress_block(
     max_out: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), DecompressError> {
-    out.clear();
-    if raw_len > max_out {
-        return Err(DecompressError::TooLarge(raw_len, max_out));
-    }
+    start_output(out, raw_len, max_out)?;
     match codec {
         Codec::None => {
-            if input.len() != raw_len {
-                return Err(DecompressError::WrongSize {
-                    got: input.len(),
-                    want: raw_len,
-                });
-            }
+            exact_size(input.len(), raw_len)?;
             out.extend_from_slice(input);
         }
         Codec::Lz4 => {
@@ -127,9 +141,7 @@ pub fn decompress_block(
                     msg: e.to_string(),
                 }
             })?;
-            if got != raw_len {
-                return Err(DecompressError::WrongSize { got, want: raw_len });
-            }
+            exact_size(got, raw_len)?;
         }
         Codec::Zstd(_) => {
             // The frame's own content size, when present, must agree.
@@ -148,9 +160,7 @@ pub fn decompress_block(
                     codec: "zstd",
                     msg: zstd::zstd_safe::get_error_name(code).to_string(),
                 })?;
-            if got != raw_len {
-                return Err(DecompressError::WrongSize { got, want: raw_len });
-            }
+            exact_size(got, raw_len)?;
         }
     }
     Ok(())

@@ -10,6 +10,7 @@
 
 use zstd::stream::raw::{CParameter, DParameter, Decoder, Encoder, InBuffer, Operation, OutBuffer};
 
+use crate::block::start_output;
 use crate::error::DecompressError;
 use crate::wire::STREAM_WINDOW_LOG;
 
@@ -147,10 +148,7 @@ impl StreamDecoder {
         max_out: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), DecompressError> {
-        out.clear();
-        if raw_len > max_out {
-            return Err(DecompressError::TooLarge(raw_len, max_out));
-        }
+        start_output(out, raw_len, max_out)?;
         if start {
             match self.dec.as_mut() {
                 Some(d) => d.reinit().map_err(|e| corrupt(e.to_string()))?,

@@ -214,7 +214,7 @@ impl Matcher {
     /// in offset order, ops that cover `data` exactly; adjacent copies that
     /// are contiguous in both files come out as one op.
     pub fn diff(&self, data: &[u8], data_offset: u64, emit: &mut impl FnMut(Op)) {
-        self.diff_inner(data, data_offset, 0..data.len(), None, emit);
+        self.diff_range(data, data_offset, 0..data.len(), None, emit);
     }
 
     /// Diffs the part `range` of `data` (a segment), using the bytes of
@@ -239,8 +239,25 @@ impl Matcher {
         emit: &mut impl FnMut(Op),
     ) {
         let hashes = hashes.filter(|h| self.hashes_fit(data, data_offset, h));
-        let end = range.end.min(data.len());
-        self.diff_inner(data, data_offset, range.start.min(end)..end, hashes, emit);
+        let n = data.len();
+        let end = range.end.min(n);
+        let start = range.start.min(end);
+        if start == end || data_offset.checked_add(n as u64).is_none() {
+            return;
+        }
+        let mut out = Out {
+            emit,
+            pending: None,
+            lo: data_offset + start as u64,
+            hi: data_offset + end as u64,
+        };
+        if self.bs == 0 || self.n == 0 {
+            out.literal(data_offset, n as u64);
+        } else {
+            let lit = self.search(data, data_offset, hashes, &mut out);
+            self.finish(data, data_offset, lit, hashes, &mut out);
+        }
+        out.flush();
     }
 
     fn hashes_fit(&self, data: &[u8], data_offset: u64, hashes: &[[u8; 32]]) -> bool {
@@ -261,8 +278,7 @@ impl Matcher {
         hashes: &[[u8; 32]],
         emit: &mut impl FnMut(Op),
     ) {
-        let ok = self.hashes_fit(data, data_offset, hashes);
-        self.diff_inner(data, data_offset, 0..data.len(), ok.then_some(hashes), emit);
+        self.diff_range(data, data_offset, 0..data.len(), Some(hashes), emit);
     }
 
     /// Strong hash of `data[p..p + len]`, from `hashes` when that is a
@@ -306,29 +322,52 @@ impl Matcher {
         (self.strong_of(data, p, len, hashes) == self.strong[j as usize]).then_some(len)
     }
 
-    fn diff_inner(
+    /// The indexed block (its basis offset) whose weak hash is `h` and
+    /// whose strong hash is that of `data[q..q + bs]`, computed at most
+    /// once, into `strong`. A weak hit whose strong hash then differs
+    /// spends one of `budget`.
+    #[inline(always)]
+    fn lookup(
+        &self,
+        h: u64,
+        data: &[u8],
+        q: usize,
+        hashes: Option<&[[u8; 32]]>,
+        strong: &mut Option<[u8; 16]>,
+        budget: &mut usize,
+    ) -> Option<u64> {
+        let k = self.bucket(h);
+        let (s0, s1) = (self.starts[k] as usize, self.starts[k + 1] as usize);
+        let mut hit = false;
+        for &(w, i) in &self.entries[s0..s1] {
+            if w != h {
+                continue;
+            }
+            hit = true;
+            let s =
+                *strong.get_or_insert_with(|| self.strong_of(data, q, self.bs as usize, hashes));
+            if s == self.strong[i as usize] {
+                return Some(u64::from(i) * self.bs);
+            }
+        }
+        if hit {
+            *budget -= 1;
+        }
+        None
+    }
+
+    /// The search of [`Matcher::diff_range`] (`bs` and the index not
+    /// empty): emits the ops of `data` up to where the matches end, and
+    /// returns where the literal that is still pending starts.
+    #[inline(always)]
+    fn search<F: FnMut(Op)>(
         &self,
         data: &[u8],
         data_offset: u64,
-        range: std::ops::Range<usize>,
         hashes: Option<&[[u8; 32]]>,
-        emit: &mut impl FnMut(Op),
-    ) {
+        out: &mut Out<'_, F>,
+    ) -> usize {
         let n = data.len();
-        if range.is_empty() || data_offset.checked_add(n as u64).is_none() {
-            return;
-        }
-        let mut out = Out {
-            emit,
-            pending: None,
-            lo: data_offset + range.start as u64,
-            hi: data_offset + range.end as u64,
-        };
-        if self.bs == 0 || self.n == 0 {
-            out.literal(data_offset, n as u64);
-            out.flush();
-            return;
-        }
         let bs = self.bs as usize;
         let abs = |p: usize| data_offset + p as u64;
         // Weak hits whose strong hash then differs: bounded per segment so a
@@ -434,28 +473,14 @@ impl Matcher {
                     }
                 }
                 if self.maybe_indexed(h) && budget > 0 {
-                    let k = self.bucket(h);
-                    let (s0, s1) = (self.starts[k] as usize, self.starts[k + 1] as usize);
-                    let mut hit = false;
-                    for &(w, i) in &self.entries[s0..s1] {
-                        if w != h {
-                            continue;
-                        }
-                        hit = true;
-                        let s = *strong.get_or_insert_with(|| self.strong_of(data, q, bs, hashes));
-                        if s == self.strong[i as usize] {
-                            let b = u64::from(i) * self.bs;
-                            out.literal(abs(lit), (q - lit) as u64);
-                            out.copy(abs(q), b, self.bs);
-                            p = q + bs;
-                            lit = p;
-                            expect = Some(b + self.bs);
-                            fruitless = 0;
-                            continue 'outer;
-                        }
-                    }
-                    if hit {
-                        budget -= 1;
+                    if let Some(b) = self.lookup(h, data, q, hashes, &mut strong, &mut budget) {
+                        out.literal(abs(lit), (q - lit) as u64);
+                        out.copy(abs(q), b, self.bs);
+                        p = q + bs;
+                        lit = p;
+                        expect = Some(b + self.bs);
+                        fruitless = 0;
+                        continue 'outer;
                     }
                 }
                 if q + bs >= n {
@@ -465,6 +490,23 @@ impl Matcher {
                 q += 1;
             }
         }
+        lit
+    }
+
+    /// The end of [`Matcher::diff_range`]: the literal pending from `lit`,
+    /// but for the source's last, partial block, which may still equal the
+    /// basis's last block at the same place.
+    fn finish<F: FnMut(Op)>(
+        &self,
+        data: &[u8],
+        data_offset: u64,
+        mut lit: usize,
+        hashes: Option<&[[u8; 32]]>,
+        out: &mut Out<'_, F>,
+    ) {
+        let n = data.len();
+        let bs = self.bs as usize;
+        let abs = |p: usize| data_offset + p as u64;
         // Fewer than a block left unmatched: the source's last, partial
         // block may still equal the basis's last block at the same place.
         if lit < n {
@@ -483,7 +525,6 @@ impl Matcher {
             }
         }
         out.literal(abs(lit), (n - lit) as u64);
-        out.flush();
     }
 }
 

@@ -25,7 +25,7 @@ use crate::codec::{self, DecodeError};
 use crate::framing::write_keepalive;
 use crate::framing::{read_loop, write_loop};
 use crate::liveness::{Liveness, TICK};
-use crate::msg::Message;
+use crate::msg::{CompressedData, Message};
 use crate::MAGIC;
 
 /// Why a link stopped working.
@@ -196,7 +196,7 @@ fn compress_data(
     if p.codec == ferry_compress::Codec::None {
         return Message::Data { file, offset, data };
     }
-    Message::Compressed {
+    Message::Compressed(CompressedData {
         file,
         offset,
         codec: p.wire_id(),
@@ -204,7 +204,52 @@ fn compress_data(
         level: p.codec.level(),
         raw_len: data.len() as u32,
         data: out,
+    })
+}
+
+/// The [`Message::Data`] that `c` compressed; stream blocks go through
+/// the peer's stream `c.stream` of `streams`.
+fn decompress_data(
+    streams: &mut Vec<Option<ferry_compress::StreamDecoder>>,
+    c: CompressedData,
+) -> Result<Message, LinkError> {
+    let mut out = Vec::new();
+    let bad = |e: ferry_compress::DecompressError| LinkError::Corrupt(e.to_string());
+    if c.codec == ferry_compress::WIRE_STREAM || c.codec == ferry_compress::WIRE_STREAM_START {
+        if c.stream >= MAX_STREAMS {
+            return Err(LinkError::Decode(DecodeError::BadValue("stream")));
+        }
+        let i = c.stream as usize;
+        if streams.len() <= i {
+            streams.resize_with(i + 1, || None);
+        }
+        streams[i]
+            .get_or_insert_with(ferry_compress::StreamDecoder::new)
+            .decompress(
+                c.codec == ferry_compress::WIRE_STREAM_START,
+                &c.data,
+                c.raw_len as usize,
+                crate::codec::MAX_DATA,
+                &mut out,
+            )
+            .map_err(bad)?;
+    } else {
+        let codec = ferry_compress::Codec::from_id(c.codec, c.level)
+            .ok_or(LinkError::Decode(DecodeError::BadValue("codec")))?;
+        ferry_compress::decompress_block(
+            codec,
+            &c.data,
+            c.raw_len as usize,
+            crate::codec::MAX_DATA,
+            &mut out,
+        )
+        .map_err(bad)?;
     }
+    Ok(Message::Data {
+        file: c.file,
+        offset: c.offset,
+        data: out,
+    })
 }
 
 /// A token bucket: at most `rate` bytes a second, bursts of 1/20 s.
@@ -327,12 +372,16 @@ impl MsgTx {
     }
 
     fn failure(&self) -> LinkError {
-        self.failure
-            .lock()
-            .ok()
-            .and_then(|g| g.clone())
-            .unwrap_or(LinkError::Closed)
+        failure_of(&self.failure)
     }
+}
+
+/// Why the link ended, as its stream reader recorded it, or just closed.
+fn failure_of(f: &Mutex<Option<LinkError>>) -> LinkError {
+    f.lock()
+        .ok()
+        .and_then(|g| g.clone())
+        .unwrap_or(LinkError::Closed)
 }
 
 /// Receiving half of a link.
@@ -390,67 +439,11 @@ impl MsgRx {
                 }
             };
         };
-        let m = match m {
-            Ok(Message::Compressed {
-                file,
-                offset,
-                codec,
-                stream,
-                level,
-                raw_len,
-                data,
-            }) => {
-                let mut out = Vec::new();
-                let bad = |e: ferry_compress::DecompressError| LinkError::Corrupt(e.to_string());
-                if codec == ferry_compress::WIRE_STREAM
-                    || codec == ferry_compress::WIRE_STREAM_START
-                {
-                    if stream >= MAX_STREAMS {
-                        return Err(LinkError::Decode(DecodeError::BadValue("stream")));
-                    }
-                    let i = stream as usize;
-                    if streams.len() <= i {
-                        streams.resize_with(i + 1, || None);
-                    }
-                    streams[i]
-                        .get_or_insert_with(ferry_compress::StreamDecoder::new)
-                        .decompress(
-                            codec == ferry_compress::WIRE_STREAM_START,
-                            &data,
-                            raw_len as usize,
-                            crate::codec::MAX_DATA,
-                            &mut out,
-                        )
-                        .map_err(bad)?;
-                } else {
-                    let codec = ferry_compress::Codec::from_id(codec, level)
-                        .ok_or(LinkError::Decode(DecodeError::BadValue("codec")))?;
-                    ferry_compress::decompress_block(
-                        codec,
-                        &data,
-                        raw_len as usize,
-                        crate::codec::MAX_DATA,
-                        &mut out,
-                    )
-                    .map_err(bad)?;
-                }
-                Message::Data {
-                    file,
-                    offset,
-                    data: out,
-                }
-            }
-            Ok(m) => m,
-            Err(_) => {
-                return Err(self
-                    .failure
-                    .lock()
-                    .ok()
-                    .and_then(|g| g.clone())
-                    .unwrap_or(LinkError::Closed))
-            }
-        };
-        Ok(Some(m))
+        match m {
+            Ok(Message::Compressed(c)) => decompress_data(&mut streams, c).map(Some),
+            Ok(m) => Ok(Some(m)),
+            Err(_) => Err(failure_of(&self.failure)),
+        }
     }
 }
 
@@ -485,47 +478,39 @@ pub fn in_process() -> (Endpoint, Endpoint) {
     let (b_tx, a_rx) = bounded::<Message>(QUEUE);
     let a_sent = WireCounter::default();
     let b_sent = WireCounter::default();
-    let a = Endpoint {
-        tx: MsgTx {
-            tx: a_tx,
-            count_on_send: Some(a_sent.clone()),
-            failure: Arc::default(),
-            limit: None,
-            compress: None,
-            compressor: None,
-            live: None,
-        },
-        rx: MsgRx {
-            rx: a_rx,
-            failure: Arc::default(),
-            streams: Mutex::default(),
-            live: None,
-        },
-        sent: a_sent.clone(),
-        received: b_sent.clone(),
-        link_rate: Arc::default(),
-    };
-    let b = Endpoint {
-        tx: MsgTx {
-            tx: b_tx,
-            count_on_send: Some(b_sent.clone()),
-            failure: Arc::default(),
-            limit: None,
-            compress: None,
-            compressor: None,
-            live: None,
-        },
-        rx: MsgRx {
-            rx: b_rx,
-            failure: Arc::default(),
-            streams: Mutex::default(),
-            live: None,
-        },
-        sent: b_sent,
-        received: a_sent,
-        link_rate: Arc::default(),
-    };
+    let a = in_process_end(a_tx, a_rx, &a_sent, &b_sent);
+    let b = in_process_end(b_tx, b_rx, &b_sent, &a_sent);
     (a, b)
+}
+
+/// One end of [`in_process`]: sends on `tx` counting into `sent`,
+/// receives on `rx` what the other end counted into `received`.
+fn in_process_end(
+    tx: Sender<Message>,
+    rx: Receiver<Message>,
+    sent: &WireCounter,
+    received: &WireCounter,
+) -> Endpoint {
+    Endpoint {
+        tx: MsgTx {
+            tx,
+            count_on_send: Some(sent.clone()),
+            failure: Arc::default(),
+            limit: None,
+            compress: None,
+            compressor: None,
+            live: None,
+        },
+        rx: MsgRx {
+            rx,
+            failure: Arc::default(),
+            streams: Mutex::default(),
+            live: None,
+        },
+        sent: sent.clone(),
+        received: received.clone(),
+        link_rate: Arc::default(),
+    }
 }
 
 /// Waits for a stream link's writer to put everything queued on the pipe.

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::client::unexpected;
-use crate::conn::{Reply, Ticket};
+use crate::client::wait_into;
+use crate::conn::Ticket;
 use crate::error::Result;
 use crate::pool::Pool;
 
@@ -62,13 +62,7 @@ impl Pool {
         let hit = self.ahead_take(offset, len);
         self.ask_ahead(offset.saturating_add(len as u64), len, limit);
         match hit {
-            Some(t) => match t.wait()? {
-                Reply::Data(d) if d.len() == len => {
-                    buf.copy_from_slice(&d);
-                    Ok(())
-                }
-                other => Err(unexpected("READ", &other)),
-            },
+            Some(t) => wait_into(t, buf),
             None => self.read_at(offset, buf),
         }
     }

@@ -189,15 +189,7 @@ impl Client {
         let mut pos = offset;
         while pos < end {
             let ask = (end - pos).min(MAX_RANGE_REQUEST) as u32;
-            let t = self.conn.submit_block_status(pos, ask)?;
-            let descs = match t.wait()? {
-                Reply::Extents(d) => d,
-                other => {
-                    return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
-                        format!("unexpected reply {other:?} to BLOCK_STATUS"),
-                    )))
-                }
-            };
+            let descs = wait_extents(self.conn.submit_block_status(pos, ask)?)?;
             let before = pos;
             pos = append_descriptors(&mut out, pos, end, &descs);
             if pos == before {
@@ -373,7 +365,7 @@ fn push_merged(out: &mut Vec<Extent>, e: Extent) {
     out.push(e);
 }
 
-pub(crate) fn unexpected(cmd: &str, r: &Reply) -> Error {
+fn unexpected(cmd: &str, r: &Reply) -> Error {
     Error::Protocol(crate::proto::ProtoError::Malformed(format!(
         "unexpected reply {r:?} to {cmd}"
     )))
@@ -381,6 +373,34 @@ pub(crate) fn unexpected(cmd: &str, r: &Reply) -> Error {
 
 pub(crate) fn wait_done(t: Ticket) -> Result<()> {
     t.wait().map(|_| ())
+}
+
+/// The bytes a READ's ticket brings.
+pub(crate) fn wait_data(t: Ticket) -> Result<Vec<u8>> {
+    match t.wait()? {
+        Reply::Data(d) => Ok(d),
+        other => Err(unexpected("READ", &other)),
+    }
+}
+
+/// A READ's data, into `out`, which it must fill exactly.
+pub(crate) fn wait_into(t: Ticket, out: &mut [u8]) -> Result<()> {
+    let d = wait_data(t)?;
+    if d.len() != out.len() {
+        return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
+            format!("READ of {} bytes answered with {}", out.len(), d.len()),
+        )));
+    }
+    out.copy_from_slice(&d);
+    Ok(())
+}
+
+/// The `(length, flags)` descriptors a BLOCK_STATUS's ticket brings.
+pub(crate) fn wait_extents(t: Ticket) -> Result<Vec<(u32, u32)>> {
+    match t.wait()? {
+        Reply::Extents(d) => Ok(d),
+        other => Err(unexpected("BLOCK_STATUS", &other)),
+    }
 }
 
 /// A shared buffer of zeroes, as large as the largest request.

@@ -22,8 +22,8 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::client::{append_descriptors, Client, Extent, PendingZero};
-use crate::conn::{Reply, Ticket};
+use crate::client::{append_descriptors, wait_data, wait_extents, Client, Extent, PendingZero};
+use crate::conn::Ticket;
 use crate::error::{Error, Result};
 
 /// Granularity of zero detection.
@@ -55,6 +55,16 @@ impl Default for CopyOptions {
             in_flight: 16,
             segment: 32 << 20,
             destination_is_zero: false,
+        }
+    }
+}
+
+impl CopyOptions {
+    /// The default tuning with `threads` workers.
+    fn with_threads(threads: usize) -> CopyOptions {
+        CopyOptions {
+            threads,
+            ..CopyOptions::default()
         }
     }
 }
@@ -186,14 +196,7 @@ fn zero_file_range(file: &File, offset: u64, len: u64) -> Result<()> {
 /// export size first, so zero areas stay holes; a block device gets its zero
 /// areas punched or written. The file is not fsynced.
 pub fn copy_to_file(client: &Client, file: &File, threads: usize) -> Result<CopyStats> {
-    copy_to_file_with(
-        client,
-        file,
-        &CopyOptions {
-            threads,
-            ..CopyOptions::default()
-        },
-    )
+    copy_to_file_with(client, file, &CopyOptions::with_threads(threads))
 }
 
 /// [`copy_to_file`] with explicit tuning.
@@ -210,19 +213,39 @@ pub fn copy_to_file_with(client: &Client, file: &File, opts: &CopyOptions) -> Re
             .map_err(|e| Error::io("resizing the destination file", e))?;
     }
     let clients = client.connections(opts.threads)?;
-    let next = AtomicU64::new(0);
-    let abort = AtomicBool::new(false);
-    let counters = Counters::default();
+    let punch = !regular && !opts.destination_is_zero;
+    let counters = run_workers(&clients, |c, sh| to_file_worker(c, file, punch, opts, sh))?;
+    Ok(counters.stats(size, clients_used(&clients), start))
+}
+
+/// What the workers of one copy share.
+#[derive(Default)]
+struct Shared {
+    /// The start of the first segment no worker has claimed yet.
+    next: AtomicU64,
+    /// Raised by the first worker that fails: the others stop.
+    abort: AtomicBool,
+    counters: Counters,
+}
+
+/// Runs `work` on one thread per connection of `clients`, all claiming
+/// segments from one cursor and adding to one set of counters. The first
+/// worker to fail raises the abort flag the others check; the error
+/// returned is the most telling one (see [`first_error`]).
+fn run_workers<F>(clients: &[Client], work: F) -> Result<Counters>
+where
+    F: Fn(&Client, &Shared) -> Result<()> + Sync,
+{
+    let shared = Shared::default();
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let hs: Vec<_> = clients
             .iter()
             .map(|c| {
-                let (next, abort, counters) = (&next, &abort, &counters);
+                let (shared, work) = (&shared, &work);
                 s.spawn(move || {
-                    let punch = !regular && !opts.destination_is_zero;
-                    let r = to_file_worker(c, file, punch, opts, next, abort, counters);
+                    let r = work(c, shared);
                     if r.is_err() {
-                        abort.store(true, Ordering::SeqCst);
+                        shared.abort.store(true, Ordering::SeqCst);
                     }
                     r
                 })
@@ -236,7 +259,7 @@ pub fn copy_to_file_with(client: &Client, file: &File, opts: &CopyOptions) -> Re
             .collect()
     });
     first_error(results)?;
-    Ok(counters.stats(size, clients_used(&clients), start))
+    Ok(shared.counters)
 }
 
 fn clients_used(clients: &[Client]) -> usize {
@@ -302,14 +325,7 @@ fn finish_map(client: &Client, m: Mapping) -> Result<Vec<Extent>> {
     let Some(t) = m.ticket else {
         return client.extents(m.start, m.len);
     };
-    let descs = match t.wait()? {
-        Reply::Extents(d) => d,
-        other => {
-            return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
-                format!("unexpected reply {other:?} to BLOCK_STATUS"),
-            )))
-        }
-    };
+    let descs = wait_extents(t)?;
     let mut out = Vec::new();
     let pos = append_descriptors(&mut out, m.start, end, &descs);
     if pos < end {
@@ -326,10 +342,9 @@ fn to_file_worker(
     file: &File,
     zero_dest: bool,
     opts: &CopyOptions,
-    next: &AtomicU64,
-    abort: &AtomicBool,
-    c: &Counters,
+    sh: &Shared,
 ) -> Result<()> {
+    let (next, abort, c) = (&sh.next, &sh.abort, &sh.counters);
     let rs = client.request_size(opts.request_size) as u64;
     // BLOCK_STATUS lengths are 32-bit.
     let segment = opts.segment.max(rs).min(1 << 30);
@@ -379,14 +394,7 @@ fn to_file_worker(
         let Some((off, t)) = queue.pop_front() else {
             return Ok(());
         };
-        let data = match t.wait()? {
-            Reply::Data(d) => d,
-            other => {
-                return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
-                    format!("unexpected reply {other:?} to READ"),
-                )))
-            }
-        };
+        let data = wait_data(t)?;
         Counters::add(&c.data_transferred, data.len() as u64);
         zero_runs(off, &data, |o, run, z| -> Result<()> {
             if z {
@@ -410,14 +418,7 @@ fn to_file_worker(
 /// beyond the file's length is left untouched. Ends with a FLUSH when the
 /// server supports it.
 pub fn copy_from_file(file: &File, client: &Client, threads: usize) -> Result<CopyStats> {
-    copy_from_file_with(
-        file,
-        client,
-        &CopyOptions {
-            threads,
-            ..CopyOptions::default()
-        },
-    )
+    copy_from_file_with(file, client, &CopyOptions::with_threads(threads))
 }
 
 /// [`copy_from_file`] with explicit tuning.
@@ -438,31 +439,7 @@ pub fn copy_from_file_with(file: &File, client: &Client, opts: &CopyOptions) -> 
         return Err(Error::Unsupported("destination export is read-only".into()));
     }
     let clients = client.connections(opts.threads)?;
-    let next = AtomicU64::new(0);
-    let abort = AtomicBool::new(false);
-    let counters = Counters::default();
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let hs: Vec<_> = clients
-            .iter()
-            .map(|c| {
-                let (next, abort, counters) = (&next, &abort, &counters);
-                s.spawn(move || {
-                    let r = from_file_worker(file, size, c, opts, next, abort, counters);
-                    if r.is_err() {
-                        abort.store(true, Ordering::SeqCst);
-                    }
-                    r
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::InvalidArgument("copy worker panicked".into())))
-            })
-            .collect()
-    });
-    first_error(results)?;
+    let counters = run_workers(&clients, |c, sh| from_file_worker(file, size, c, opts, sh))?;
     // All writes on all connections are acknowledged; with multi-conn one
     // flush covers them, without it there was only one connection.
     client.flush()?;
@@ -497,16 +474,14 @@ fn next_data(file: &File, pos: u64, end: u64) -> Result<Option<(u64, u64)>> {
     Ok(Some((d, h.min(end).max(d + 1).min(end))))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn from_file_worker(
     file: &File,
     size: u64,
     client: &Client,
     opts: &CopyOptions,
-    next: &AtomicU64,
-    abort: &AtomicBool,
-    c: &Counters,
+    sh: &Shared,
 ) -> Result<()> {
+    let (next, abort, c) = (&sh.next, &sh.abort, &sh.counters);
     let rs = client.request_size(opts.request_size) as u64;
     let segment = opts.segment.max(rs);
     let depth = opts.in_flight.max(1);

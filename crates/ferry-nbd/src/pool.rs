@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::ahead::Ahead;
-use crate::client::{unexpected, wait_done, Client, DEFAULT_REQUEST_SIZE};
-use crate::conn::{ConnectOptions, Reply};
+use crate::client::{wait_done, wait_into, Client, DEFAULT_REQUEST_SIZE};
+use crate::conn::ConnectOptions;
 use crate::error::Result;
 
 /// One export over up to `n` connections; see the module doc.
@@ -200,10 +200,7 @@ pub(crate) fn read_spread(
         let Some((c, t)) = queue.pop_front() else {
             return Ok(());
         };
-        match t.wait()? {
-            Reply::Data(d) if d.len() == c.len() => c.copy_from_slice(&d),
-            other => return Err(unexpected("READ", &other)),
-        }
+        wait_into(t, c)?;
     }
 }
 

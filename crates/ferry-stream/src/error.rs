@@ -5,9 +5,24 @@ use std::io::{self};
 
 use ferry_channel::ChannelError;
 
-/// What went wrong, coarse enough to pick an exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+/// Declares [`ErrorKind`] and `ErrorKind::ALL` from one list of kinds, so
+/// that the wire codes (the order of the list) cannot drift from the enum.
+macro_rules! error_kinds {
+    ($($(#[$doc:meta])* $kind:ident,)*) => {
+        /// What went wrong, coarse enough to pick an exit code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorKind {
+            $($(#[$doc])* $kind,)*
+        }
+
+        impl ErrorKind {
+            /// Every kind, in wire-code order.
+            const ALL: &'static [ErrorKind] = &[$(ErrorKind::$kind,)*];
+        }
+    };
+}
+
+error_kinds! {
     /// Bad options (block size, key).
     Usage,
     /// The peer does not hold the same key.
@@ -48,24 +63,12 @@ impl ErrorKind {
         self as u8
     }
 
+    /// The kind of wire code `c`; an unknown code reads as integrity.
     pub(crate) fn from_code(c: u8) -> ErrorKind {
-        use ErrorKind::*;
-        [
-            Usage,
-            WrongKey,
-            AddrInUse,
-            Unreachable,
-            ConsumerExited,
-            PeerConsumerExited,
-            ProducerFailed,
-            PeerKilled,
-            Integrity,
-            Io,
-            TimedOut,
-        ]
-        .get(c as usize)
-        .copied()
-        .unwrap_or(Integrity)
+        Self::ALL
+            .get(c as usize)
+            .copied()
+            .unwrap_or(ErrorKind::Integrity)
     }
 }
 

@@ -50,7 +50,13 @@
 //! [`IdleRead`], so a silent peer is dead after `--timeout` and a busy one
 //! is not. docs/PROTOCOL.md has the bytes.
 
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::thread;
 use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use ferry_channel::{IdleRead, Role, Session};
 
 pub use ferry_compress::{Codec, Mode};
 pub use output::FileOut;
@@ -75,7 +81,7 @@ use error::channel_err;
 use net::split;
 use recv::{Chunk, RecvEv};
 use recv_stages::{net_reader, write_output};
-use send::{suite_name, Job, JobKind, SendEv};
+use send::{Job, JobKind, SendEv};
 use send_stages::{compress_worker, net_writer, read_control, read_input};
 
 /// Largest block size (so a block plus its header fits a channel frame).
@@ -95,4 +101,35 @@ mod msg {
     pub const ABORT: u8 = 0x03;
     pub const ACK: u8 = 0x10;
     pub const FAIL: u8 = 0x11;
+}
+
+/// The handshake over a fresh pipe, each of its reads waiting at most
+/// [`Options::handshake_wait`]; the reader comes back with the stream's
+/// idle timeout armed.
+fn handshake<NR: Read + AsFd, NW: Write>(
+    opts: &Options,
+    net_r: NR,
+    net_w: &mut NW,
+    role: Role,
+) -> Result<(Session, IdleRead<NR>), StreamError> {
+    let mut net_r = IdleRead::new(net_r, opts.handshake_wait());
+    let session = ferry_channel::handshake(&mut net_r, net_w, &opts.key, role)
+        .map_err(|e| channel_err(e, "handshake"))?;
+    net_r.set_idle(opts.idle);
+    Ok((session, net_r))
+}
+
+/// Starts a thread of the pipeline.
+fn spawn(name: impl Into<String>, f: impl FnOnce() + Send + 'static) -> Result<(), StreamError> {
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))
+}
+
+/// The pipeline's next event; its threads all gone without one is a bug.
+fn next_event<E>(rx: &Receiver<E>) -> Result<E, StreamError> {
+    rx.recv()
+        .map_err(|_| StreamError::new(ErrorKind::Io, "internal: all workers ended"))
 }

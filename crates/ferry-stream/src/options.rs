@@ -4,9 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ferry_channel::Psk;
+use ferry_channel::{Psk, Suite};
 
 use crate::*;
 
@@ -80,6 +80,15 @@ impl Options {
     pub(crate) fn ring_blocks(&self) -> usize {
         (self.buffer / self.block_size).max(2)
     }
+
+    /// The live counters, with the ring's capacity set for this run.
+    pub(crate) fn run_stats(&self) -> Arc<Stats> {
+        self.stats.buffer_cap.store(
+            (self.ring_blocks() * self.block_size) as u64,
+            Ordering::Relaxed,
+        );
+        self.stats.clone()
+    }
 }
 
 /// Live counters, shared with the CLI (which polls them for the status
@@ -148,4 +157,25 @@ pub struct Summary {
     pub suite: String,
     /// Exit status of the remote command (pipe), from the receiver's ACK.
     pub remote_status: Option<i32>,
+}
+
+impl Summary {
+    /// A stream of `bytes` whose BLAKE3 is `digest`, started at `start`.
+    pub(crate) fn new(
+        bytes: u64,
+        digest: [u8; 32],
+        stats: &Stats,
+        start: Instant,
+        suite: Suite,
+        remote_status: Option<i32>,
+    ) -> Summary {
+        Summary {
+            bytes,
+            wire_bytes: Stats::get(&stats.wire),
+            elapsed: start.elapsed(),
+            blake3: blake3::Hash::from_bytes(digest).to_hex().to_string(),
+            suite: suite.to_string(),
+            remote_status,
+        }
+    }
 }

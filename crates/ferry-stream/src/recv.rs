@@ -7,7 +7,6 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
@@ -92,10 +91,7 @@ where
     NW: Write + Send + 'static,
 {
     opts.check()?;
-    let mut net_r = IdleRead::new(net_r, opts.handshake_wait());
-    let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Responder)
-        .map_err(|e| channel_err(e, "handshake"))?;
-    net_r.set_idle(opts.idle);
+    let (session, net_r) = handshake(opts, net_r, &mut net_w, Role::Responder)?;
     recv_session(opts, session, net_r, net_w, open, close_write)
 }
 
@@ -125,11 +121,7 @@ where
             return Err(e);
         }
     };
-    let stats = opts.stats.clone();
-    stats.buffer_cap.store(
-        (opts.ring_blocks() * opts.block_size) as u64,
-        Ordering::Relaxed,
-    );
+    let stats = opts.run_stats();
 
     let (ev_tx, ev_rx) = unbounded::<RecvEv>();
     let (ring_tx, ring_rx) = bounded::<Chunk>(opts.ring_blocks());
@@ -138,44 +130,27 @@ where
         let ev = ev_tx.clone();
         let stats = stats.clone();
         let on_abort = hooks.on_abort.clone();
-        thread::Builder::new()
-            .name("ferry-net-reader".into())
-            .spawn(move || {
-                let r = net_reader(chan_r, &ring_tx, &pool_rx, &stats);
-                if let Err(e) = r {
-                    if let Some(a) = &on_abort {
-                        a();
-                    }
-                    let _ = ev.send(RecvEv::NetErr(e));
-                } else {
-                    let _ = ev.send(RecvEv::NetDone);
+        spawn("ferry-net-reader", move || {
+            let r = net_reader(chan_r, &ring_tx, &pool_rx, &stats);
+            if let Err(e) = r {
+                if let Some(a) = &on_abort {
+                    a();
                 }
-            })
-            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+                let _ = ev.send(RecvEv::NetErr(e));
+            } else {
+                let _ = ev.send(RecvEv::NetDone);
+            }
+        })?;
     }
     {
-        let ev = ev_tx.clone();
         let stats = stats.clone();
-        thread::Builder::new()
-            .name("ferry-output".into())
-            .spawn(move || {
-                let _ = ev.send(write_output(output, &ring_rx, &pool_tx, &stats));
-            })
-            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+        spawn("ferry-output", move || {
+            let _ = ev_tx.send(write_output(output, &ring_rx, &pool_tx, &stats));
+        })?;
     }
-    drop(ev_tx);
 
     loop {
-        let ev = match ev_rx.recv() {
-            Ok(ev) => ev,
-            Err(_) => {
-                return Err(StreamError::new(
-                    ErrorKind::Io,
-                    "internal: all workers ended",
-                ))
-            }
-        };
-        match ev {
+        match next_event(&ev_rx)? {
             RecvEv::NetDone => continue,
             RecvEv::WriterDone { total, digest } => {
                 let status = hooks.on_complete.take().and_then(|f| f());
@@ -187,14 +162,7 @@ where
                 // The data is safe; a sender gone by now does not change that.
                 reply.last(m.to_vec());
                 stats.done.store(true, Ordering::Relaxed);
-                return Ok(Summary {
-                    bytes: total,
-                    wire_bytes: Stats::get(&stats.wire),
-                    elapsed: start.elapsed(),
-                    blake3: blake3::Hash::from_bytes(digest).to_hex().to_string(),
-                    suite: suite_name(suite),
-                    remote_status: status,
-                });
+                return Ok(Summary::new(total, digest, &stats, start, suite, status));
             }
             RecvEv::WriterErr(mut e) => {
                 if let Some(a) = &hooks.on_abort {
@@ -255,28 +223,25 @@ impl Reply {
     ) -> Result<Reply, StreamError> {
         let (tx, rx) = bounded::<Vec<u8>>(1);
         let (done_tx, done) = bounded::<()>(0);
-        thread::Builder::new()
-            .name("ferry-net-reply".into())
-            .spawn(move || {
-                let _done = done_tx;
-                let mut alive = true;
-                let last = loop {
-                    match rx.recv_timeout(KEEPALIVE) {
-                        Ok(m) => break Some(m),
-                        Err(RecvTimeoutError::Timeout) => {
-                            alive = alive && w.keepalive().is_ok();
-                        }
-                        Err(RecvTimeoutError::Disconnected) => break None,
+        spawn("ferry-net-reply", move || {
+            let _done = done_tx;
+            let mut alive = true;
+            let last = loop {
+                match rx.recv_timeout(KEEPALIVE) {
+                    Ok(m) => break Some(m),
+                    Err(RecvTimeoutError::Timeout) => {
+                        alive = alive && w.keepalive().is_ok();
                     }
-                };
-                if let Some(m) = last {
-                    let _ = w.send_frame(&m).and_then(|_| w.finish());
+                    Err(RecvTimeoutError::Disconnected) => break None,
                 }
-                if let Some(c) = &close_write {
-                    c();
-                }
-            })
-            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
+            };
+            if let Some(m) = last {
+                let _ = w.send_frame(&m).and_then(|_| w.finish());
+            }
+            if let Some(c) = &close_write {
+                c();
+            }
+        })?;
         Ok(Reply { tx, done })
     }
 

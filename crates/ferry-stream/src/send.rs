@@ -6,11 +6,11 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError};
-use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role, Suite};
+use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role};
 
 use crate::*;
 
@@ -114,78 +114,11 @@ where
 {
     opts.check()?;
     let start = Instant::now();
-    let mut net_r = IdleRead::new(net_r, opts.handshake_wait());
-    let session = ferry_channel::handshake(&mut net_r, &mut net_w, &opts.key, Role::Initiator)
-        .map_err(|e| channel_err(e, "handshake"))?;
-    net_r.set_idle(opts.idle);
-    let suite = session.suite;
+    let (session, net_r) = handshake(opts, net_r, &mut net_w, Role::Initiator)?;
     let chan_r = ChannelReader::new(net_r, &session);
     let chan_w = ChannelWriter::new(net_w, &session);
-    let stats = opts.stats.clone();
-    stats.buffer_cap.store(
-        (opts.ring_blocks() * opts.block_size) as u64,
-        Ordering::Relaxed,
-    );
-
-    let (ev_tx, ev_rx) = unbounded::<SendEv>();
-    let (ring_tx, ring_rx) = bounded::<Job>(opts.ring_blocks());
-    let (done_tx, done_rx) = bounded::<Job>(opts.workers.max(1) * 2 + 2);
-    let pool = BlockPool::new(opts.workers.max(1) * 3 + 8);
-
-    // Reader.
-    {
-        let ev = ev_tx.clone();
-        let stats = stats.clone();
-        let pool = pool.clone();
-        let bs = opts.block_size;
-        let spawned = thread::Builder::new()
-            .name("ferry-input".into())
-            .spawn(move || read_input(input, bs, &ring_tx, &pool, &stats, &ev));
-        spawned.map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
-    }
-    // Compressors.
-    for i in 0..opts.workers.max(1) {
-        let rx = ring_rx.clone();
-        let tx = done_tx.clone();
-        let pool = pool.clone();
-        let stats = stats.clone();
-        let mode = opts.compress;
-        let n = opts.workers.max(1);
-        let sealer = chan_w.sealer();
-        thread::Builder::new()
-            .name(format!("ferry-compress-{i}"))
-            .spawn(move || compress_worker(mode, n, i, &sealer, &rx, &tx, &pool, &stats))
-            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
-    }
-    drop(ring_rx);
-    drop(done_tx);
-    // Network writer.
-    {
-        let ev = ev_tx.clone();
-        let stats = stats.clone();
-        thread::Builder::new()
-            .name("ferry-net-writer".into())
-            .spawn(move || {
-                let r = net_writer(chan_w, &done_rx, &pool, &stats);
-                let _ = ev.send(match r {
-                    Ok(Some((total, digest))) => SendEv::WriterDone { total, digest },
-                    Ok(None) => return,
-                    Err(e) => SendEv::WriterErr(e),
-                });
-            })
-            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
-    }
-    // Control reader: ACK or FAIL from the receiver.
-    {
-        let ev = ev_tx.clone();
-        thread::Builder::new()
-            .name("ferry-net-ctl".into())
-            .spawn(move || {
-                let _ = ev.send(read_control(chan_r));
-            })
-            .map_err(|e| StreamError::new(ErrorKind::Io, format!("spawn: {e}")))?;
-    }
-    drop(ev_tx);
+    let stats = opts.run_stats();
+    let ev_rx = start_pipeline(opts, input, chan_r, chan_w, &stats)?;
 
     let fail = |e: StreamError| {
         if let Some(a) = &abort {
@@ -197,14 +130,9 @@ where
     let mut sent: Option<(u64, [u8; 32])> = None;
     let mut acked: Option<(u64, [u8; 32], Option<i32>)> = None;
     loop {
-        let ev = match ev_rx.recv() {
+        let ev = match next_event(&ev_rx) {
             Ok(ev) => ev,
-            Err(_) => {
-                return fail(StreamError::new(
-                    ErrorKind::Io,
-                    "internal: all workers ended",
-                ))
-            }
+            Err(e) => return fail(e),
         };
         match ev {
             SendEv::WriterDone { total, digest } => sent = Some((total, digest)),
@@ -239,20 +167,74 @@ where
                     format!("receiver acknowledged {at} bytes with a different digest; sent {st}"),
                 ));
             }
-            return Ok(Summary {
-                bytes: st,
-                wire_bytes: Stats::get(&stats.wire),
-                elapsed: start.elapsed(),
-                blake3: blake3::Hash::from_bytes(sd).to_hex().to_string(),
-                suite: suite_name(suite),
-                remote_status: status,
-            });
+            return Ok(Summary::new(st, sd, &stats, start, session.suite, status));
         }
     }
 }
 
-pub(crate) fn suite_name(s: Suite) -> String {
-    s.to_string()
+/// Starts the sender's threads: the input reader, the compressors, the
+/// network writer and the control reader. Their events come out of the
+/// receiver returned.
+fn start_pipeline<R, NR, NW>(
+    opts: &Options,
+    input: R,
+    chan_r: ChannelReader<IdleRead<NR>>,
+    chan_w: ChannelWriter<NW>,
+    stats: &Arc<Stats>,
+) -> Result<Receiver<SendEv>, StreamError>
+where
+    R: Read + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
+    NW: Write + Send + 'static,
+{
+    let (ev_tx, ev_rx) = unbounded::<SendEv>();
+    let (ring_tx, ring_rx) = bounded::<Job>(opts.ring_blocks());
+    let (done_tx, done_rx) = bounded::<Job>(opts.workers.max(1) * 2 + 2);
+    let pool = BlockPool::new(opts.workers.max(1) * 3 + 8);
+
+    // Reader.
+    {
+        let ev = ev_tx.clone();
+        let stats = stats.clone();
+        let pool = pool.clone();
+        let bs = opts.block_size;
+        spawn("ferry-input", move || {
+            read_input(input, bs, &ring_tx, &pool, &stats, &ev)
+        })?;
+    }
+    // Compressors.
+    for i in 0..opts.workers.max(1) {
+        let rx = ring_rx.clone();
+        let tx = done_tx.clone();
+        let pool = pool.clone();
+        let stats = stats.clone();
+        let mode = opts.compress;
+        let n = opts.workers.max(1);
+        let sealer = chan_w.sealer();
+        spawn(format!("ferry-compress-{i}"), move || {
+            compress_worker(mode, n, i, &sealer, &rx, &tx, &pool, &stats)
+        })?;
+    }
+    drop(ring_rx);
+    drop(done_tx);
+    // Network writer.
+    {
+        let ev = ev_tx.clone();
+        let stats = stats.clone();
+        spawn("ferry-net-writer", move || {
+            let r = net_writer(chan_w, &done_rx, &pool, &stats);
+            let _ = ev.send(match r {
+                Ok(Some((total, digest))) => SendEv::WriterDone { total, digest },
+                Ok(None) => return,
+                Err(e) => SendEv::WriterErr(e),
+            });
+        })?;
+    }
+    // Control reader: ACK or FAIL from the receiver.
+    spawn("ferry-net-ctl", move || {
+        let _ = ev_tx.send(read_control(chan_r));
+    })?;
+    Ok(ev_rx)
 }
 
 fn wait_for_peer_reason(rx: &Receiver<SendEv>, t: Duration) -> Option<StreamError> {

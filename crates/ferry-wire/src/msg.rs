@@ -119,17 +119,8 @@ pub enum Message {
     EndOfList,
     /// R→S: send the contents of file `file`.
     Want { file: u32, mode: WantMode },
-    /// R→S: part of the receiver's block signature of its copy of `file`.
-    /// `weak[i]`/`strong[i]` describe block `first_block + i`.
-    Signature {
-        file: u32,
-        block_size: u32,
-        basis_size: u64,
-        first_block: u64,
-        weak: Vec<u64>,
-        strong: Vec<[u8; 16]>,
-        last: bool,
-    },
+    /// R→S: part of the receiver's block signature of its copy of a file.
+    Signature(SignaturePart),
     /// S→R: literal bytes of `file` at `offset`.
     Data {
         file: u32,
@@ -165,18 +156,37 @@ pub enum Message {
     Fatal { class: FatalClass, error: String },
     /// A [`Message::Data`] compressed by the link (never seen by the
     /// engine: stream links make and unmake it).
-    Compressed {
-        file: u32,
-        offset: u64,
-        /// `ferry_compress::Packed::wire_id`.
-        codec: u8,
-        /// Which sender's zstd stream a stream block belongs to (0 for
-        /// independent blocks).
-        stream: u16,
-        level: i32,
-        raw_len: u32,
-        data: Vec<u8>,
-    },
+    Compressed(CompressedData),
+}
+
+/// A [`Message::Signature`]: part of the receiver's block signature of its
+/// copy of `file`. `weak[i]`/`strong[i]` describe block `first_block + i`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignaturePart {
+    pub file: u32,
+    pub block_size: u32,
+    pub basis_size: u64,
+    pub first_block: u64,
+    pub weak: Vec<u64>,
+    pub strong: Vec<[u8; 16]>,
+    /// The signature's last part.
+    pub last: bool,
+}
+
+/// A [`Message::Compressed`]: the `raw_len` bytes of `file` at `offset`,
+/// compressed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompressedData {
+    pub file: u32,
+    pub offset: u64,
+    /// `ferry_compress::Packed::wire_id`.
+    pub codec: u8,
+    /// Which sender's zstd stream a stream block belongs to (0 for
+    /// independent blocks).
+    pub stream: u16,
+    pub level: i32,
+    pub raw_len: u32,
+    pub data: Vec<u8>,
 }
 
 impl Message {
@@ -187,7 +197,7 @@ impl Message {
             Message::Entry(_) => "Entry",
             Message::EndOfList => "EndOfList",
             Message::Want { .. } => "Want",
-            Message::Signature { .. } => "Signature",
+            Message::Signature(_) => "Signature",
             Message::Data { .. } => "Data",
             Message::Zero { .. } => "Zero",
             Message::Copy { .. } => "Copy",
@@ -196,7 +206,7 @@ impl Message {
             Message::SenderDone => "SenderDone",
             Message::ReceiverDone(_) => "ReceiverDone",
             Message::Fatal { .. } => "Fatal",
-            Message::Compressed { .. } => "Compressed",
+            Message::Compressed(_) => "Compressed",
         }
     }
 }

@@ -3,7 +3,10 @@
 
 use ferry_compress::{Codec, Compressor, Mode};
 use ferry_link::layout::{self, SegmentHasher};
-use ferry_link::{Entry, EntryKind, FatalClass, Message, ReceiverReport, WantMode, MAGIC};
+use ferry_link::{
+    CompressedData, Entry, EntryKind, FatalClass, Message, ReceiverReport, SignaturePart, WantMode,
+    MAGIC,
+};
 
 use super::{body, text, Seed};
 use crate::frame::frame_of;
@@ -24,7 +27,7 @@ pub(super) fn hello() -> Message {
 fn compressed() -> Vec<Message> {
     let t = text(8000, "compressed");
     let mut out = Vec::new();
-    let mut v = vec![Message::Compressed {
+    let mut v = vec![Message::Compressed(CompressedData {
         file: 1,
         offset: 0,
         codec: 0,
@@ -32,11 +35,11 @@ fn compressed() -> Vec<Message> {
         level: 0,
         raw_len: 9,
         data: b"raw bytes".to_vec(),
-    }];
+    })];
     for codec in [Codec::Lz4, Codec::Zstd(3)] {
         let mut c = Compressor::new(Mode::Fixed(codec));
         let p = c.compress(&t, &mut out);
-        v.push(Message::Compressed {
+        v.push(Message::Compressed(CompressedData {
             file: 1,
             offset: 8192,
             codec: p.wire_id(),
@@ -44,13 +47,13 @@ fn compressed() -> Vec<Message> {
             level: p.codec.level(),
             raw_len: t.len() as u32,
             data: out.clone(),
-        });
+        }));
     }
     let mut c = Compressor::new(Mode::Fixed(Codec::Zstd(1)));
     c.set_streaming(true);
     for k in 0..2u64 {
         let p = c.compress(&t, &mut out);
-        v.push(Message::Compressed {
+        v.push(Message::Compressed(CompressedData {
             file: 2,
             offset: k * 8000,
             codec: p.wire_id(),
@@ -58,7 +61,7 @@ fn compressed() -> Vec<Message> {
             level: p.codec.level(),
             raw_len: t.len() as u32,
             data: out.clone(),
-        });
+        }));
     }
     v
 }
@@ -94,7 +97,7 @@ fn sample_messages() -> Vec<Message> {
             file: 1,
             mode: WantMode::Delta,
         },
-        Message::Signature {
+        Message::Signature(SignaturePart {
             file: 1,
             block_size: 8192,
             basis_size: 10_000,
@@ -102,7 +105,7 @@ fn sample_messages() -> Vec<Message> {
             weak: vec![1, 2],
             strong: vec![[3; 16], [4; 16]],
             last: true,
-        },
+        }),
         Message::Data {
             file: 1,
             offset: 0,

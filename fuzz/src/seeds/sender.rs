@@ -2,7 +2,7 @@
 //! of the file-list rules.
 
 use ferry_link::layout;
-use ferry_link::{FatalClass, Message, WantMode};
+use ferry_link::{FatalClass, Message, SignaturePart, WantMode};
 
 use super::engine::{bodies, hello};
 use super::Seed;
@@ -42,7 +42,7 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
         let mut i = 0;
         loop {
             let j = (i + per).min(n);
-            out.push(Message::Signature {
+            out.push(Message::Signature(SignaturePart {
                 file: id(p),
                 block_size: bs as u32,
                 basis_size: basis.len() as u64,
@@ -50,7 +50,7 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
                 weak: sig.weak[i..j].to_vec(),
                 strong: sig.strong[i..j].to_vec(),
                 last: j == n,
-            });
+            }));
             i = j;
             if i >= n {
                 break;
@@ -101,7 +101,7 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
         ("signature_unasked", sig_msgs("a", &a_basis, 1)),
         ("bad_block_size", {
             let mut m = vec![want("z", WantMode::Delta)];
-            m.push(Message::Signature {
+            m.push(Message::Signature(SignaturePart {
                 file: id("z"),
                 block_size: 1,
                 basis_size: 1 << 40,
@@ -109,7 +109,7 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
                 weak: vec![],
                 strong: vec![],
                 last: true,
-            });
+            }));
             m
         }),
         ("done_early", vec![done()]),

@@ -2,7 +2,7 @@
 
 use ferry_channel::{ChannelWriter, Suite};
 use ferry_compress::{Codec, Compressor, Mode};
-use ferry_link::Message;
+use ferry_link::{Message, SignaturePart};
 use ferry_nbd::proto::*;
 
 use super::{body, text, Seed};
@@ -504,7 +504,7 @@ pub fn delta_signature(v: &mut Vec<Seed>) {
     let (sig, _) = ferry_delta::signature_of_bytes(&basis, 64);
     let n = sig.weak.len();
     let part = |i: usize, j: usize, last: bool| {
-        body(&Message::Signature {
+        body(&Message::Signature(SignaturePart {
             file: 1,
             block_size: 64,
             basis_size: basis.len() as u64,
@@ -512,7 +512,7 @@ pub fn delta_signature(v: &mut Vec<Seed>) {
             weak: sig.weak[i..j].to_vec(),
             strong: sig.strong[i..j].to_vec(),
             last,
-        })
+        }))
     };
     let parts = vec![
         part(0, 20, false),

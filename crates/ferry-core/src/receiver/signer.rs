@@ -1,3 +1,5 @@
+use ferry_link::SignaturePart;
+
 use super::*;
 
 /// Work for the signer thread, in the order the dispatcher queued it.
@@ -119,7 +121,7 @@ pub(super) fn sign_and_want(
             }
             let end = first + weak.len() as u64;
             sent.set(end);
-            tx.send(Message::Signature {
+            tx.send(Message::Signature(SignaturePart {
                 file: id,
                 block_size: bs as u32,
                 basis_size,
@@ -127,7 +129,7 @@ pub(super) fn sign_and_want(
                 weak: weak.to_vec(),
                 strong: full.iter().map(ferry_delta::sig::short).collect(),
                 last: end == n,
-            })
+            }))
             .map_err(|err| io::Error::other(err.to_string()))
         },
     )?;
@@ -157,7 +159,7 @@ pub(super) fn send_signature(
     let mut first = 0usize;
     loop {
         let end = (first + PART).min(n);
-        tx.send(Message::Signature {
+        tx.send(Message::Signature(SignaturePart {
             file: id,
             block_size: bs as u32,
             basis_size,
@@ -165,7 +167,7 @@ pub(super) fn send_signature(
             weak: sig.weak[first..end].to_vec(),
             strong: sig.strong[first..end].to_vec(),
             last: end == n,
-        })
+        }))
         .map_err(|err| io::Error::other(err.to_string()))?;
         if end == n {
             return Ok(());

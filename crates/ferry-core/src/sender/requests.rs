@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::ScopedJoinHandle;
 
 use crossbeam_channel::Sender;
-use ferry_link::{layout, Message, MsgRx, MsgTx, ReceiverReport, WantMode};
+use ferry_link::{layout, Message, MsgRx, MsgTx, ReceiverReport, SignaturePart, WantMode};
 
 use crate::early::EarlySeg;
 use crate::error::{Error, Result};
@@ -36,14 +36,6 @@ struct Pending {
     file: Arc<SrcFile>,
     sig: Option<ferry_delta::Signature>,
     inplace: bool,
-}
-
-/// One `Signature` message's part of the blocks.
-struct SigPart {
-    first_block: u64,
-    weak: Vec<u64>,
-    strong: Vec<[u8; 16]>,
-    last: bool,
 }
 
 /// Whether file may be asked for in `mode` after `prev` (what it was
@@ -115,23 +107,7 @@ impl<'s> Requests<'s> {
         loop {
             match rx.recv()? {
                 Message::Want { file, mode } => self.want(file, mode)?,
-                Message::Signature {
-                    file,
-                    block_size,
-                    basis_size,
-                    first_block,
-                    weak,
-                    strong,
-                    last,
-                } => {
-                    let part = SigPart {
-                        first_block,
-                        weak,
-                        strong,
-                        last,
-                    };
-                    self.signature(file, block_size as u64, basis_size, part)?
-                }
+                Message::Signature(part) => self.signature(part)?,
                 Message::EndOfList => self.end_of_list()?,
                 Message::ReceiverDone(r) => return Ok(*r),
                 Message::Fatal { class, error } => {
@@ -201,7 +177,8 @@ impl<'s> Requests<'s> {
         Ok(())
     }
 
-    fn signature(&mut self, file: u32, bs: u64, basis_size: u64, part: SigPart) -> Result<()> {
+    fn signature(&mut self, part: SignaturePart) -> Result<()> {
+        let (file, bs, basis_size) = (part.file, part.block_size as u64, part.basis_size);
         let Some(Pending {
             file: f,
             sig,

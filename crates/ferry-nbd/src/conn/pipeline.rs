@@ -26,6 +26,25 @@ impl Connection {
         }
     }
 
+    /// A READ or WRITE carries 1 to `max_payload` bytes.
+    fn check_payload(&self, cmd: &str, len: u64) -> Result<()> {
+        if len == 0 || len > u64::from(self.info.max_payload()) {
+            return Err(Error::InvalidArgument(format!(
+                "{cmd} length {len} must be in 1..={}",
+                self.info.max_payload()
+            )));
+        }
+        Ok(())
+    }
+
+    /// What changes the export needs a writable one, and the range in it.
+    fn check_writable(&self, offset: u64, len: u64) -> Result<()> {
+        if self.info.read_only() {
+            return Err(Error::Unsupported("export is read-only".into()));
+        }
+        self.check_range(offset, len)
+    }
+
     fn submit(
         &self,
         flags: u16,
@@ -96,12 +115,7 @@ impl Connection {
     /// filled buffer back ([`Reply::Data`](super::Reply::Data)).
     pub fn submit_read(&self, offset: u64, buf: Vec<u8>) -> Result<Ticket> {
         let len = buf.len() as u64;
-        if len == 0 || len > u64::from(self.info.max_payload()) {
-            return Err(Error::InvalidArgument(format!(
-                "READ length {len} must be in 1..={}",
-                self.info.max_payload()
-            )));
-        }
+        self.check_payload("READ", len)?;
         self.check_range(offset, len)?;
         let req = RequestInfo {
             cmd: CMD_READ,
@@ -122,16 +136,8 @@ impl Connection {
     /// Submits a WRITE; the data is sent before this returns.
     pub fn submit_write(&self, offset: u64, data: &[u8], fua: bool) -> Result<Ticket> {
         let len = data.len() as u64;
-        if len == 0 || len > u64::from(self.info.max_payload()) {
-            return Err(Error::InvalidArgument(format!(
-                "WRITE length {len} must be in 1..={}",
-                self.info.max_payload()
-            )));
-        }
-        if self.info.read_only() {
-            return Err(Error::Unsupported("export is read-only".into()));
-        }
-        self.check_range(offset, len)?;
+        self.check_payload("WRITE", len)?;
+        self.check_writable(offset, len)?;
         let flags = if fua && self.info.can_fua() {
             CMD_FLAG_FUA
         } else {
@@ -156,10 +162,7 @@ impl Connection {
                 "server does not support WRITE_ZEROES".into(),
             ));
         }
-        if self.info.read_only() {
-            return Err(Error::Unsupported("export is read-only".into()));
-        }
-        self.check_range(offset, len.into())?;
+        self.check_writable(offset, len.into())?;
         let flags = if fast && self.info.can_fast_zero() {
             CMD_FLAG_FAST_ZERO
         } else {

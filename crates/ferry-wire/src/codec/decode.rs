@@ -223,7 +223,7 @@ fn signature(i: &mut In) -> Result<Message, DecodeError> {
         weak.push(u64::from_le_bytes(i.array::<8>()?));
         strong.push(i.array::<16>()?);
     }
-    Ok(Message::Signature {
+    Ok(Message::Signature(SignaturePart {
         file,
         block_size,
         basis_size,
@@ -231,7 +231,7 @@ fn signature(i: &mut In) -> Result<Message, DecodeError> {
         weak,
         strong,
         last,
-    })
+    }))
 }
 
 /// A `ReceiverDone` after its tag.
@@ -274,7 +274,7 @@ fn compressed(i: &mut In) -> Result<Message, DecodeError> {
         return Err(DecodeError::TooLong("raw_len"));
     }
     let data = i.bytes(MAX_DATA, "compressed data")?.to_vec();
-    Ok(Message::Compressed {
+    Ok(Message::Compressed(CompressedData {
         file,
         offset,
         codec,
@@ -282,5 +282,5 @@ fn compressed(i: &mut In) -> Result<Message, DecodeError> {
         level,
         raw_len,
         data,
-    })
+    }))
 }

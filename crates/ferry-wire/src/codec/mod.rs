@@ -110,29 +110,7 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
         }
         Message::Entry(e) => {
             o.u8(tag::ENTRY);
-            o.var(e.id as u64);
-            o.bytes(&e.path);
-            o.u8(e.kind() as u8);
-            o.var(e.mode as u64);
-            o.var(e.uid as u64);
-            o.var(e.gid as u64);
-            o.var(e.size);
-            o.svar(e.mtime);
-            o.var(e.mtime_nsec as u64);
-            o.bytes(&e.target);
-            o.var(e.link_to as u64);
-            o.var(e.xattrs.len() as u64);
-            for (k, v) in &e.xattrs {
-                o.bytes(k);
-                o.bytes(v);
-            }
-            match &e.digest {
-                Some(d) => {
-                    o.u8(1);
-                    o.put(d);
-                }
-                None => o.u8(0),
-            }
+            write_entry(o, e);
         }
         Message::EndOfList => o.u8(tag::END_OF_LIST),
         Message::Want { file, mode } => {
@@ -140,23 +118,15 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             o.var(*file as u64);
             o.u8(*mode as u8);
         }
-        Message::Signature {
-            file,
-            block_size,
-            basis_size,
-            first_block,
-            weak,
-            strong,
-            last,
-        } => {
+        Message::Signature(p) => {
             o.u8(tag::SIGNATURE);
-            o.var(*file as u64);
-            o.var(*block_size as u64);
-            o.var(*basis_size);
-            o.var(*first_block);
-            o.u8(*last as u8);
-            o.var(weak.len() as u64);
-            for (w, s) in weak.iter().zip(strong.iter()) {
+            o.var(p.file as u64);
+            o.var(p.block_size as u64);
+            o.var(p.basis_size);
+            o.var(p.first_block);
+            o.u8(p.last as u8);
+            o.var(p.weak.len() as u64);
+            for (w, s) in p.weak.iter().zip(p.strong.iter()) {
                 o.put(&w.to_le_bytes());
                 o.put(s);
             }
@@ -203,51 +173,75 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
         Message::SenderDone => o.u8(tag::SENDER_DONE),
         Message::ReceiverDone(r) => {
             o.u8(tag::RECEIVER_DONE);
-            for v in [
-                r.files_total,
-                r.files_transferred,
-                r.files_delta,
-                r.files_deleted,
-                r.files_failed,
-                r.bytes_total,
-                r.bytes_transferred,
-                r.bytes_written,
-                r.bytes_matched,
-                r.dirs_total,
-                r.delete_skipped,
-                r.delta_mismatch,
-            ] {
-                o.var(v);
-            }
-            let n = r.errors.len().min(MAX_REPORT_ERRORS);
-            o.var(n as u64);
-            for e in &r.errors[..n] {
-                o.bytes(clip(e).as_bytes());
-            }
+            write_report(o, r);
         }
         Message::Fatal { class, error } => {
             o.u8(tag::FATAL);
             o.u8(*class as u8);
             o.bytes(clip(error).as_bytes());
         }
-        Message::Compressed {
-            file,
-            offset,
-            codec,
-            stream,
-            level,
-            raw_len,
-            data,
-        } => {
+        Message::Compressed(c) => {
             o.u8(tag::COMPRESSED);
-            o.var(*file as u64);
-            o.var(*offset);
-            o.u8(*codec);
-            o.var(*stream as u64);
-            o.svar(*level as i64);
-            o.var(*raw_len as u64);
-            o.bytes(data);
+            o.var(c.file as u64);
+            o.var(c.offset);
+            o.u8(c.codec);
+            o.var(c.stream as u64);
+            o.svar(c.level as i64);
+            o.var(c.raw_len as u64);
+            o.bytes(&c.data);
         }
+    }
+}
+
+/// An `Entry` after its tag.
+fn write_entry<O: Out>(o: &mut O, e: &Entry) {
+    o.var(e.id as u64);
+    o.bytes(&e.path);
+    o.u8(e.kind() as u8);
+    o.var(e.mode as u64);
+    o.var(e.uid as u64);
+    o.var(e.gid as u64);
+    o.var(e.size);
+    o.svar(e.mtime);
+    o.var(e.mtime_nsec as u64);
+    o.bytes(&e.target);
+    o.var(e.link_to as u64);
+    o.var(e.xattrs.len() as u64);
+    for (k, v) in &e.xattrs {
+        o.bytes(k);
+        o.bytes(v);
+    }
+    match &e.digest {
+        Some(d) => {
+            o.u8(1);
+            o.put(d);
+        }
+        None => o.u8(0),
+    }
+}
+
+/// A `ReceiverDone` after its tag.
+fn write_report<O: Out>(o: &mut O, r: &ReceiverReport) {
+    for v in [
+        r.files_total,
+        r.files_transferred,
+        r.files_delta,
+        r.files_deleted,
+        r.files_failed,
+        r.bytes_total,
+        r.bytes_transferred,
+        r.bytes_written,
+        r.bytes_matched,
+        r.dirs_total,
+        r.delete_skipped,
+        r.delta_mismatch,
+    ] {
+        o.var(v);
+    }
+    let n = r.errors.len().min(MAX_REPORT_ERRORS);
+    o.var(n as u64);
+    for e in &r.errors[..n] {
+        o.bytes(clip(e).as_bytes());
     }
 }
 

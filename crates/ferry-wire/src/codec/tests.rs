@@ -37,7 +37,7 @@ fn every_message_roundtrips() {
         file: 3,
         mode: WantMode::Delta,
     });
-    roundtrip(Message::Signature {
+    roundtrip(Message::Signature(SignaturePart {
         file: 1,
         block_size: 8192,
         basis_size: 1 << 30,
@@ -45,7 +45,7 @@ fn every_message_roundtrips() {
         weak: vec![1, 2],
         strong: vec![[3; 16], [4; 16]],
         last: true,
-    });
+    }));
     roundtrip(Message::Data {
         file: 1,
         offset: 1 << 40,
@@ -103,7 +103,7 @@ fn every_message_roundtrips() {
         decode(&[tag::FATAL, 5, 0]),
         Err(DecodeError::BadValue("class"))
     ));
-    roundtrip(Message::Compressed {
+    roundtrip(Message::Compressed(CompressedData {
         file: 3,
         offset: 1 << 20,
         codec: 2,
@@ -111,7 +111,7 @@ fn every_message_roundtrips() {
         level: -5,
         raw_len: 4096,
         data: vec![1, 2, 3],
-    });
+    }));
 }
 
 #[test]
