@@ -6,6 +6,7 @@
 #[macro_use]
 mod out;
 mod demo;
+mod docs_cmd;
 mod engine_args;
 mod human;
 mod keygen_cmd;
@@ -15,7 +16,7 @@ mod serve_cmd;
 mod stream_cmd;
 mod sync_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Exit codes, documented in `ferry --help` and README.md.
 pub mod exit {
@@ -78,6 +79,10 @@ enum Cmd {
     Pipe(stream_cmd::PipeArgs),
     /// Write a random 256-bit key for send/recv/pipe to FILE (mode 0600).
     Keygen(keygen_cmd::KeygenArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions(docs_cmd::CompletionsArgs),
+    /// Print the man page of ferry, or of one command (roff).
+    Man(docs_cmd::ManArgs),
     /// The remote side of a sync, started over ssh (internal).
     #[command(hide = true)]
     Serve(serve_cmd::ServeArgs),
@@ -138,6 +143,8 @@ fn main() {
         Cmd::Recv(a) => stream_cmd::run_recv(a),
         Cmd::Pipe(a) => stream_cmd::run_pipe(a),
         Cmd::Keygen(a) => keygen_cmd::run(a),
+        Cmd::Completions(a) => docs_cmd::completions(a, Cli::command()),
+        Cmd::Man(a) => docs_cmd::man(a, Cli::command()),
     };
     std::process::exit(code);
 }

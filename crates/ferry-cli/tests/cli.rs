@@ -263,3 +263,35 @@ fn summary_counts_match_the_listed_lines() {
     assert!(!text.contains("B/s"), "a dry run has no rate: {text}");
     assert!(dst.join("gone/sub/x").exists(), "a dry run changes nothing");
 }
+
+/// Completions and man pages come from the parser's own definitions.
+#[test]
+fn completions_and_man_pages() {
+    let text = |args: &[&str]| {
+        let o = ferry(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let bash = text(&["completions", "bash"]);
+    assert!(
+        bash.contains("_ferry") && bash.contains("--bwlimit"),
+        "{bash}"
+    );
+    assert!(text(&["completions", "zsh"]).starts_with("#compdef ferry"));
+    assert!(text(&["completions", "fish"]).contains("complete -c ferry"));
+    let man = text(&["man"]);
+    assert!(man.contains(".TH ferry 1") && man.contains("sync"), "{man}");
+    let sync = text(&["man", "sync"]);
+    assert!(sync.contains(".TH ferry-sync 1"), "{sync}");
+    assert!(
+        sync.contains("bwlimit") && sync.contains("delete"),
+        "{sync}"
+    );
+    // The internal side of a sync has no page; a typo is a usage error.
+    for bad in ["serve", "nope"] {
+        let o = ferry(&["man", bad]);
+        assert_eq!(o.status.code(), Some(1), "{bad}");
+        assert_eq!(stderr(&o).lines().count(), 1, "{bad}: {}", stderr(&o));
+    }
+    assert_eq!(ferry(&["completions", "tcsh"]).status.code(), Some(1));
+}
