@@ -276,3 +276,11 @@ pub fn which(tool: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
+
+impl SshServer {
+    /// The sshd's process id: the processes it starts for a login descend
+    /// from it.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
