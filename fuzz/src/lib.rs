@@ -10,6 +10,7 @@ pub mod channel_handshake;
 pub mod decompress;
 pub mod delta_signature;
 pub mod frame;
+pub mod journal;
 pub mod listcheck;
 pub mod nbd_client;
 pub mod nbd_replies;
@@ -40,6 +41,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("delta_signature", delta_signature::run),
     ("sig_cache", sig_cache::run),
     ("decompress", decompress::run),
+    ("journal", journal::run),
 ];
 
 /// The entry point of target `name`.

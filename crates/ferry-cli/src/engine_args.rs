@@ -41,6 +41,15 @@ pub struct EngineArgs {
     /// Update changed files in place instead of temp file + rename.
     #[arg(long)]
     pub inplace: bool,
+    /// Keep what an interrupted run wrote of a large file (32 MiB or more)
+    /// as .NAME.ferry-partial with a journal, and resume from it: the
+    /// default. Accepted for rsync's sake.
+    #[arg(long, overrides_with = "no_partial")]
+    pub partial: bool,
+    /// Keep no partial files: an interrupted file starts over next time,
+    /// and partial state left by earlier runs is removed.
+    #[arg(long)]
+    pub no_partial: bool,
     /// Copy extended attributes.
     #[arg(short = 'X', long)]
     pub xattrs: bool,
@@ -120,6 +129,7 @@ impl EngineArgs {
             sig_cache: self.sig_cache.clone(),
             compress: self.compress,
             direct_io: !self.buffered_io,
+            partial: !self.no_partial,
             timeout,
             ..SyncOptions::default()
         })

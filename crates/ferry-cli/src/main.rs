@@ -45,7 +45,8 @@ Exit codes:
   6    (pipe) ssh failed or the remote ferry did not start; pipe otherwise
        returns the remote command's own exit status
   7    (send, recv, pipe) authentication failed: the peer holds another key
-  130  interrupted (temporary files were removed)";
+  130  interrupted (temporary files were removed; partial files of large
+       files are kept, and the next run resumes them)";
 
 #[derive(Parser)]
 #[command(

@@ -1,7 +1,9 @@
 //! `ferry sync`.
 
 use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use ferry_core::{Class, Error, Stats};
@@ -32,8 +34,16 @@ against the sender's digests again.
 
 --json prints one object on stdout: files_total, files_transferred, files_delta,
 files_deleted, files_failed, bytes_total, bytes_transferred, bytes_wire,
-bytes_written, bytes_matched, nbd_connections, seconds, errors, notices (e.g. a --direct run
-that fell back to ssh).";
+bytes_written, bytes_matched, bytes_resumed, reconnects, nbd_connections, seconds,
+errors, notices (e.g. a --direct run that fell back to ssh).
+
+A large file (32 MiB or more) is received into .NAME.ferry-partial beside its
+destination, with a journal .NAME.ferry-journal of the parts that are on the
+disk. When a run is killed, cut off or interrupted, both stay; the next run
+re-hashes what the partial file holds, keeps the parts the sender confirms,
+and sends only the rest. --no-partial removes them instead. With --retries
+(default 3) a dropped link is reconnected within the same run; give --timeout
+too when a dead link could stay silent rather than fail.";
 
 #[derive(Args, Debug)]
 pub struct SyncArgs {
@@ -59,6 +69,12 @@ pub struct SyncArgs {
     /// on fast or long links.
     #[arg(long)]
     direct: bool,
+    /// When the link drops or --timeout expires, reconnect up to N times
+    /// (waiting 1, 2, 4, ... up to 30 seconds between) and go on from
+    /// where it stopped: files already there are skipped, partial files
+    /// resumed. Errors a retry cannot fix are not retried. 0: never.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    retries: u32,
     /// Show progress even when stderr is not a terminal.
     #[arg(long)]
     progress: bool,
@@ -145,11 +161,38 @@ pub fn run(a: SyncArgs) -> i32 {
         a.progress,
         a.quiet || a.json || bar_in_the_way,
     );
-    let res = match (&plan, &remote_dest) {
-        (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
-        (None, Some(d)) => ferry_core::remote::sync_push(&paths, d, &opts, &ropts, &stats),
-        (None, None) => ferry_core::remote::sync_pull(&remote_srcs, &dest, &opts, &ropts, &stats),
+    // Bytes kept from partial files by attempts that then failed.
+    let mut resumed_before = 0;
+    let res = loop {
+        let res = match (&plan, &remote_dest) {
+            (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
+            (None, Some(d)) => ferry_core::remote::sync_push(&paths, d, &opts, &ropts, &stats),
+            (None, None) => {
+                ferry_core::remote::sync_pull(&remote_srcs, &dest, &opts, &ropts, &stats)
+            }
+        };
+        let done = stats.reconnects.load(Ordering::Relaxed);
+        match &res {
+            Err(e) if retry_after(e, done, a.retries).is_some() => {
+                let wait = retry_after(e, done, a.retries).unwrap_or_default();
+                if !a.quiet {
+                    errln!(
+                        "ferry: {e}; reconnecting in {} (retry {} of {})",
+                        human::secs(wait.as_secs_f64()),
+                        done + 1,
+                        a.retries
+                    );
+                }
+                std::thread::sleep(wait);
+                resumed_before += stats.bytes_resumed.load(Ordering::Relaxed);
+                stats.restart();
+                stats.bytes_resumed.store(0, Ordering::Relaxed);
+                Stats::add(&stats.reconnects, 1);
+            }
+            _ => break res,
+        }
     };
+    Stats::add(&stats.bytes_resumed, resumed_before);
     progress.finish();
     let report = stats.report(start.elapsed().as_secs_f64());
     let code = match &res {
@@ -191,6 +234,14 @@ pub fn run(a: SyncArgs) -> i32 {
     code
 }
 
+/// How long to wait before reconnecting after `e`, when `done` retries
+/// were made of the `allowed`: `None` when `e` is not one a new connection
+/// could fix, or none are left. 1 s, doubling, at most 30 s.
+pub fn retry_after(e: &Error, done: u64, allowed: u32) -> Option<Duration> {
+    (e.retryable() && done < allowed as u64)
+        .then(|| Duration::from_secs((1u64 << done.min(5)).min(30)))
+}
+
 /// One line: what the run did. Sizes and rates in binary units; the rate
 /// is over the data actually written (holes and zero runs are not), and a
 /// dry run, which moves nothing, has none.
@@ -222,8 +273,21 @@ pub fn summary(r: &ferry_core::Report, dry_run: bool) -> String {
     } else {
         String::new()
     };
+    let mut resumed = String::new();
+    if r.bytes_resumed > 0 {
+        resumed = format!(
+            ", {} resumed from partial files",
+            human::bytes(r.bytes_resumed)
+        );
+    }
+    if r.reconnects > 0 {
+        resumed += &format!(
+            ", {}",
+            human::count(r.reconnects, "reconnect", "reconnects")
+        );
+    }
     format!(
-        "{head}: {} transferred{delta}, {} deleted{failed}; {} of {} written in {} ({}), {} on the wire",
+        "{head}: {} transferred{delta}, {} deleted{failed}; {} of {} written in {} ({}), {} on the wire{resumed}",
         r.files_transferred,
         r.files_deleted,
         human::bytes(r.bytes_written),

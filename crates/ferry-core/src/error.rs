@@ -43,6 +43,10 @@ pub enum Error {
     Partial { failed: u64, total: u64 },
     #[error("interrupted")]
     Interrupted,
+    /// The remote side could not be started at all (no ferry there): the
+    /// link's class, but another connection would not help.
+    #[error("{0}")]
+    NoRemote(String),
 }
 
 impl Error {
@@ -70,6 +74,7 @@ impl Error {
             | Error::Usage(_)
             | Error::Protocol(_)
             | Error::Partial { .. }
+            | Error::NoRemote(_)
             | Error::Interrupted => false,
         }
     }
@@ -87,7 +92,7 @@ impl Error {
                 | LinkError::Corrupt(_)
                 | LinkError::Checksum,
             ) => Class::Protocol,
-            Error::Link(_) => Class::Connection,
+            Error::Link(_) | Error::NoRemote(_) => Class::Connection,
             Error::Peer { class, .. } => match class {
                 FatalClass::Io => Class::Io,
                 FatalClass::Protocol => Class::Protocol,

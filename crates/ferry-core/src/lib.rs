@@ -18,6 +18,7 @@ pub mod endpoint;
 pub mod error;
 pub mod exclude;
 pub mod fsutil;
+pub mod journal;
 pub mod listcheck;
 pub mod plan;
 pub mod receiver;
@@ -101,6 +102,10 @@ pub struct SyncOptions {
     /// `O_DIRECT` where the filesystem allows (`--buffered-io` turns it
     /// off). See the `direct` module for why.
     pub direct_io: bool,
+    /// Keep what an interrupted run wrote of a large file, with a journal,
+    /// and resume from it (see [`journal`]); `--no-partial` turns it off
+    /// and removes such state instead.
+    pub partial: bool,
 }
 
 impl Default for SyncOptions {
@@ -126,6 +131,7 @@ impl Default for SyncOptions {
             compress: ferry_compress::Mode::Auto,
             in_process: false,
             direct_io: true,
+            partial: true,
         }
     }
 }

@@ -33,11 +33,16 @@ pub struct Stats {
     pub bytes_matched: AtomicU64,
     /// Bytes that crossed the transport, both directions.
     pub bytes_wire: AtomicU64,
-    /// Delta results that failed verification (re-sent whole).
     /// Connections to the NBD export this side read or wrote (most at
     /// once; 0 without one).
     pub nbd_connections: AtomicU64,
+    /// Delta (or resumed) results that failed verification (re-sent whole).
     pub delta_mismatch: AtomicU64,
+    /// Bytes of partial files from interrupted runs, verified against the
+    /// source and kept instead of being sent again.
+    pub bytes_resumed: AtomicU64,
+    /// Times the run reconnected after the link dropped (`--retries`).
+    pub reconnects: AtomicU64,
     /// Human-readable lines for entries that failed (capped).
     pub errors: Mutex<Vec<String>>,
     /// What a dry run would do, or what a real run did when itemising,
@@ -110,6 +115,38 @@ impl Stats {
         }
     }
 
+    /// Start counting afresh for another attempt at the same run (after a
+    /// reconnect): every counter but `reconnects` and `bytes_resumed`
+    /// (which add up over the attempts) goes back to zero, and the error
+    /// lines of the attempt that failed are dropped (what still fails will
+    /// fail again).
+    pub fn restart(&self) {
+        for c in [
+            &self.files_total,
+            &self.dirs_total,
+            &self.delete_skipped,
+            &self.files_transferred,
+            &self.files_delta,
+            &self.files_deleted,
+            &self.files_failed,
+            &self.bytes_total,
+            &self.bytes_transferred,
+            &self.bytes_done,
+            &self.bytes_written,
+            &self.bytes_matched,
+            &self.bytes_wire,
+            &self.nbd_connections,
+            &self.delta_mismatch,
+        ] {
+            c.store(0, Relaxed);
+        }
+        for list in [&self.errors, &self.changes] {
+            if let Ok(mut l) = list.lock() {
+                l.clear();
+            }
+        }
+    }
+
     pub fn report(&self, seconds: f64) -> Report {
         Report {
             files_total: self.files_total.load(Relaxed),
@@ -125,6 +162,8 @@ impl Stats {
             bytes_written: self.bytes_written.load(Relaxed),
             bytes_matched: self.bytes_matched.load(Relaxed),
             nbd_connections: self.nbd_connections.load(Relaxed),
+            bytes_resumed: self.bytes_resumed.load(Relaxed),
+            reconnects: self.reconnects.load(Relaxed),
             seconds,
             errors: self.errors.lock().map(|e| e.clone()).unwrap_or_default(),
             notices: self.notices.lock().map(|n| n.clone()).unwrap_or_default(),
@@ -150,6 +189,10 @@ pub struct Report {
     pub bytes_matched: u64,
     /// Connections to an NBD export on this side (0: none).
     pub nbd_connections: u64,
+    /// Bytes of partial files kept from interrupted runs (not sent again).
+    pub bytes_resumed: u64,
+    /// Reconnects after the link dropped (`--retries`).
+    pub reconnects: u64,
     pub seconds: f64,
     pub errors: Vec<String>,
     pub notices: Vec<String>,

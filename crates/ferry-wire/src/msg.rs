@@ -80,6 +80,11 @@ pub enum WantMode {
     /// As `Delta`, but the receiver writes in place: only copies from the
     /// same offset are allowed (a moved block could already be overwritten).
     DeltaInPlace = 2,
+    /// The receiver holds a partial copy from an interrupted run: which of
+    /// its segments it has, with their digests, follows in
+    /// [`Message::Have`] parts; the sender sends the others whole, and of
+    /// those it has, only the ones whose digest differs from the source's.
+    Resume = 3,
 }
 
 /// The receiver's tally, sent once at the end so that the side that runs the
@@ -104,6 +109,9 @@ pub struct ReceiverReport {
     /// Files sent as a delta whose result failed verification: the old
     /// file was kept, and the client sends them again whole.
     pub delta_mismatch: u64,
+    /// Bytes of partial files from interrupted runs that were verified
+    /// against the source and kept, not sent again.
+    pub bytes_resumed: u64,
     /// One line per failed entry, capped, for the side that prints.
     pub errors: Vec<String>,
 }
@@ -121,6 +129,9 @@ pub enum Message {
     Want { file: u32, mode: WantMode },
     /// R→S: part of the receiver's block signature of its copy of a file.
     Signature(SignaturePart),
+    /// R→S: part of the list of segments a resumed file's partial copy
+    /// holds (after a [`WantMode::Resume`] `Want`).
+    Have(HavePart),
     /// S→R: literal bytes of `file` at `offset`.
     Data {
         file: u32,
@@ -173,6 +184,18 @@ pub struct SignaturePart {
     pub last: bool,
 }
 
+/// A [`Message::Have`]: of `file`'s segments below `upto` (and at or
+/// above the previous part's `upto`), the receiver's partial copy holds
+/// those in `kept`, each with its segment digest; the others it lacks.
+/// The part whose `upto` is the file's segment count is the last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HavePart {
+    pub file: u32,
+    pub upto: u64,
+    /// `(segment, digest)`, segments strictly increasing, each below `upto`.
+    pub kept: Vec<(u64, [u8; 32])>,
+}
+
 /// A [`Message::Compressed`]: the `raw_len` bytes of `file` at `offset`,
 /// compressed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,6 +221,7 @@ impl Message {
             Message::EndOfList => "EndOfList",
             Message::Want { .. } => "Want",
             Message::Signature(_) => "Signature",
+            Message::Have(_) => "Have",
             Message::Data { .. } => "Data",
             Message::Zero { .. } => "Zero",
             Message::Copy { .. } => "Copy",

@@ -106,6 +106,15 @@ fn sample_messages() -> Vec<Message> {
             strong: vec![[3; 16], [4; 16]],
             last: true,
         }),
+        Message::Want {
+            file: 2,
+            mode: WantMode::Resume,
+        },
+        Message::Have(ferry_link::HavePart {
+            file: 2,
+            upto: 4,
+            kept: vec![(0, [5; 32]), (2, [6; 32])],
+        }),
         Message::Data {
             file: 1,
             offset: 0,

@@ -28,6 +28,7 @@ pub fn all() -> Vec<Seed> {
     wire::delta_signature(&mut v);
     wire::sig_cache(&mut v);
     wire::decompress(&mut v);
+    wire::journal(&mut v);
     v
 }
 

@@ -553,6 +553,36 @@ pub fn sig_cache(v: &mut Vec<Seed>) {
     v.push((t, "key_and_basis".into(), params));
 }
 
+pub fn journal(v: &mut Vec<Seed>) {
+    use ferry_core::journal::{header, record, Identity};
+    let t = "journal";
+    let id = Identity {
+        size: 100 << 20,
+        mtime: 1_700_000_000,
+        mtime_nsec: 12,
+        name: b"disk.img".to_vec(),
+    };
+    let (mut file, check) = header(&id).expect("header");
+    for seg in [0u64, 1, 5, 12] {
+        file.extend_from_slice(&record(&check, seg, &[seg as u8; 32]));
+    }
+    v.push((t, "journal".into(), [&[0][..], &file].concat()));
+    let mut torn = file.clone();
+    torn.truncate(file.len() - 7);
+    v.push((t, "torn".into(), [&[0][..], &torn].concat()));
+    let mut params = vec![3];
+    params.extend_from_slice(&(100u64 << 20).to_le_bytes());
+    params.push(0);
+    params.extend_from_slice(&[7; 12]);
+    params.push(4);
+    params.extend_from_slice(b"a.im");
+    for seg in [0u64, 3, 99] {
+        params.extend_from_slice(&seg.to_le_bytes());
+        params.extend_from_slice(&[9; 40]);
+    }
+    v.push((t, "built".into(), params));
+}
+
 // ---------------------------------------------------------------- compress
 
 pub fn decompress(v: &mut Vec<Seed>) {

@@ -87,6 +87,7 @@ impl Dispatcher<'_, '_> {
         let id = e.id;
         let d = Arc::new(DstFile {
             delta_slot: Mutex::new(None),
+            partial: None,
             _slot: Slot::take(&self.sh.in_flight),
             basis: None,
             basis_blocks: Default::default(),
@@ -276,8 +277,15 @@ impl Dispatcher<'_, '_> {
         }
         let write = decide::write_method(at, opts.inplace);
         let inplace = matches!(write, decide::Write::Device | decide::Write::InPlace);
+        if write == decide::Write::Temp && !opts.partial {
+            self.drop_partial(dest);
+        }
+        let partial = decide::use_partial(write, opts.partial, whole_only, e.size)
+            .then(|| self.open_partial(&e, dest))
+            .flatten();
+        let resumed = partial.as_ref().is_some_and(|(_, _, p)| p.resumed);
         let delta_cost = match &old_meta {
-            Some(m) if decide::delta_possible(write, e.size, Some(m.len())) => {
+            Some(m) if !resumed && decide::delta_possible(write, e.size, Some(m.len())) => {
                 self.delta_cost(&e, m, &dest.shown)
             }
             _ => None,
@@ -292,7 +300,13 @@ impl Dispatcher<'_, '_> {
             (true, false) => Some(dest.open(false).op("open old copy of")?),
             _ => None,
         };
-        let (file, tmp) = self.open_target(write, &e, dest)?;
+        let (file, tmp, partial) = match partial {
+            Some((file, tmp, p)) => (file, Some(tmp), Some(p)),
+            None => {
+                let (file, tmp) = self.open_target(write, &e, dest)?;
+                (file, tmp, None)
+            }
+        };
         let direct = if decide::use_direct(write, opts.direct_io, e.size) {
             direct::open(&file)
         } else {
@@ -319,11 +333,12 @@ impl Dispatcher<'_, '_> {
                 parts: Mutex::new(vec![None; nseg as usize]),
             });
         let d = Arc::new(DstFile {
-            delta_slot: Mutex::new(delta.then(|| DeltaSlot::take(&self.sh.in_flight))),
+            delta_slot: Mutex::new((delta || resumed).then(|| DeltaSlot::take(&self.sh.in_flight))),
+            partial,
             _slot: Slot::take(&self.sh.in_flight),
             basis,
             basis_blocks: Default::default(),
-            verify: decide::verify_segments(delta, opts.in_process, opts.verify),
+            verify: decide::verify_segments(delta || resumed, opts.in_process, opts.verify),
             readback: opts.verify.then(|| Mutex::new(Vec::new())),
             delta: AtomicBool::new(delta),
             delta_cost: delta_cost.unwrap_or(0.0),
@@ -349,6 +364,19 @@ impl Dispatcher<'_, '_> {
         }
         self.files.insert(id, d.clone());
         let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
+        if resumed {
+            // Re-hashing the partial file reads what it holds: the signer
+            // thread does that too.
+            let job = SignJob::Resume {
+                d,
+                dest: dest.shown.clone(),
+            };
+            if let Err(err) = self.sign(job) {
+                self.files.remove(&id);
+                return Err(err);
+            }
+            return Ok(());
+        }
         match old_meta {
             Some(meta) if d.basis.is_some() => {
                 // Signing the old copy reads all of it: the signer thread

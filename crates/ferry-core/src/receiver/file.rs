@@ -102,6 +102,9 @@ pub(super) struct DstFile {
     /// written to it in order at commit, as `cp` would. Never replaced.
     pub(super) stream_to: bool,
     pub(super) committed: AtomicBool,
+    /// The partial file and its journal (see [`super::partial`]), when
+    /// `tmp` is one.
+    pub(super) partial: Option<super::partial::Partial>,
     /// A delta: released when the file is finished (see [`DeltaSlot`]).
     pub(super) delta_slot: Mutex<Option<DeltaSlot>>,
     /// Declared last: dropped last, once the file's descriptors are closed.
@@ -138,8 +141,19 @@ impl DstFile {
 
 impl Drop for DstFile {
     fn drop(&mut self) {
-        if let Some(t) = &self.tmp {
-            if !self.committed.load(Ordering::SeqCst) {
+        let Some(t) = &self.tmp else { return };
+        if self.committed.load(Ordering::SeqCst) {
+            return;
+        }
+        match (&self.partial, self.file.as_file()) {
+            // The run ends without it (cut off, stopped, another file's
+            // fatal error): what is complete stays for the next run.
+            (Some(p), Some(file)) if self.failure().is_none() => p.flush(file),
+            (Some(p), _) => {
+                let _ = t.remove_file();
+                p.remove_journal();
+            }
+            (None, _) => {
                 let _ = t.remove_file();
                 t.unregister_temp();
             }
@@ -244,15 +258,22 @@ pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
 
 fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
     if let Some(why) = f.failure() {
-        let after = decide::after_failure(&why, f.delta.load(Ordering::SeqCst));
+        let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
+        let after = decide::after_failure(&why, f.delta.load(Ordering::SeqCst) || resumed);
         if after == decide::AfterFailure::RetryWhole {
-            // The delta did not reproduce the source (the old copy or the
-            // source changed under it): ask for the file again, whole, in
-            // this session. The queue entry exists before the delta's slot
-            // is released, so `EndOfList` cannot overtake it.
+            // The delta (or the partial file resumed) did not reproduce the
+            // source (the old copy, the partial file or the source changed
+            // under it): ask for the file again, whole, in this session.
+            // The queue entry exists before the file's slot is released,
+            // so `EndOfList` cannot overtake it.
             Stats::add(&sh.stats.delta_mismatch, 1);
+            let what = if resumed {
+                "partial file"
+            } else {
+                "delta result"
+            };
             sh.stats.change(format!(
-                "{}: delta result failed verification; sending it whole",
+                "{}: {what} failed verification; sending it whole",
                 f.loc.shown.display()
             ));
             if let Ok(mut r) = sh.retries.lock() {
@@ -309,6 +330,9 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         t.rename_to(&f.loc).op("rename into place")?;
         sh.changed(&f.loc);
         t.unregister_temp();
+        if let Some(p) = &f.partial {
+            p.remove_journal();
+        }
     }
     f.committed.store(true, Ordering::SeqCst);
     Stats::add(&sh.stats.files_transferred, 1);

@@ -34,6 +34,7 @@ mod decide;
 mod entries;
 mod file;
 mod finish;
+mod partial;
 mod readback;
 mod signer;
 mod writer;
@@ -262,6 +263,7 @@ fn receiver_report(stats: &Stats) -> ReceiverReport {
         dirs_total: rep.dirs_total,
         delete_skipped: rep.delete_skipped as u64,
         delta_mismatch: stats.delta_mismatch.load(Ordering::Relaxed),
+        bytes_resumed: rep.bytes_resumed,
         errors: rep.errors,
     }
 }

@@ -11,6 +11,8 @@ pub(super) enum SignJob {
         dest: PathBuf,
         inplace: bool,
     },
+    /// Re-hash what the partial file of `d` holds and ask to resume it.
+    Resume { d: Arc<DstFile>, dest: PathBuf },
     /// The sender's list is complete: answer `EndOfList`, after every
     /// `Want` queued before it.
     EndOfList,
@@ -36,6 +38,11 @@ pub(super) fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
                     return;
                 }
             }
+            SignJob::Resume { d, dest } => {
+                if let Err(err) = super::partial::resume_and_want(&tx, &d) {
+                    abandon(sh, &d, &dest, err);
+                }
+            }
             SignJob::Sign {
                 d,
                 meta,
@@ -43,19 +50,24 @@ pub(super) fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
                 inplace,
             } => {
                 if let Err(err) = sign_and_want(sh, &tx, &d, &meta, &dest, inplace) {
-                    d.fail(describe(&err));
-                    d.reported.store(true, Ordering::SeqCst);
-                    // No data will come for it: it holds up nothing.
-                    release_delta(&d);
-                    let _ = sh.in_flight.wake.try_send(());
-                    if is_fatal_io(&err) {
-                        sh.set_fatal(Error::io(&dest, err));
-                    } else {
-                        sh.stats.error(line(&dest, &err));
-                    }
+                    abandon(sh, &d, &dest, err);
                 }
             }
         }
+    }
+}
+
+/// `d` could not be signed or resumed: it fails, and holds up nothing.
+fn abandon(sh: &Shared<'_>, d: &DstFile, dest: &Path, err: io::Error) {
+    d.fail(describe(&err));
+    d.reported.store(true, Ordering::SeqCst);
+    // No data will come for it: it holds up nothing.
+    release_delta(d);
+    let _ = sh.in_flight.wake.try_send(());
+    if is_fatal_io(&err) {
+        sh.set_fatal(Error::io(dest, err));
+    } else {
+        sh.stats.error(line(dest, &err));
     }
 }
 

@@ -212,7 +212,20 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let (start, end) = layout::segment_range(f.entry.size, seg);
                 let st = segs.remove(&(id, seg));
                 super::readback::keep_digest(&f, seg, digest);
-                if f.failure().is_none() {
+                let kept = match (&st, &f.partial) {
+                    (None, Some(p)) => p.kept_digest(seg),
+                    _ => None,
+                };
+                if let (Some(k), None) = (kept, f.failure()) {
+                    // Kept from the partial file of an interrupted run, as
+                    // re-hashed here: it must be the sender's segment.
+                    if let Err(why) = decide::digest_check(&k, &digest, start, end) {
+                        f.fail_with(why);
+                    } else {
+                        Stats::add(&sh.stats.bytes_resumed, end - start);
+                        Stats::add(&sh.stats.bytes_done, end - start);
+                    }
+                } else if f.failure().is_none() {
                     let reached = st.as_ref().map(|st| st.next);
                     if let Err(why) = decide::segment_check(reached, start, end) {
                         f.fail_with(why);
@@ -232,6 +245,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                             f.fail_with(why);
                         }
                     }
+                    journal_segment(&f, seg, digest, end - start);
                 }
                 if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
                     if let Err(e) = finalize(&f, sh) {
@@ -244,6 +258,16 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 }
             }
         }
+    }
+}
+
+/// A segment of a file with a partial file is complete: journal it, with
+/// its digest where that is one on the whole-file grid that this side
+/// checked (else zeros: the next run re-hashes it anyway).
+fn journal_segment(f: &DstFile, seg: u64, digest: [u8; 32], len: u64) {
+    if let (Some(p), Some(file), None) = (&f.partial, f.file.as_file(), f.failure()) {
+        let known = f.verify && !f.delta.load(Ordering::SeqCst);
+        p.segment_done(file, seg, if known { digest } else { [0; 32] }, len);
     }
 }
 

@@ -40,6 +40,7 @@ pub(super) fn serve_args_with(
         (opts.delta == DeltaMode::Delta, "--delta"),
         (opts.delta == DeltaMode::Whole, "--whole-file"),
         (!opts.direct_io, "--buffered-io"),
+        (!opts.partial, "--no-partial"),
     ];
     a.extend(
         flags

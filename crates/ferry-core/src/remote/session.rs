@@ -33,6 +33,7 @@ fn fill(stats: &Stats, r: &ReceiverReport) {
         (&stats.bytes_transferred, r.bytes_transferred),
         (&stats.bytes_written, r.bytes_written),
         (&stats.bytes_matched, r.bytes_matched),
+        (&stats.bytes_resumed, r.bytes_resumed),
     ] {
         c.store(v, Relaxed);
     }

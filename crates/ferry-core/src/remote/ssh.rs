@@ -94,11 +94,13 @@ impl Remote {
             Err(Error::Link(LinkError::Closed)) | Err(Error::Link(LinkError::Io(_))) => {
                 let why = match code {
                     Some(255) => format!("ssh to {} failed: {}", self.host, or_unknown(&tail)),
-                    Some(127) => format!(
-                        "ferry is not installed on {} (or not on its PATH; give it with --remote-ferry): {}",
-                        self.host,
-                        or_unknown(&tail)
-                    ),
+                    Some(127) => {
+                        return Err(Error::NoRemote(format!(
+                            "ferry is not installed on {} (or not on its PATH; give it with --remote-ferry): {}",
+                            self.host,
+                            or_unknown(&tail)
+                        )))
+                    }
                     Some(c) => format!(
                         "connection to {} lost; the remote side exited with status {c}: {}",
                         self.host,

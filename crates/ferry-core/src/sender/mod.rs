@@ -13,8 +13,9 @@
 //! the list, `open` opens a listed file by its handle, `requests` answers
 //! the receiver, `segment` sends one segment and keeps a file's failure
 //! bookkeeping, `whole` and `delta` are the two ways a segment's bytes go
-//! (`ops` turns a delta's ops into messages), and `prehash` hashes delta
-//! sources while the receiver signs.
+//! (`ops` turns a delta's ops into messages), `prehash` hashes delta
+//! sources while the receiver signs, and `resume` answers a receiver that
+//! resumes a partial file.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -36,6 +37,7 @@ mod open;
 mod ops;
 mod prehash;
 mod requests;
+mod resume;
 mod segment;
 mod walk;
 mod whole;
@@ -72,6 +74,21 @@ struct Job {
     delta: Option<Arc<DeltaJob>>,
     /// A delta segment sent before the signature is complete.
     early: Option<Box<EarlySeg>>,
+    /// What the receiver holds of it from an interrupted run.
+    held: Held,
+}
+
+/// What the receiver's partial file holds of a segment (see
+/// [`ferry_link::WantMode::Resume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// Not a resumed file.
+    Nothing,
+    /// A resumed file that lacks this segment: sent whole, digested.
+    Missing,
+    /// The receiver has it with this digest: sent only if the source's
+    /// differs.
+    Kept([u8; 32]),
 }
 
 /// A file to send as a delta against the receiver's signature.

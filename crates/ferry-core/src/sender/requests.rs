@@ -10,14 +10,17 @@ use std::sync::Arc;
 use std::thread::ScopedJoinHandle;
 
 use crossbeam_channel::Sender;
-use ferry_link::{layout, Message, MsgRx, MsgTx, ReceiverReport, SignaturePart, WantMode};
+use ferry_link::{
+    layout, HavePart, Message, MsgRx, MsgTx, ReceiverReport, SignaturePart, WantMode,
+};
 
 use crate::early::EarlySeg;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
 
 use super::prehash::worth_prehashing;
-use super::{DeltaJob, Job, SrcFile, Table};
+use super::resume::{held_of, Resuming};
+use super::{DeltaJob, Held, Job, SrcFile, Table};
 
 /// Largest signature accepted from a receiver, in blocks (24 bytes each).
 const MAX_SIGNATURE_BLOCKS: u64 = 1 << 22;
@@ -79,6 +82,8 @@ pub(super) struct Requests<'s> {
     pending: HashMap<u32, Pending>,
     /// What each file was asked for.
     wanted: HashMap<u32, WantMode>,
+    /// Files being resumed whose `Have` list is not complete yet.
+    resuming: HashMap<u32, Resuming>,
 }
 
 impl<'s> Requests<'s> {
@@ -99,6 +104,7 @@ impl<'s> Requests<'s> {
             progress,
             pending: HashMap::new(),
             wanted: HashMap::new(),
+            resuming: HashMap::new(),
         }
     }
 
@@ -108,6 +114,7 @@ impl<'s> Requests<'s> {
             match rx.recv()? {
                 Message::Want { file, mode } => self.want(file, mode)?,
                 Message::Signature(part) => self.signature(part)?,
+                Message::Have(part) => self.have(part)?,
                 Message::EndOfList => self.end_of_list()?,
                 Message::ReceiverDone(r) => return Ok(*r),
                 Message::Fatal { class, error } => {
@@ -147,7 +154,12 @@ impl<'s> Requests<'s> {
         f.remaining
             .store(layout::segment_count(f.size), Ordering::SeqCst);
         if mode == WantMode::Whole {
+            self.resuming.remove(&file);
             return enqueue(self.jobs.as_ref(), file, &f, None, &[]);
+        }
+        if mode == WantMode::Resume {
+            self.resuming.insert(file, Resuming::new(f));
+            return Ok(());
         }
         // The receiver signs one file at a time: a signature still open now
         // never completes (it could not read that old copy).
@@ -222,6 +234,38 @@ impl<'s> Requests<'s> {
         enqueue(self.jobs.as_ref(), file, &f, Some(Arc::new(job)), &early)
     }
 
+    /// Part of a resumed file's `Have` list: queue the segments it
+    /// describes, each with what the receiver holds of it.
+    fn have(&mut self, part: HavePart) -> Result<()> {
+        let file = part.file;
+        let Some(r) = self.resuming.get_mut(&file) else {
+            return Err(Error::Protocol(format!(
+                "Have for file {file}, which is not being resumed"
+            )));
+        };
+        let range = r
+            .advance(&part)
+            .map_err(|why| Error::Protocol(format!("Have for file {file}: {why}")))?;
+        let f = r.file.clone();
+        if r.complete() {
+            self.resuming.remove(&file);
+        }
+        let Some(jobs) = self.jobs.as_ref() else {
+            return Err(Error::Protocol("request after the end of requests".into()));
+        };
+        for seg in range {
+            let _ = jobs.send(Job {
+                id: file,
+                file: f.clone(),
+                seg,
+                delta: None,
+                early: None,
+                held: held_of(&part.kept, seg),
+            });
+        }
+        Ok(())
+    }
+
     /// No more requests: let the workers drain, then say so.
     fn end_of_list(&mut self) -> Result<()> {
         // Signatures that never completed (the receiver could not read its
@@ -260,6 +304,7 @@ fn enqueue(
             seg,
             delta: delta.clone(),
             early: None,
+            held: Held::Nothing,
         });
     }
     Ok(())
@@ -277,6 +322,7 @@ fn early_sink(jobs: Sender<Job>, id: u32, f: &Arc<SrcFile>) -> Box<dyn Fn(EarlyS
                 seg: e.seg,
                 delta: None,
                 early: Some(Box::new(e)),
+                held: Held::Nothing,
             });
         }
     })

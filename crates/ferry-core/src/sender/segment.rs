@@ -13,7 +13,7 @@ use crate::error::{describe, Result};
 use crate::scan;
 use crate::stats::Stats;
 
-use super::{delta, whole, Job, ReadHow};
+use super::{delta, resume, whole, Held, Job, ReadHow};
 
 /// A worker thread: sends the segments queued for it until the queue
 /// closes.
@@ -86,7 +86,13 @@ fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Resul
         let sent = match (&job.early, &job.delta) {
             (Some(e), _) => delta::send_early_segment(job, &**file, e, tx, buf)?,
             (None, Some(d)) => delta::send_delta_segment(job, &**file, d, tx, buf)?,
-            (None, None) => whole::send_whole_segment(job, &**file, how.hash, tx, buf)?,
+            (None, None) => match job.held {
+                Held::Kept(have) => resume::send_held_segment(job, &**file, have, tx, buf)?,
+                // A resumed file is digested throughout, even in process:
+                // the receiver checks what it kept against these.
+                Held::Missing => whole::send_whole_segment(job, &**file, true, tx, buf)?,
+                Held::Nothing => whole::send_whole_segment(job, &**file, how.hash, tx, buf)?,
+            },
         };
         match sent {
             Ok(d) => digest = d,

@@ -96,10 +96,12 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
                 0 => WantMode::Whole,
                 1 => WantMode::Delta,
                 2 => WantMode::DeltaInPlace,
+                3 => WantMode::Resume,
                 _ => return Err(DecodeError::BadValue("want mode")),
             },
         },
         tag::SIGNATURE => signature(&mut i)?,
+        tag::HAVE => have(&mut i)?,
         tag::DATA => {
             let file = i.var32("file")?;
             let offset = i.var()?;
@@ -234,9 +236,25 @@ fn signature(i: &mut In) -> Result<Message, DecodeError> {
     }))
 }
 
+/// A `Have` after its tag.
+fn have(i: &mut In) -> Result<Message, DecodeError> {
+    let file = i.var32("file")?;
+    let upto = i.var()?;
+    let n = i.count(MAX_HAVE_SEGMENTS, 33, "kept segments")?;
+    let mut kept: Vec<(u64, [u8; 32])> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let seg = i.var()?;
+        if seg >= upto || kept.last().is_some_and(|&(prev, _)| seg <= prev) {
+            return Err(DecodeError::BadValue("kept segment"));
+        }
+        kept.push((seg, i.array::<32>()?));
+    }
+    Ok(Message::Have(HavePart { file, upto, kept }))
+}
+
 /// A `ReceiverDone` after its tag.
 fn report(i: &mut In) -> Result<Message, DecodeError> {
-    let mut v = [0u64; 12];
+    let mut v = [0u64; 13];
     for x in v.iter_mut() {
         *x = i.var()?;
     }
@@ -258,6 +276,7 @@ fn report(i: &mut In) -> Result<Message, DecodeError> {
         dirs_total: v[9],
         delete_skipped: v[10],
         delta_mismatch: v[11],
+        bytes_resumed: v[12],
         errors,
     })))
 }

@@ -24,6 +24,9 @@ pub const MAX_XATTRS: usize = 1024;
 /// Most blocks in one [`Message::Signature`].
 pub const MAX_SIG_BLOCKS: usize = 1 << 16;
 /// Most error lines in a [`ReceiverReport`].
+/// Most segments in one [`Message::Have`].
+pub const MAX_HAVE_SEGMENTS: usize = 1 << 16;
+/// Most error lines in a [`Message::ReceiverDone`].
 pub const MAX_REPORT_ERRORS: usize = 1000;
 
 /// Why a frame body could not be decoded.
@@ -56,6 +59,7 @@ mod tag {
     pub const RECEIVER_DONE: u8 = 12;
     pub const FATAL: u8 = 13;
     pub const COMPRESSED: u8 = 14;
+    pub const HAVE: u8 = 15;
 }
 
 trait Out {
@@ -129,6 +133,16 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             for (w, s) in p.weak.iter().zip(p.strong.iter()) {
                 o.put(&w.to_le_bytes());
                 o.put(s);
+            }
+        }
+        Message::Have(h) => {
+            o.u8(tag::HAVE);
+            o.var(h.file as u64);
+            o.var(h.upto);
+            o.var(h.kept.len() as u64);
+            for (seg, d) in &h.kept {
+                o.var(*seg);
+                o.put(d);
             }
         }
         Message::Data { file, offset, data } => {
@@ -235,6 +249,7 @@ fn write_report<O: Out>(o: &mut O, r: &ReceiverReport) {
         r.dirs_total,
         r.delete_skipped,
         r.delta_mismatch,
+        r.bytes_resumed,
     ] {
         o.var(v);
     }

@@ -72,6 +72,20 @@ fn every_message_roundtrips() {
         error: "gone".into(),
     });
     roundtrip(Message::SenderDone);
+    roundtrip(Message::Want {
+        file: 4,
+        mode: WantMode::Resume,
+    });
+    roundtrip(Message::Have(HavePart {
+        file: 4,
+        upto: 9,
+        kept: vec![(0, [1; 32]), (3, [2; 32]), (8, [3; 32])],
+    }));
+    roundtrip(Message::Have(HavePart {
+        file: 4,
+        upto: 1 << 40,
+        kept: vec![],
+    }));
     roundtrip(Message::ReceiverDone(Box::new(ReceiverReport {
         files_total: 1,
         files_transferred: 2,
@@ -85,6 +99,7 @@ fn every_message_roundtrips() {
         dirs_total: 10,
         delete_skipped: 1,
         delta_mismatch: 2,
+        bytes_resumed: 1 << 33,
         errors: vec!["x".into()],
     })));
     for class in [
@@ -112,6 +127,26 @@ fn every_message_roundtrips() {
         raw_len: 4096,
         data: vec![1, 2, 3],
     }));
+}
+
+#[test]
+fn have_segments_must_increase_below_upto() {
+    let bad = |kept: Vec<(u64, [u8; 32])>, upto| {
+        let mut b = Vec::new();
+        encode(
+            &Message::Have(HavePart {
+                file: 1,
+                upto,
+                kept,
+            }),
+            &mut b,
+        );
+        decode(&b).is_err()
+    };
+    assert!(bad(vec![(2, [0; 32]), (2, [0; 32])], 9), "repeated");
+    assert!(bad(vec![(3, [0; 32]), (2, [0; 32])], 9), "decreasing");
+    assert!(bad(vec![(9, [0; 32])], 9), "at upto");
+    assert!(!bad(vec![(8, [0; 32])], 9));
 }
 
 #[test]

@@ -45,6 +45,14 @@ pub(crate) fn write_method(at: FileAt, inplace: bool) -> Write {
     }
 }
 
+/// Receive into a partial file (kept when the run is cut off, resumed by
+/// the next): a file of [`super::super::partial::MIN_SIZE`] or more,
+/// written through a temporary file, unless `--no-partial` or asked for
+/// again whole (its partial file just failed verification).
+pub(crate) fn use_partial(w: Write, partial: bool, whole_only: bool, size: u64) -> bool {
+    w == Write::Temp && partial && !whole_only && size >= super::super::partial::MIN_SIZE
+}
+
 /// Whether a delta is possible at all: an old regular file of `old_size`
 /// bytes (`None`: none) with something in it, a new file with something
 /// in it, and not a device.
@@ -311,6 +319,21 @@ mod tests {
         assert!(!still_pays(0.5, 0.5));
         // Deltas since said they save nothing: a weighed delta goes whole.
         assert!(!still_pays(0.01, 0.0));
+    }
+
+    #[test]
+    fn partial_files_for_big_files_through_a_temp_file_only() {
+        let big = 32 << 20;
+        assert!(use_partial(Write::Temp, true, false, big));
+        assert!(!use_partial(Write::Temp, true, false, big - 1), "small");
+        assert!(!use_partial(Write::Temp, false, false, big), "--no-partial");
+        assert!(
+            !use_partial(Write::Temp, true, true, big),
+            "asked again whole"
+        );
+        for w in [Write::InPlace, Write::Device, Write::Stream] {
+            assert!(!use_partial(w, true, false, big), "{w:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,315 @@
+//! Partial files: a large file is received into `.NAME.ferry-partial`
+//! beside its destination, with the journal of [`crate::journal`] in
+//! `.NAME.ferry-journal`, so that a run that is killed, cut off or
+//! interrupted leaves what it wrote for the next run to resume.
+//!
+//! The partial file is locked (`flock`) while a run writes it: a second
+//! ferry writing the same destination at the same time uses a temporary
+//! file of its own instead. Both names are reached through the
+//! destination directory's handle like every other entry.
+
+use super::*;
+
+use std::ffi::{OsStr, OsString};
+
+use crate::journal::{self, Identity, Journal};
+
+/// Files smaller than this get no partial file: sending them again costs
+/// less than a journal (a tree of small files resumes by the normal
+/// comparison of each file).
+pub(crate) const MIN_SIZE: u64 = 32 << 20;
+/// Kept segments offered to the sender per `Have` part.
+const HAVE_PART: usize = 8;
+
+fn with_suffix(name: &OsStr, suffix: &str) -> Option<OsString> {
+    let mut n = b".".to_vec();
+    n.extend_from_slice(name.as_bytes());
+    n.extend_from_slice(suffix.as_bytes());
+    (n.len() <= 255).then(|| OsString::from_vec(n))
+}
+
+/// `.NAME.ferry-partial`, unless that is too long a name.
+pub(crate) fn partial_name(name: &OsStr) -> Option<OsString> {
+    with_suffix(name, ".ferry-partial")
+}
+
+/// `.NAME.ferry-journal`, unless that is too long a name.
+pub(crate) fn journal_name(name: &OsStr) -> Option<OsString> {
+    with_suffix(name, ".ferry-journal")
+}
+
+/// Take the partial file's lock without waiting; `false` when another run
+/// holds it. A filesystem without locks is taken as unlocked.
+fn try_lock(f: &File) -> bool {
+    use rustix::fs::FlockOperation;
+    !matches!(
+        rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    )
+}
+
+fn read_journal(jloc: &Loc) -> Option<Journal> {
+    use std::io::Read;
+    let f = jloc.open(false).ok()?;
+    let mut b = Vec::new();
+    f.take(journal::MAX_LEN).read_to_end(&mut b).ok()?;
+    journal::parse(&b).ok()
+}
+
+/// The journal being appended to.
+struct JournalW {
+    file: File,
+    check: [u8; 8],
+    len: u64,
+    /// Segments complete since the last append, with their bytes.
+    pending: Vec<(u64, [u8; 32])>,
+    pending_bytes: u64,
+    /// Someone is syncing and appending a batch.
+    syncing: bool,
+}
+
+/// The partial state of one file being received.
+pub(super) struct Partial {
+    journal: Loc,
+    /// The journal's segments from the interrupted run: re-hashed and
+    /// offered to the sender (a resume).
+    offer: Vec<(u64, [u8; 32])>,
+    pub(super) resumed: bool,
+    /// Digests of the segments kept, as re-hashed from the partial file.
+    kept: Mutex<HashMap<u64, [u8; 32]>>,
+    w: Mutex<JournalW>,
+}
+
+impl Partial {
+    /// The digest of segment `seg` if the partial file holds it.
+    pub(super) fn kept_digest(&self, seg: u64) -> Option<[u8; 32]> {
+        self.kept.lock().ok().and_then(|k| k.get(&seg).copied())
+    }
+
+    /// Segment `seg` of `len` bytes is written and verified (`digest`: its
+    /// digest on the file's grid, or zeros when not known). Every
+    /// [`journal::SYNC_EVERY`] bytes, the data is fdatasync'd and the
+    /// segments complete before that are appended to the journal.
+    pub(super) fn segment_done(&self, data: &File, seg: u64, digest: [u8; 32], len: u64) {
+        let batch = {
+            let Ok(mut w) = self.w.lock() else { return };
+            w.pending.push((seg, digest));
+            w.pending_bytes += len;
+            if w.syncing || w.pending_bytes < journal::SYNC_EVERY {
+                return;
+            }
+            w.syncing = true;
+            w.pending_bytes = 0;
+            std::mem::take(&mut w.pending)
+        };
+        // Synced before it is recorded: a record never names data that a
+        // crash could lose (and a kill loses nothing from the page cache).
+        let synced = data.sync_data().is_ok();
+        if let Ok(mut w) = self.w.lock() {
+            if synced {
+                append(&mut w, &batch);
+            }
+            w.syncing = false;
+        }
+    }
+
+    /// Record what is complete so far (the run is ending without the file).
+    pub(super) fn flush(&self, data: &File) {
+        let Ok(mut w) = self.w.lock() else { return };
+        if w.pending.is_empty() || data.sync_data().is_err() {
+            return;
+        }
+        let batch = std::mem::take(&mut w.pending);
+        append(&mut w, &batch);
+    }
+
+    /// Remove the journal (the file is committed, or failed).
+    pub(super) fn remove_journal(&self) {
+        let _ = self.journal.remove_file();
+    }
+}
+
+fn append(w: &mut JournalW, batch: &[(u64, [u8; 32])]) {
+    let mut b = Vec::with_capacity(batch.len() * journal::RECORD_LEN);
+    for (seg, d) in batch {
+        b.extend_from_slice(&journal::record(&w.check, *seg, d));
+    }
+    // A journal that cannot be written only costs a resend next time.
+    if w.file.write_all_at(&b, w.len).is_ok() {
+        w.len += b.len() as u64;
+    }
+}
+
+impl Dispatcher<'_, '_> {
+    /// `--no-partial`: remove what an interrupted run left for `dest`
+    /// (unless a run under way holds it).
+    pub(super) fn drop_partial(&self, dest: &Loc) {
+        let (Some(pn), Some(jn)) = (partial_name(dest.name()), journal_name(dest.name())) else {
+            return;
+        };
+        let ploc = dest.sibling(&pn);
+        if let Ok(f) = ploc.open(false) {
+            if !try_lock(&f) {
+                return;
+            }
+            if ploc.remove_file().is_ok() {
+                self.sh.changed(&ploc);
+            }
+        }
+        let _ = dest.sibling(&jn).remove_file();
+    }
+
+    /// The partial file to receive `e` into at `dest`: the one an
+    /// interrupted run left, resumed, when its journal describes this
+    /// source; else one started afresh. `None` (a temporary file of this
+    /// run instead) when the name is too long, another run holds it, or it
+    /// cannot be made.
+    pub(super) fn open_partial(&mut self, e: &Entry, dest: &Loc) -> Option<(File, Loc, Partial)> {
+        let pn = partial_name(dest.name())?;
+        let jn = journal_name(dest.name())?;
+        let (ploc, jloc) = (dest.sibling(&pn), dest.sibling(&jn));
+        let want = Identity {
+            size: e.size,
+            mtime: e.mtime,
+            mtime_nsec: e.mtime_nsec,
+            name: dest.name().as_bytes().to_vec(),
+        };
+        let (header, check) = journal::header(&want)?;
+        let (f, offer) = match ploc.open(true) {
+            Ok(f) => {
+                if !try_lock(&f) {
+                    return None;
+                }
+                let len = f.metadata().ok()?.len();
+                match read_journal(&jloc).filter(|j| journal::resumable(j, &want, len)) {
+                    Some(j) => (f, j.segments.into_iter().collect::<Vec<_>>()),
+                    // Another source, or a journal that cannot be read:
+                    // nothing in the file is trusted.
+                    None => {
+                        f.set_len(0).ok()?;
+                        (f, Vec::new())
+                    }
+                }
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                self.clean_stale_temps(dest);
+                let f = ploc.create_new(0o600).ok()?;
+                self.sh.changed(&ploc);
+                if !try_lock(&f) {
+                    return None;
+                }
+                (f, Vec::new())
+            }
+            // A symlink or something else in the way: leave it to the
+            // temporary file of this run.
+            Err(_) => return None,
+        };
+        let resumed = !offer.is_empty();
+        if !resumed {
+            f.set_len(e.size).ok()?;
+        }
+        // The journal is written afresh: its header, then the segments to
+        // re-hash (a torn record at its end would hide later appends).
+        let _ = jloc.remove_file();
+        let jf = jloc.create_new(0o600).ok()?;
+        let mut w = JournalW {
+            file: jf,
+            check,
+            len: 0,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            syncing: false,
+        };
+        w.file.write_all_at(&header, 0).ok()?;
+        w.len = header.len() as u64;
+        append(&mut w, &offer);
+        Some((
+            f,
+            ploc,
+            Partial {
+                journal: jloc,
+                offer,
+                resumed,
+                kept: Mutex::new(HashMap::new()),
+                w: Mutex::new(w),
+            },
+        ))
+    }
+}
+
+/// Resume `d`: ask for it with [`WantMode::Resume`], then re-hash each
+/// segment the journal names from the partial file and offer those that
+/// still hash as recorded, in `Have` parts as the hashing goes (the sender
+/// sends the segments between them meanwhile).
+pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
+    let (Some(p), Some(file)) = (&d.partial, d.file.as_file()) else {
+        return Err(io::Error::other("resume without a partial file"));
+    };
+    let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
+    let id = d.entry.id;
+    let size = d.entry.size;
+    tx.send(Message::Want {
+        file: id,
+        mode: WantMode::Resume,
+    })
+    .map_err(link)?;
+    let block = layout::grid_block(size);
+    let nseg = layout::segment_count(size);
+    let mut part = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for &(seg, recorded) in &p.offer {
+        let (start, end) = layout::segment_range(size, seg);
+        let mut h = SegmentHasher::new(block);
+        let mut off = start;
+        while off < end {
+            let n = ((end - off) as usize).min(buf.len());
+            file.read_exact_at(&mut buf[..n], off)
+                .op("read partial file")?;
+            h.data(&buf[..n]);
+            off += n as u64;
+        }
+        let got = h.finish().0;
+        if recorded != [0; 32] && recorded != got {
+            // Changed on the disk since it was written: not offered.
+            continue;
+        }
+        if let Ok(mut k) = p.kept.lock() {
+            k.insert(seg, got);
+        }
+        part.push((seg, got));
+        if part.len() == HAVE_PART {
+            send_have(tx, id, seg + 1, &mut part).map_err(link)?;
+        }
+    }
+    send_have(tx, id, nseg, &mut part).map_err(link)
+}
+
+fn send_have(
+    tx: &MsgTx,
+    file: u32,
+    upto: u64,
+    part: &mut Vec<(u64, [u8; 32])>,
+) -> std::result::Result<(), ferry_link::LinkError> {
+    tx.send(Message::Have(ferry_link::HavePart {
+        file,
+        upto,
+        kept: std::mem::take(part),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_names_are_hidden_and_fit() {
+        let n = partial_name(OsStr::new("disk.img")).unwrap();
+        assert_eq!(n, ".disk.img.ferry-partial");
+        let j = journal_name(OsStr::new("disk.img")).unwrap();
+        assert_eq!(j, ".disk.img.ferry-journal");
+        let long = "x".repeat(241);
+        assert!(partial_name(OsStr::new(&"x".repeat(240))).is_some());
+        assert!(partial_name(OsStr::new(&long)).is_none());
+        assert!(journal_name(OsStr::new(&long)).is_none());
+    }
+}
