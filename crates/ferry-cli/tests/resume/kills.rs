@@ -28,8 +28,8 @@ pub enum Target {
 /// Kills per kind over ssh (a push of 1 GiB takes about 6 s on 2 cores), and of
 /// a local run (about 1.2 s). The issue asks 50 of each:
 /// `FERRY_RESUME_KILLS=50` (about 10 minutes per kind over ssh).
-pub const KILLS: usize = 6;
-pub const LOCAL_KILLS: usize = 12;
+pub const KILLS: usize = 5;
+pub const LOCAL_KILLS: usize = 10;
 
 const SIZE: usize = 1 << 30;
 /// A partial with this much right at the kill is "late": the next run
@@ -141,11 +141,16 @@ pub fn kill_loop(target: Target, test: &str) {
         _dir: dir,
     };
     let t0 = Instant::now();
-    // One whole run, timed: the kills fall uniformly over its duration.
-    let full = run(&mut s.cmd(&["--json"]));
-    assert_complete(&full, &s.src, &s.dst, "the first run");
-    let dur = Duration::from_secs_f64(full.secs);
-    fs::remove_file(&s.dst).unwrap();
+    // Whole runs, timed: the kills fall uniformly over the duration of
+    // one (the faster of two: the first is often slower).
+    let mut secs = f64::MAX;
+    for _ in 0..2 {
+        let full = run(&mut s.cmd(&["--json"]));
+        assert_complete(&full, &s.src, &s.dst, "a whole run");
+        secs = secs.min(full.secs);
+        fs::remove_file(&s.dst).unwrap();
+    }
+    let dur = Duration::from_secs_f64(secs);
 
     let n = kills(if target == Target::Local {
         LOCAL_KILLS
@@ -216,7 +221,7 @@ pub fn kill_loop(target: Target, test: &str) {
         c.late,
         c.resumed,
         c.late_resumed,
-        full.secs,
+        secs,
         t0.elapsed().as_secs_f64()
     );
     if n >= 4 {
@@ -249,5 +254,13 @@ pub fn kill_loop(target: Target, test: &str) {
         assert!(r.n("reconnects") >= 1, "{what}: {}", r.json);
         assert!(resumed > 0, "{what}: {}", r.json);
         assert!(written <= SIZE as u64 + MARGIN, "{what}: {}", r.json);
+        // All of the file was written in this run (before the reconnect
+        // and after): bytes_written is "bytes written to the destination
+        // in this run", not in its last attempt.
+        assert!(
+            written >= SIZE as u64,
+            "{what}: bytes_written {written} < {SIZE}, the bytes this run wrote: {}",
+            r.json
+        );
     }
 }
