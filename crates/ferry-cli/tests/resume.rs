@@ -16,8 +16,9 @@
 //! - here: tampered journals and partials, a changed source, `--no-partial`.
 //!
 //! `FERRY_RESUME_KILLS=N` sets the kills per kind (the issue asks 50; the
-//! default keeps this binary to a few minutes); `FERRY_RESUME_SEED=N`
-//! replays the kill points of an earlier run (each test prints its seed).
+//! defaults keep this binary to about 4 minutes on 2 cores, run with
+//! `--test-threads=1`); `FERRY_RESUME_SEED=N` replays the kill points of
+//! an earlier run (each test prints its seed).
 
 mod common;
 #[path = "resume/errors.rs"]
@@ -268,10 +269,12 @@ fn a_link_down_for_5s_is_retried_in_the_same_run() {
 // ---------------------------------------------------------------------------
 // 3. What a killed local run leaves, tampered with.
 
-/// 256 MiB at 128 MiB/s: a run of 2 s, killed at 1.4 s.
+/// 256 MiB at 128 MiB/s: a run of 2 s at least, killed from 1.4 s on,
+/// once the journal has had two batches appended (by 1.9 s at the latest).
 const LOCAL_SIZE: usize = 256 << 20;
 const LOCAL_RATE: &str = "128M";
 const LOCAL_KILL: Duration = Duration::from_millis(1400);
+const LOCAL_KILL_LAST: Duration = Duration::from_millis(1900);
 
 struct Local {
     _dir: tempfile::TempDir,
@@ -299,8 +302,8 @@ impl Local {
             .args([p(&self.src.path), p(&self.dst)]))
     }
 
-    /// A run (at a limited rate) stopped by `sig` 70% of the way through.
-    /// Returns the bytes of its partial that match the source.
+    /// A run (at a limited rate) stopped by `sig` 70-95% of the way
+    /// through. Returns the bytes of its partial that match the source.
     fn stop_late(&self, sig: &str, extra: &[&str]) -> u64 {
         let start = Instant::now();
         let child = Command::new(ferry_bin())
@@ -311,18 +314,28 @@ impl Local {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(LOCAL_KILL);
+        // The journal's lengths: its header, then one more per batch.
+        let mut lens = std::collections::BTreeSet::new();
+        let (part, journal) = partial_state(&self.dst);
+        loop {
+            let t = start.elapsed();
+            lens.extend(fs::metadata(&journal).map(|m| m.len()));
+            let ready = lens.len() >= 3 || extra.contains(&"--no-partial");
+            if (t >= LOCAL_KILL && ready) || t >= LOCAL_KILL_LAST {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         procs::signal(child.id() as i32, sig);
         let r = finish(child, start, Duration::from_secs(30), sig);
         r.no_panic();
-        let (part, journal) = partial_state(&self.dst);
         if sig != "-KILL" {
             assert_eq!(r.code, Some(130), "{sig}: interrupted: {}", r.err);
         }
         if !extra.contains(&"--no-partial") {
             assert!(
                 part.exists() && journal.exists(),
-                "{sig} at {LOCAL_KILL:?}: partial state kept? {:?}",
+                "{sig} late in the run: partial state kept? {:?}",
                 fs::read_dir(self.dst.parent().unwrap())
                     .unwrap()
                     .map(|e| e.unwrap().file_name())
