@@ -48,6 +48,25 @@ fn try_lock(f: &File) -> bool {
     )
 }
 
+/// How long a partial file held by another process is waited for: the
+/// remote side of an attempt that lost its link may still be on its way
+/// out (it stops at its own `--timeout`) when the next attempt arrives.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Take the lock, waiting up to [`LOCK_WAIT`] for a holder to go.
+fn lock_soon(f: &File) -> bool {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        if try_lock(f) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 fn read_journal(jloc: &Loc) -> Option<Journal> {
     use std::io::Read;
     let f = jloc.open(false).ok()?;
@@ -177,7 +196,7 @@ impl Dispatcher<'_, '_> {
         let (header, check) = journal::header(&want)?;
         let (f, offer) = match ploc.open(true) {
             Ok(f) => {
-                if !try_lock(&f) {
+                if !lock_soon(&f) {
                     return None;
                 }
                 let len = f.metadata().ok()?.len();
