@@ -106,6 +106,10 @@ pub struct SyncOptions {
     /// and resume from it (see [`journal`]); `--no-partial` turns it off
     /// and removes such state instead.
     pub partial: bool,
+    /// `--partial-dir`: where the journal of a block device written in
+    /// place is kept (a device has no directory of its own), so that it
+    /// resumes too.
+    pub partial_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for SyncOptions {
@@ -132,6 +136,7 @@ impl Default for SyncOptions {
             in_process: false,
             direct_io: true,
             partial: true,
+            partial_dir: None,
         }
     }
 }

@@ -283,7 +283,14 @@ impl Dispatcher<'_, '_> {
         let partial = decide::use_partial(write, opts.partial, whole_only, e.size)
             .then(|| self.open_partial(&e, dest))
             .flatten();
-        let resumed = partial.as_ref().is_some_and(|(_, _, p)| p.resumed);
+        let device_journal = match &opts.partial_dir {
+            Some(dir) if decide::device_journal(write, opts.partial, whole_only, e.size) => {
+                self.open_device_journal(&e, dest, dir)
+            }
+            _ => None,
+        };
+        let resumed = partial.as_ref().is_some_and(|(_, _, p)| p.resumed)
+            || device_journal.as_ref().is_some_and(|p| p.resumed);
         let delta_cost = match &old_meta {
             Some(m) if !resumed && decide::delta_possible(write, e.size, Some(m.len())) => {
                 self.delta_cost(&e, m, &dest.shown)
@@ -304,7 +311,7 @@ impl Dispatcher<'_, '_> {
             Some((file, tmp, p)) => (file, Some(tmp), Some(p)),
             None => {
                 let (file, tmp) = self.open_target(write, &e, dest)?;
-                (file, tmp, None)
+                (file, tmp, device_journal)
             }
         };
         let direct = if decide::use_direct(write, opts.direct_io, e.size) {

@@ -141,10 +141,19 @@ impl DstFile {
 
 impl Drop for DstFile {
     fn drop(&mut self) {
-        let Some(t) = &self.tmp else { return };
         if self.committed.load(Ordering::SeqCst) {
             return;
         }
+        let Some(t) = &self.tmp else {
+            // Written in place: a device's journal stays while its data
+            // does, for the next run.
+            match (&self.partial, self.file.as_file(), self.failure()) {
+                (Some(p), Some(file), None) => p.flush(file),
+                (Some(p), _, Some(_)) => p.remove_journal(),
+                _ => {}
+            }
+            return;
+        };
         match (&self.partial, self.file.as_file()) {
             // The run ends without it (cut off, stopped, another file's
             // fatal error): what is complete stays for the next run.
@@ -333,6 +342,9 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         if let Some(p) = &f.partial {
             p.remove_journal();
         }
+    }
+    if let (None, Some(p)) = (&f.tmp, &f.partial) {
+        p.remove_journal();
     }
     f.committed.store(true, Ordering::SeqCst);
     Stats::add(&sh.stats.files_transferred, 1);

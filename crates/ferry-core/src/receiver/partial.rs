@@ -7,6 +7,10 @@
 //! ferry writing the same destination at the same time uses a temporary
 //! file of its own instead. Both names are reached through the
 //! destination directory's handle like every other entry.
+//!
+//! A block device is written in place: there is no partial file, and its
+//! journal is kept (and locked) in the directory `--partial-dir` names,
+//! under a name made from the device's path.
 
 use super::*;
 
@@ -36,6 +40,23 @@ pub(crate) fn partial_name(name: &OsStr) -> Option<OsString> {
 /// `.NAME.ferry-journal`, unless that is too long a name.
 pub(crate) fn journal_name(name: &OsStr) -> Option<OsString> {
     with_suffix(name, ".ferry-journal")
+}
+
+/// The journal's name for a device written in place at `shown`: its path
+/// with `/` as `_`, `.ferry-journal` added (a BLAKE3 of the path when
+/// that is too long a name).
+pub(crate) fn device_journal_name(shown: &Path) -> OsString {
+    let mut n: Vec<u8> = shown
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&b| if b == b'/' { b'_' } else { b })
+        .collect();
+    if n.len() > 200 {
+        n = blake3::hash(&n).to_hex().as_bytes().to_vec();
+    }
+    n.extend_from_slice(b".ferry-journal");
+    OsString::from_vec(n)
 }
 
 /// Take the partial file's lock without waiting; `false` when another run
@@ -223,14 +244,68 @@ impl Dispatcher<'_, '_> {
             // temporary file of this run.
             Err(_) => return None,
         };
-        let resumed = !offer.is_empty();
-        if !resumed {
+        if offer.is_empty() {
             f.set_len(e.size).ok()?;
         }
-        // The journal is written afresh: its header, then the segments to
-        // re-hash (a torn record at its end would hide later appends).
         let _ = jloc.remove_file();
         let jf = jloc.create_new(0o600).ok()?;
+        Some((f, ploc, Partial::start(jloc, jf, (header, check), offer)?))
+    }
+
+    /// `--partial-dir DIR`: the journal of the block device `dest`, written
+    /// in place, kept in DIR: resumed when it describes this source, else
+    /// started afresh. `None` (no journal) when DIR cannot hold it or
+    /// another run holds it.
+    pub(super) fn open_device_journal(
+        &mut self,
+        e: &Entry,
+        dest: &Loc,
+        dir: &Path,
+    ) -> Option<Partial> {
+        let name = device_journal_name(&dest.shown);
+        let want = Identity {
+            size: e.size,
+            mtime: e.mtime,
+            mtime_nsec: e.mtime_nsec,
+            name: name.as_bytes().to_vec(),
+        };
+        let head = journal::header(&want)?;
+        let jloc = DestDir::open(dir).ok()?.loc(name.as_bytes(), false).ok()?;
+        let (jf, offer) = match jloc.open(true) {
+            Ok(jf) => {
+                if !lock_soon(&jf) {
+                    return None;
+                }
+                let offer = read_journal(&jloc)
+                    .filter(|j| journal::resumable(j, &want, e.size))
+                    .map(|j| j.segments.into_iter().collect())
+                    .unwrap_or_default();
+                // Written afresh through the locked descriptor.
+                jf.set_len(0).ok()?;
+                (jf, offer)
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let jf = jloc.create_new(0o600).ok()?;
+                if !try_lock(&jf) {
+                    return None;
+                }
+                (jf, Vec::new())
+            }
+            Err(_) => return None,
+        };
+        Partial::start(jloc, jf, head, offer)
+    }
+}
+
+impl Partial {
+    /// A journal written afresh in `jf`: its header, then the segments to
+    /// re-hash (a torn record at its end would hide later appends).
+    fn start(
+        journal: Loc,
+        jf: File,
+        (header, check): (Vec<u8>, [u8; 8]),
+        offer: Vec<(u64, [u8; 32])>,
+    ) -> Option<Partial> {
         let mut w = JournalW {
             file: jf,
             check,
@@ -242,17 +317,13 @@ impl Dispatcher<'_, '_> {
         w.file.write_all_at(&header, 0).ok()?;
         w.len = header.len() as u64;
         append(&mut w, &offer);
-        Some((
-            f,
-            ploc,
-            Partial {
-                journal: jloc,
-                offer,
-                resumed,
-                kept: Mutex::new(HashMap::new()),
-                w: Mutex::new(w),
-            },
-        ))
+        Some(Partial {
+            journal,
+            resumed: !offer.is_empty(),
+            offer,
+            kept: Mutex::new(HashMap::new()),
+            w: Mutex::new(w),
+        })
     }
 }
 
@@ -261,8 +332,21 @@ impl Dispatcher<'_, '_> {
 /// still hash as recorded, in `Have` parts as the hashing goes (the sender
 /// sends the segments between them meanwhile).
 pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
-    let (Some(p), Some(file)) = (&d.partial, d.file.as_file()) else {
+    let (Some(p), Some(written)) = (&d.partial, d.file.as_file()) else {
         return Err(io::Error::other("resume without a partial file"));
+    };
+    // A device is open for writing only: read it through a second
+    // descriptor of the same open file's inode.
+    let reopened;
+    let file = if rustix::fs::fcntl_getfl(written)
+        .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
+    {
+        use std::os::fd::AsRawFd;
+        reopened = File::open(format!("/proc/self/fd/{}", written.as_raw_fd()))
+            .op("read what the device holds")?;
+        &reopened
+    } else {
+        written
     };
     let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
     let id = d.entry.id;
@@ -326,6 +410,10 @@ mod tests {
         assert_eq!(n, ".disk.img.ferry-partial");
         let j = journal_name(OsStr::new("disk.img")).unwrap();
         assert_eq!(j, ".disk.img.ferry-journal");
+        let d = device_journal_name(Path::new("/dev/loop3"));
+        assert_eq!(d, "_dev_loop3.ferry-journal");
+        let d = device_journal_name(Path::new(&"/x".repeat(200)));
+        assert_eq!(d.len(), 64 + ".ferry-journal".len());
         let long = "x".repeat(241);
         assert!(partial_name(OsStr::new(&"x".repeat(240))).is_some());
         assert!(partial_name(OsStr::new(&long)).is_none());
