@@ -316,6 +316,30 @@ fn full_disk_keeps_the_old_file() {
     assert!(temp_files(&mnt).is_empty(), "{:?}", temp_files(&mnt));
 }
 
+/// A loop device over a file, detached (by name) when dropped.
+struct LoopDevice(String);
+
+impl LoopDevice {
+    fn attach(backing: &Path) -> Option<LoopDevice> {
+        let o = std::process::Command::new("losetup")
+            .args(["--find", "--show", p(backing)])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        Some(LoopDevice(
+            String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        ))
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.0])
+            .status();
+    }
+}
+
 /// Writing an image onto a block device (a loop device), in place.
 #[test]
 fn block_device_destination() {
@@ -329,25 +353,11 @@ fn block_device_destination() {
     bf.set_len(16 << 20).unwrap();
     bf.write_all_at(&vec![0xAAu8; 16 << 20], 0).unwrap();
     drop(bf);
-    let out = std::process::Command::new("losetup")
-        .args(["--find", "--show", p(&backing)])
-        .output();
-    let dev = match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        _ => {
-            skip("block_device_destination: no loop devices here");
-            return;
-        }
+    let Some(g) = LoopDevice::attach(&backing) else {
+        skip("block_device_destination: no loop devices here");
+        return;
     };
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("losetup")
-                .args(["-d", &self.0])
-                .status();
-        }
-    }
-    let _g = Detach(dev.clone());
+    let dev = g.0.clone();
     let img = d.path().join("img");
     let f = File::create(&img).unwrap();
     f.set_len(8 << 20).unwrap();
@@ -377,21 +387,8 @@ fn an_interrupted_copy_onto_a_device_resumes_with_partial_dir() {
     let d = tempfile::tempdir().unwrap();
     let backing = d.path().join("backing");
     File::create(&backing).unwrap().set_len(320 << 20).unwrap();
-    let out = std::process::Command::new("losetup")
-        .args(["--find", "--show", p(&backing)])
-        .output()
-        .expect("losetup");
-    assert!(out.status.success(), "losetup: {out:?}");
-    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("losetup")
-                .args(["-d", &self.0])
-                .status();
-        }
-    }
-    let _g = Detach(dev.clone());
+    let g = LoopDevice::attach(&backing).expect("losetup --find --show");
+    let dev = g.0.clone();
     let img = d.path().join("img");
     fs::write(&img, bytes(11, 256 << 20)).unwrap();
     let jdir = d.path().join("journals");

@@ -95,9 +95,13 @@ impl Stats {
         }
     }
 
+    /// A line the user should know that is not a failure; said once
+    /// however many attempts of the run (`--retries`) come to it.
     pub fn notice(&self, line: String) {
         if let Ok(mut n) = self.notices.lock() {
-            n.push(line);
+            if !n.contains(&line) {
+                n.push(line);
+            }
         }
     }
 
