@@ -214,9 +214,13 @@ fn sync_local_pass(
         let sres = sender
             .join()
             .map_err(|_| Error::Protocol("sender thread panicked".into()))?;
-        // A receiver error is the cause; the sender's is its echo.
-        r?;
-        sres
+        // A receiver error is the cause and the sender's its echo, unless
+        // the receiver only saw the sender go (then the sender says why).
+        match (r, sres) {
+            (Err(Error::Link(ferry_link::LinkError::Closed)), Err(se)) => Err(se),
+            (Err(re), _) => Err(re),
+            (Ok(_), s) => s,
+        }
     });
     stats.bytes_wire.fetch_add(wire(), Ordering::Relaxed);
     res?;

@@ -254,25 +254,52 @@ fn start_at<NR: Read, NW: Write>(
     resumer: Option<Resumer>,
 ) -> Result<(u64, blake3::Hasher), StreamError> {
     let lost = |e: ferry_channel::ChannelError| channel_err(e, "reading the receiver's offer");
-    let (have, digest) = match chan_r.next_frame().map_err(lost)? {
-        ferry_channel::Frame::Data(d) => resume::parse_offer(d),
-        ferry_channel::Frame::End => None,
-    }
-    .ok_or_else(|| {
+    let no_offer = || {
         StreamError::new(
             ErrorKind::Integrity,
             "protocol error: no OFFER from the receiver",
         )
-    })?;
+    };
+    let (have, digest) = match chan_r.next_frame().map_err(lost)? {
+        ferry_channel::Frame::Data(d) => match resume::parse_offer(d) {
+            Some(o) => o,
+            // A receiver that could not open its output says why instead.
+            None => match send_stages::verdict(d) {
+                SendEv::PeerFail(e) => return Err(e),
+                _ => return Err(no_offer()),
+            },
+        },
+        ferry_channel::Frame::End => return Err(no_offer()),
+    };
     let mut from = (0, blake3::Hasher::new());
     if let Some(r) = resumer.filter(|_| have > 0) {
-        match r(have, &digest) {
-            Ok(Some(h)) => from = (have, h),
-            Ok(None) => {}
-            Err(e) => {
+        // Hashing a large prefix takes a while: the receiver, waiting for
+        // START, hears a keepalive every second meanwhile.
+        let res = std::thread::scope(|s| {
+            let h = s.spawn(move || r(have, &digest));
+            let mut last = Instant::now();
+            while !h.is_finished() {
+                std::thread::sleep(Duration::from_millis(50));
+                if last.elapsed() >= KEEPALIVE {
+                    let _ = chan_w.keepalive();
+                    last = Instant::now();
+                }
+            }
+            h.join()
+        });
+        match res {
+            Ok(Ok(Some(h))) => from = (have, h),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
                 return Err(StreamError::new(
                     ErrorKind::ProducerFailed,
                     format!("reading input failed: {e}"),
+                ))
+            }
+            Err(_) => {
+                return Err(StreamError::new(
+                    ErrorKind::Io,
+                    "internal: input hashing failed",
                 ))
             }
         }

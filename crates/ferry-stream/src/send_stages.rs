@@ -267,6 +267,11 @@ pub(crate) fn read_control<R: Read>(mut r: ChannelReader<R>) -> SendEv {
         }
         Err(e) => return lost(e),
     };
+    verdict(&frame)
+}
+
+/// The receiver's verdict in `frame`: ACK, FAIL, or a protocol error.
+pub(crate) fn verdict(frame: &[u8]) -> SendEv {
     match frame.first() {
         Some(&msg::ACK) if frame.len() == 45 => {
             let total = u64::from_le_bytes(frame[1..9].try_into().unwrap_or([0; 8]));

@@ -250,13 +250,21 @@ impl ResumableFile {
         let io_err = |what: &str, e: io::Error| {
             StreamError::new(ErrorKind::Io, format!("{what} {}: {e}", path.display()))
         };
-        let f = std::fs::OpenOptions::new()
+        let rw = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(path)
-            .map_err(|e| io_err("cannot create", e))?;
+            .open(path);
+        let f = match rw {
+            Ok(f) => f,
+            // Writable but not readable (mode 0200, /dev/full): nothing
+            // to offer, written as before.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                File::create(path).map_err(|e| io_err("cannot create", e))?
+            }
+            Err(e) => return Err(io_err("cannot create", e)),
+        };
         let m = f.metadata().map_err(|e| io_err("cannot stat", e))?;
         let start = Arc::new(Mutex::new(0));
         let mut hooks = RecvHooks::default();
@@ -287,11 +295,12 @@ impl ResumableFile {
     fn out(&mut self) -> io::Result<&mut FileOut> {
         if let Some(mut f) = self.file.take() {
             use std::io::Seek;
-            let at = self.start.lock().map(|s| *s).unwrap_or(0);
+            // A FIFO, a terminal or a device is written as it is.
             if f.metadata()?.is_file() {
+                let at = self.start.lock().map(|s| *s).unwrap_or(0);
                 f.set_len(at)?;
+                f.seek(io::SeekFrom::Start(at))?;
             }
-            f.seek(io::SeekFrom::Start(at))?;
             self.out = Some(FileOut::new(f));
         }
         self.out

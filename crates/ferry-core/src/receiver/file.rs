@@ -125,6 +125,14 @@ pub(super) enum Failure {
     Other(String),
 }
 
+impl Failure {
+    /// Whether a partial file whose transfer ended this way is kept for
+    /// the next run (see [`super::partial`]).
+    pub(super) fn keeps_partial(&self) -> bool {
+        matches!(self, Failure::Io(..) | Failure::Other(_))
+    }
+}
+
 impl DstFile {
     pub(super) fn fail(&self, why: String) {
         self.fail_with(Failure::Other(why));
@@ -149,15 +157,21 @@ impl Drop for DstFile {
             // does, for the next run.
             match (&self.partial, self.file.as_file(), self.failure()) {
                 (Some(p), Some(file), None) => p.flush(file),
+                (Some(p), Some(file), Some(f)) if f.keeps_partial() => p.flush(file),
                 (Some(p), _, Some(_)) => p.remove_journal(),
                 _ => {}
             }
             return;
         };
         match (&self.partial, self.file.as_file()) {
-            // The run ends without it (cut off, stopped, another file's
-            // fatal error): what is complete stays for the next run.
-            (Some(p), Some(file)) if self.failure().is_none() => p.flush(file),
+            // The run ends without it (cut off, stopped, a write that
+            // failed, another file's fatal error): what is complete stays
+            // for the next run, which verifies it again anyway. Only a
+            // result that failed verification, or a source that could not
+            // be read as listed, is not worth keeping.
+            (Some(p), Some(file)) if self.failure().is_none_or(|f| f.keeps_partial()) => {
+                p.flush(file)
+            }
             (Some(p), _) => {
                 let _ = t.remove_file();
                 p.remove_journal();
@@ -332,6 +346,17 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         if let Some(why) = super::readback::verify_on_disk(f, file)? {
             // The disk does not hold what was written: the old file stays.
             report_failure(f, sh, Failure::Other(format!("--verify: {why}")));
+            return Ok(());
+        }
+    }
+    if let (Some(t), Some(_), Some(file)) = (&f.tmp, &f.partial, f.file.as_file()) {
+        if !super::partial::same_inode(t, file) {
+            // Someone replaced the partial file under this run (another
+            // run, a file listed under that name): never rename what was
+            // not written and verified here.
+            let why = Failure::Other("partial file was replaced during the run".into());
+            f.fail_with(why.clone());
+            report_failure(f, sh, why);
             return Ok(());
         }
     }

@@ -60,13 +60,32 @@ pub(crate) fn device_journal_name(shown: &Path) -> OsString {
 }
 
 /// Take the partial file's lock without waiting; `false` when another run
-/// holds it. A filesystem without locks is taken as unlocked.
+/// holds it, or the filesystem has no locks (two runs could then write
+/// one partial file: such a run uses a temporary file of its own).
 fn try_lock(f: &File) -> bool {
     use rustix::fs::FlockOperation;
-    !matches!(
-        rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive),
-        Err(rustix::io::Errno::WOULDBLOCK)
-    )
+    rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive).is_ok()
+}
+
+/// Whether the name `at` still names the inode `f` holds (not replaced
+/// since it was opened: a lock taken on a file that another run then
+/// renamed into place or removed locks nothing of ours).
+pub(super) fn same_inode(at: &Loc, f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (at.stat(), f.metadata()) {
+        (Ok(Some(a)), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Whether an existing partial or journal file may be taken over: a
+/// regular file of this user with no other name (a hard link planted
+/// there would make this run write someone else's file).
+fn ours(f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata().is_ok_and(|m| {
+        m.is_file() && m.nlink() == 1 && m.uid() == rustix::process::geteuid().as_raw()
+    })
 }
 
 /// How long a partial file held by another process is waited for: the
@@ -204,7 +223,12 @@ impl Dispatcher<'_, '_> {
     /// source; else one started afresh. `None` (a temporary file of this
     /// run instead) when the name is too long, another run holds it, or it
     /// cannot be made.
-    pub(super) fn open_partial(&mut self, e: &Entry, dest: &Loc) -> Option<(File, Loc, Partial)> {
+    pub(super) fn open_partial(
+        &mut self,
+        e: &Entry,
+        dest: &Loc,
+        may_resume: bool,
+    ) -> Option<(File, Loc, Partial)> {
         let pn = partial_name(dest.name())?;
         let jn = journal_name(dest.name())?;
         let (ploc, jloc) = (dest.sibling(&pn), dest.sibling(&jn));
@@ -215,34 +239,48 @@ impl Dispatcher<'_, '_> {
             name: dest.name().as_bytes().to_vec(),
         };
         let (header, check) = journal::header(&want)?;
-        let (f, offer) = match ploc.open(true) {
-            Ok(f) => {
-                if !lock_soon(&f) {
+        let found = match ploc.open(true) {
+            Ok(f) if ours(&f) => Some(f),
+            // Not a file this run may take over: it goes, and a new one
+            // is made (never written through another name).
+            Ok(_) => {
+                ploc.remove_file().ok()?;
+                None
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            // A symlink or something else in the way: leave it to the
+            // temporary file of this run.
+            Err(_) => return None,
+        };
+        let (f, offer) = match found {
+            Some(f) => {
+                if !lock_soon(&f) || !same_inode(&ploc, &f) {
                     return None;
                 }
                 let len = f.metadata().ok()?.len();
-                match read_journal(&jloc).filter(|j| journal::resumable(j, &want, len)) {
+                let journal = read_journal(&jloc)
+                    .filter(|_| may_resume)
+                    .filter(|j| journal::resumable(j, &want, len));
+                match journal {
                     Some(j) => (f, j.segments.into_iter().collect::<Vec<_>>()),
-                    // Another source, or a journal that cannot be read:
-                    // nothing in the file is trusted.
+                    // Another source, a journal that cannot be read, or a
+                    // delta chosen instead: nothing in the file is trusted.
                     None => {
                         f.set_len(0).ok()?;
                         (f, Vec::new())
                     }
                 }
             }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            None => {
                 self.clean_stale_temps(dest);
                 let f = ploc.create_new(0o600).ok()?;
                 self.sh.changed(&ploc);
                 if !try_lock(&f) {
+                    let _ = ploc.remove_file();
                     return None;
                 }
                 (f, Vec::new())
             }
-            // A symlink or something else in the way: leave it to the
-            // temporary file of this run.
-            Err(_) => return None,
         };
         if offer.is_empty() {
             f.set_len(e.size).ok()?;
@@ -272,8 +310,16 @@ impl Dispatcher<'_, '_> {
         let head = journal::header(&want)?;
         let jloc = DestDir::open(dir).ok()?.loc(name.as_bytes(), false).ok()?;
         let (jf, offer) = match jloc.open(true) {
+            Ok(jf) if !ours(&jf) => {
+                jloc.remove_file().ok()?;
+                let jf = jloc.create_new(0o600).ok()?;
+                if !try_lock(&jf) {
+                    return None;
+                }
+                (jf, Vec::new())
+            }
             Ok(jf) => {
-                if !lock_soon(&jf) {
+                if !lock_soon(&jf) || !same_inode(&jloc, &jf) {
                     return None;
                 }
                 let offer = read_journal(&jloc)
@@ -359,6 +405,7 @@ pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
     let block = layout::grid_block(size);
     let nseg = layout::segment_count(size);
     let mut part = Vec::new();
+    let mut upto = 0;
     let mut buf = vec![0u8; 1 << 20];
     for &(seg, recorded) in &p.offer {
         let (start, end) = layout::segment_range(size, seg);
@@ -381,10 +428,15 @@ pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
         }
         part.push((seg, got));
         if part.len() == HAVE_PART {
-            send_have(tx, id, seg + 1, &mut part).map_err(link)?;
+            upto = seg + 1;
+            send_have(tx, id, upto, &mut part).map_err(link)?;
         }
     }
-    send_have(tx, id, nseg, &mut part).map_err(link)
+    // The last part reaches the file's end (unless one already did).
+    if upto < nseg {
+        send_have(tx, id, nseg, &mut part).map_err(link)?;
+    }
+    Ok(())
 }
 
 fn send_have(

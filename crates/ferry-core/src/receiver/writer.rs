@@ -194,7 +194,8 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if !in_order(&f, st, off, len) {
                     continue;
                 }
-                if decide::zeros_written(f.tmp.is_some()) && f.failure().is_none() {
+                let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
+                if decide::zeros_written(f.tmp.is_some(), resumed) && f.failure().is_none() {
                     // In place: the old bytes must become zeros (a hole
                     // where the filesystem allows).
                     if let Err(e) = f.file.zero_range(off, len) {
