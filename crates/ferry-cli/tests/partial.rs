@@ -16,6 +16,16 @@ const MIB: usize = 1 << 20;
 /// A journal for `name` (the destination's file name) of a source listed
 /// with `size` and `mtime`, naming `segs` with unknown (zero) digests.
 fn journal(name: &str, size: u64, mtime: i64, segs: impl IntoIterator<Item = u64>) -> Vec<u8> {
+    journal_with(name, size, mtime, segs.into_iter().map(|s| (s, [0; 32])))
+}
+
+/// As [`journal`], with the digest recorded for each segment.
+fn journal_with(
+    name: &str,
+    size: u64,
+    mtime: i64,
+    segs: impl IntoIterator<Item = (u64, [u8; 32])>,
+) -> Vec<u8> {
     let id = Identity {
         size,
         mtime,
@@ -23,8 +33,8 @@ fn journal(name: &str, size: u64, mtime: i64, segs: impl IntoIterator<Item = u64
         name: name.as_bytes().to_vec(),
     };
     let (mut b, check) = header(&id).expect("header");
-    for s in segs {
-        b.extend_from_slice(&record(&check, s, &[0; 32]));
+    for (s, d) in segs {
+        b.extend_from_slice(&record(&check, s, &d));
     }
     b
 }
@@ -59,11 +69,18 @@ fn a_partial_file_with_every_segment_journaled_completes() {
     assert!(temp_files(&d.path().join("dst")).is_empty());
 }
 
+/// Segments 0-4 of "big", segment 1 with a digest that is not the source's.
+fn stale_journal(size: u64) -> Vec<u8> {
+    let segs = (0..5).map(|s| (s, if s == 1 { [9; 32] } else { [0; 32] }));
+    journal_with("big", size, 1_600_000_000, segs)
+}
+
 #[test]
 fn stale_bytes_where_the_source_has_zeros_are_overwritten() {
     // Segment 1 of the partial file holds 0xFF where the source has a
-    // run of zeros: offered, found different by the sender, sent again,
-    // and its zeros must be written over what the partial file held.
+    // run of zeros, and its journal another digest: offered, found
+    // different by the sender, sent again, and its zeros must be written
+    // over what the partial file held.
     let d = tempfile::tempdir().unwrap();
     let data = source(d.path(), 40);
     let mut stale = data.clone();
@@ -71,7 +88,7 @@ fn stale_bytes_where_the_source_has_zeros_are_overwritten() {
     fs::write(d.path().join("dst/.big.ferry-partial"), &stale).unwrap();
     fs::write(
         d.path().join("dst/.big.ferry-journal"),
-        journal("big", data.len() as u64, 1_600_000_000, 0..5),
+        stale_journal(data.len() as u64),
     )
     .unwrap();
     for remote in [false, true] {
@@ -84,7 +101,7 @@ fn stale_bytes_where_the_source_has_zeros_are_overwritten() {
             fs::write(d.path().join("dst/.big.ferry-partial"), &stale).unwrap();
             fs::write(
                 d.path().join("dst/.big.ferry-journal"),
-                journal("big", data.len() as u64, 1_600_000_000, 0..5),
+                stale_journal(data.len() as u64),
             )
             .unwrap();
             let j = ferry_ok(&[
@@ -108,6 +125,27 @@ fn stale_bytes_where_the_source_has_zeros_are_overwritten() {
             "stale bytes survived (remote: {remote})"
         );
     }
+}
+
+#[test]
+fn a_kept_segment_that_reads_back_different_sends_the_file_again() {
+    // The journal says nothing of the digests (a local run): the sender
+    // confirms each segment, and the one that reads back different here
+    // fails the partial file, which is then sent whole.
+    let d = tempfile::tempdir().unwrap();
+    let data = source(d.path(), 40);
+    let mut stale = data.clone();
+    stale[20 * MIB] ^= 1;
+    fs::write(d.path().join("dst/.big.ferry-partial"), &stale).unwrap();
+    fs::write(
+        d.path().join("dst/.big.ferry-journal"),
+        journal("big", data.len() as u64, 1_600_000_000, 0..5),
+    )
+    .unwrap();
+    let j = ferry_ok(&["sync", p(&d.path().join("src/")), p(&d.path().join("dst"))]);
+    assert!(fs::read(d.path().join("dst/big")).unwrap() == data, "{j}");
+    assert_eq!(j["files_failed"], 0, "{j}");
+    assert!(temp_files(&d.path().join("dst")).is_empty());
 }
 
 #[test]

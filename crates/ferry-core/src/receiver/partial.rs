@@ -23,7 +23,7 @@ use crate::journal::{self, Identity, Journal};
 /// comparison of each file).
 pub(crate) const MIN_SIZE: u64 = 32 << 20;
 /// Kept segments offered to the sender per `Have` part.
-const HAVE_PART: usize = 8;
+const HAVE_PART: usize = 4096;
 
 fn with_suffix(name: &OsStr, suffix: &str) -> Option<OsString> {
     let mut n = b".".to_vec();
@@ -130,21 +130,14 @@ struct JournalW {
 /// The partial state of one file being received.
 pub(super) struct Partial {
     journal: Loc,
-    /// The journal's segments from the interrupted run: re-hashed and
-    /// offered to the sender (a resume).
+    /// The journal's segments from the interrupted run, in order, with the
+    /// digests it recorded: offered to the sender (a resume).
     offer: Vec<(u64, [u8; 32])>,
     pub(super) resumed: bool,
-    /// Digests of the segments kept, as re-hashed from the partial file.
-    kept: Mutex<HashMap<u64, [u8; 32]>>,
     w: Mutex<JournalW>,
 }
 
 impl Partial {
-    /// The digest of segment `seg` if the partial file holds it.
-    pub(super) fn kept_digest(&self, seg: u64) -> Option<[u8; 32]> {
-        self.kept.lock().ok().and_then(|k| k.get(&seg).copied())
-    }
-
     /// Segment `seg` of `len` bytes is written and verified (`digest`: its
     /// digest on the file's grid, or zeros when not known). Every
     /// [`journal::SYNC_EVERY`] bytes, the data is fdatasync'd and the
@@ -367,89 +360,83 @@ impl Partial {
             journal,
             resumed: !offer.is_empty(),
             offer,
-            kept: Mutex::new(HashMap::new()),
             w: Mutex::new(w),
         })
     }
 }
 
-/// Resume `d`: ask for it with [`WantMode::Resume`], then re-hash each
-/// segment the journal names from the partial file and offer those that
-/// still hash as recorded, in `Have` parts as the hashing goes (the sender
-/// sends the segments between them meanwhile).
+/// Resume `d`: ask for it with [`WantMode::Resume`], and offer at once
+/// the segments the journal names, with the digests it recorded (the
+/// sender sends the segments it lacks meanwhile, and checks the others;
+/// each one it confirms is read back here and digested before it counts:
+/// [`Partial::verify_kept`]).
 pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
-    let (Some(p), Some(written)) = (&d.partial, d.file.as_file()) else {
+    let Some(p) = &d.partial else {
         return Err(io::Error::other("resume without a partial file"));
-    };
-    // A device is open for writing only: read it through a second
-    // descriptor of the same open file's inode.
-    let reopened;
-    let file = if rustix::fs::fcntl_getfl(written)
-        .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
-    {
-        use std::os::fd::AsRawFd;
-        reopened = File::open(format!("/proc/self/fd/{}", written.as_raw_fd()))
-            .op("read what the device holds")?;
-        &reopened
-    } else {
-        written
     };
     let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
     let id = d.entry.id;
-    let size = d.entry.size;
     tx.send(Message::Want {
         file: id,
         mode: WantMode::Resume,
     })
     .map_err(link)?;
-    let block = layout::grid_block(size);
-    let nseg = layout::segment_count(size);
-    let mut part = Vec::new();
-    let mut upto = 0;
-    let mut buf = vec![0u8; 1 << 20];
-    for &(seg, recorded) in &p.offer {
-        let (start, end) = layout::segment_range(size, seg);
-        let mut h = SegmentHasher::new(block);
-        let mut off = start;
-        while off < end {
-            let n = ((end - off) as usize).min(buf.len());
-            file.read_exact_at(&mut buf[..n], off)
-                .op("read partial file")?;
-            h.data(&buf[..n]);
-            off += n as u64;
-        }
-        let got = h.finish().0;
-        if recorded != [0; 32] && recorded != got {
-            // Changed on the disk since it was written: not offered.
-            continue;
-        }
-        if let Ok(mut k) = p.kept.lock() {
-            k.insert(seg, got);
-        }
-        part.push((seg, got));
-        if part.len() == HAVE_PART {
-            upto = seg + 1;
-            send_have(tx, id, upto, &mut part).map_err(link)?;
-        }
-    }
-    // The last part reaches the file's end (unless one already did).
-    if upto < nseg {
-        send_have(tx, id, nseg, &mut part).map_err(link)?;
+    let nseg = layout::segment_count(d.entry.size);
+    for (k, chunk) in p.offer.chunks(HAVE_PART).enumerate() {
+        let last = (k + 1) * HAVE_PART >= p.offer.len();
+        let upto = match (last, chunk.last()) {
+            (false, Some(&(seg, _))) => seg + 1,
+            _ => nseg,
+        };
+        tx.send(Message::Have(ferry_link::HavePart {
+            file: id,
+            upto,
+            kept: chunk.to_vec(),
+        }))
+        .map_err(link)?;
     }
     Ok(())
 }
 
-fn send_have(
-    tx: &MsgTx,
-    file: u32,
-    upto: u64,
-    part: &mut Vec<(u64, [u8; 32])>,
-) -> std::result::Result<(), ferry_link::LinkError> {
-    tx.send(Message::Have(ferry_link::HavePart {
-        file,
-        upto,
-        kept: std::mem::take(part),
-    }))
+impl Partial {
+    /// Whether segment `seg` was offered as held.
+    pub(super) fn offered(&self, seg: u64) -> bool {
+        self.offer.binary_search_by_key(&seg, |o| o.0).is_ok()
+    }
+
+    /// Read segment `seg` of a file of `size` bytes back from `written`
+    /// and digest it: whether it is the sender's segment (`want`).
+    pub(super) fn verify_kept(
+        &self,
+        written: &File,
+        size: u64,
+        seg: u64,
+        want: &[u8; 32],
+    ) -> io::Result<bool> {
+        // A device is open for writing only: read it through a second
+        // descriptor of the same inode.
+        let reopened;
+        let file = if rustix::fs::fcntl_getfl(written)
+            .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
+        {
+            use std::os::fd::AsRawFd;
+            reopened = File::open(format!("/proc/self/fd/{}", written.as_raw_fd()))?;
+            &reopened
+        } else {
+            written
+        };
+        let (start, end) = layout::segment_range(size, seg);
+        let mut h = SegmentHasher::new(layout::grid_block(size));
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = start;
+        while off < end {
+            let n = ((end - off) as usize).min(buf.len());
+            file.read_exact_at(&mut buf[..n], off)?;
+            h.data(&buf[..n]);
+            off += n as u64;
+        }
+        Ok(h.finish().0 == *want)
+    }
 }
 
 #[cfg(test)]
