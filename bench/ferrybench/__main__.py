@@ -22,14 +22,15 @@ BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(BENCH)
 
 FULL = dict(files=1024, file_kb=256, big_mib=512, mangle_pct=5.0, img_mib=512, img_data_mib=64,
-            stream_mib=1024, runs=3)
+            stream_mib=1024, resume_mib=1024, resume_kill_pct=60.0, runs=3)
 QUICK = dict(files=48, file_kb=32, big_mib=16, mangle_pct=5.0, img_mib=64, img_data_mib=8,
-             stream_mib=32, runs=1)
+             stream_mib=32, resume_mib=64, resume_kill_pct=60.0, runs=1)
 # The sizes the open issues state their targets at (--issue-sizes): a 1 GiB
 # tree of 1 MiB files, a 1 GiB big file, a 4 GiB sparse image with ~300 MiB
-# allocated, a 2 GiB stream.
+# allocated, a 2 GiB stream, a 4 GiB file killed at 60% and resumed.
 ISSUE = dict(files=1024, file_kb=1024, big_mib=1024, mangle_pct=5.0, img_mib=4096, img_data_mib=300,
-             stream_mib=2048)
+             stream_mib=2048, resume_mib=4096, resume_kill_pct=60.0)
+FLOATS = ("mangle_pct", "resume_kill_pct")
 
 DESCRIBE = {
     "tree": "A tree ({files} files, about {file_kb} KiB each, half compressible text, half random, "
@@ -52,6 +53,10 @@ DESCRIBE = {
     "local": "The same tree, image and mangled big file copied disk to disk on one host: tree initial "
              "copy / unchanged / 30% churn, sparse image copy, the sparse image read from a local NBD "
              "export (qemu-nbd on a unix socket, started untimed) into a file, big-file update.",
+    "resume": "One {resume_mib} MiB file of random bytes pushed over ssh into an empty directory in B: "
+              "a full copy; then a copy killed with SIGKILL when {resume_kill_pct:g}% of the file is at the "
+              "destination, and the same command run again to finish it (the resume, timed and verified). "
+              "Not in the default set: `bash bench/run.sh resume`, or with --issue-sizes.",
 }
 
 
@@ -61,7 +66,9 @@ def parse(argv):
         description="Benchmark ferry against rsync, scp, qemu-img, nbdkit+nbdcopy and mbuffer "
                     "on the same data over the same emulated link in one run.")
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help=f"any of {', '.join(SCENARIOS)} (default: all)")
+                   help=f"any of {', '.join(SCENARIOS)} (default: all but "
+                        f"{', '.join(s for s in SCENARIOS if not SCENARIOS[s].get('default', True))}, "
+                        "which --issue-sizes adds unless --quick)")
     p.add_argument("--quick", action="store_true",
                    help="smoke mode for CI: tiny data, 1 run, link 1gbit; fails only on a verification error")
     p.add_argument("--runs", type=int, help="timed runs per tool and case (default 3, quick 1)")
@@ -79,12 +86,14 @@ def parse(argv):
                                  "explicit flags still win)")
     g.add_argument("--issue-sizes", action="store_true",
                    help="the sizes the issues state their targets at: tree 1024 files x 1024 KiB, "
-                        "big file 1024 MiB, sparse image 4096 MiB with ~300 MiB allocated, stream 2048 MiB")
+                        "big file 1024 MiB, sparse image 4096 MiB with ~300 MiB allocated, stream 2048 MiB, "
+                        "resume 4096 MiB (and the resume scenario joins the default set)")
     for k, h in (("files", "tree: number of files"), ("file_kb", "tree: average file size, KiB"),
                  ("big_mib", "bigfile: size, MiB"), ("mangle_pct", "bigfile: percent overwritten"),
                  ("img_mib", "sparse: virtual size, MiB"), ("img_data_mib", "sparse: data written, MiB"),
-                 ("stream_mib", "stream: size, MiB")):
-        g.add_argument("--" + k.replace("_", "-"), type=float if k == "mangle_pct" else int,
+                 ("stream_mib", "stream: size, MiB"), ("resume_mib", "resume: file size, MiB"),
+                 ("resume_kill_pct", "resume: kill the copy when this %% of the file is at the destination")):
+        g.add_argument("--" + k.replace("_", "-"), type=float if k in FLOATS else int,
                        help=f"{h} ({FULL[k]:g} / {QUICK[k]:g}; issue {ISSUE[k]:g})")
     p.add_argument("--probe", action="store_true",
                    help="only report which ferry forms this binary supports (sets up the link), then exit")
@@ -103,6 +112,8 @@ def parse(argv):
     for s in a.scenarios:
         if s not in SCENARIOS:
             p.error(f"unknown scenario {s!r}; choose from {', '.join(SCENARIOS)}")
+    if a.resume_kill_pct is not None and not 0 < a.resume_kill_pct < 100:
+        p.error("--resume-kill-pct: between 0 and 100 (exclusive)")
     if a.ferry_base and not os.access(a.ferry_base, os.X_OK):
         p.error(f"--ferry-base {a.ferry_base}: not an executable file")
     if a.base_label and not a.ferry_base:
@@ -139,12 +150,16 @@ def main(argv=None) -> int:
              for k in defaults if k != "runs"}
     sizes["timeout"] = a.timeout or (120.0 if a.quick and not a.issue_sizes else 1800.0)
     runs = a.runs or defaults["runs"]
-    wanted = a.scenarios or list(SCENARIOS)
+    # resume is not in the default set (it kills copies and takes a while),
+    # except at the issues' sizes, where its issue states its target
+    wanted = a.scenarios or [s for s in SCENARIOS if SCENARIOS[s].get("default", True)
+                             or (a.issue_sizes and not a.quick)]
     if a.gen_only:
         from . import scenarios as sc
         ctx = Ctx(work=a.work, ferry=None, link=None, procs=None, logdir="", runs=runs, sizes=sizes)
         need = {"tree": [sc.tree_base], "bigfile": [sc.big_files], "sparse": [sc.sparse_img],
-                "stream": [sc.stream_file, sc.random_stream_file], "local": [sc.tree_base, sc.sparse_img, sc.big_files]}
+                "stream": [sc.stream_file, sc.random_stream_file],
+                "local": [sc.tree_base, sc.sparse_img, sc.big_files], "resume": [sc.resume_file]}
         for s in wanted:
             for fn in need[s]:
                 log(f"data: {fn.__name__} -> {fn(ctx)}")
@@ -281,6 +296,9 @@ def main(argv=None) -> int:
                       f"(~{sizes['files'] * sizes['file_kb'] / 1024:.0f} MiB); big file {sizes['big_mib']} MiB "
                       f"({sizes['mangle_pct']:g}% mangled / 7 bytes inserted); sparse image {sizes['img_mib']} MiB "
                       f"with ~{sizes['img_data_mib']} MiB allocated (thirds random / text / written zeros); stream {sizes['stream_mib']} MiB (and as many random bytes). "
+                      + (f"Resume: {sizes['resume_mib']} MiB of random bytes, killed at "
+                         f"{sizes['resume_kill_pct']:g}%. " if "resume" in wanted else "")
+                      + 
                       "Generated deterministically (seeded) by bench/ferrybench/data.py."),
     }
     text, charts = report.write_results(outdir, meta, records)

@@ -191,3 +191,65 @@ def timed(cmd: str, *, ns: str | None, env: dict | None, servers: list[Server],
     with open(err_path) as f:
         run.stderr = f.read()[-4000:]
     return run
+
+
+@dataclass
+class Killed:
+    """What a run that was killed part-way did (the resume scenario)."""
+    killed: bool = False          # False: it exited (or timed out) before the kill point
+    rc: int | None = None         # its exit status (-9 when killed)
+    at_s: float = 0.0             # seconds from start to the kill (or its exit)
+    delivered: int = 0            # progress() at the kill: bytes at the destination
+    wire: int | None = None       # veth bytes from start to the kill
+    remote_exit_s: float | None = None  # from the kill until sshd had no session left
+    remote_gone: bool = True      # False: a far-side session still ran 60 s after the kill
+    stderr: str = ""
+
+
+def killed(cmd: str, *, ns: str | None, env: dict | None, procs: Procs, link: Link | None,
+           logdir: str, tag: str, progress, at: int, timeout: float = 3600.0,
+           poll: float = 0.005) -> Killed:
+    """Start cmd like a timed run (caches dropped first), poll progress()
+    (bytes at the destination) and SIGKILL the client's whole process group
+    (the tool, its ssh, the wrappers) as soon as it reaches `at` bytes: a
+    crash of the local side, which takes its ssh connection with it. Then
+    wait until the far side is gone (sshd has no session left), as a user
+    starting again after a crash would find it."""
+    k = Killed()
+    sync_and_drop()
+    wire0 = link.wire_bytes() if link and link.up else None
+    err_path = os.path.join(logdir, f"{tag}.err")
+    with open(os.path.join(logdir, f"{tag}.out"), "w") as out, open(err_path, "w") as err:
+        t0 = time.monotonic()
+        client = _popen(cmd, ns, env, out, err, procs)
+        try:
+            while True:
+                if client.poll() is not None:
+                    break
+                got = progress()
+                if got >= at:
+                    os.killpg(client.pid, signal.SIGKILL)
+                    k.killed, k.delivered = True, got
+                    break
+                if time.monotonic() - t0 > timeout:
+                    os.killpg(client.pid, signal.SIGKILL)
+                    break
+                time.sleep(poll)
+            k.at_s = time.monotonic() - t0
+            if wire0 is not None:
+                k.wire = link.wire_bytes() - wire0
+            client.wait()
+        finally:
+            if client.returncode is None:
+                procs.stop(client, sig=signal.SIGKILL, tree=True)
+            procs.forget(client.pid)
+        k.rc = client.returncode
+        if not k.killed:
+            k.delivered = progress()
+    t1 = time.monotonic()
+    if link:
+        k.remote_gone = link.sshd_idle(timeout=60.0)
+        k.remote_exit_s = round(time.monotonic() - t1, 3)
+    with open(err_path) as f:
+        k.stderr = f.read()[-4000:]
+    return k

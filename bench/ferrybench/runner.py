@@ -1,20 +1,23 @@
 """How the scenarios run their tools: one timed and verified run of one
 tool (one_run), the rotation of the tools round by round, n/a bookkeeping,
-and the two generic runners (a file case, the tree's stateful phases).
+and the generic runners (a file case, the tree's stateful phases, a copy
+killed part-way and resumed).
 The records land in Ctx.records, keyed (scenario, case, tool).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Callable
 
 from . import data, verify
 from .ferry_forms import NOT_SUPPORTED, QUIET_NA, Ferry
 from .link import Link, Procs
-from .measure import timed
+from .measure import killed, timed
 from .util import log, loud, rm_rf, sh, slug, which
 
 
@@ -34,6 +37,7 @@ class Tool:
     ferry: Ferry | None = None                 # the binary a ferry row runs (None: ctx.ferry)
     twin: str | None = None                    # a ferry@base row: the main binary's row it pairs with
     flags: tuple = ()                          # (subcommand, flag) pairs beyond its form that it passes
+    kill_cmd: Callable[[str, str], str] | None = None  # resume: the run that is killed (None: cmd)
 
 
 @dataclass
@@ -113,7 +117,7 @@ def ferry_json(stdout: str) -> dict | None:
 
 
 def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
-            check: Callable[[], tuple[bool, str]], image: bool = False):
+            check: Callable[[], tuple[bool, str]], image: bool = False, extra: dict | None = None):
     rec = record(ctx, scen, case, t)
     tag = f"{slug(scen)}-{slug(case)}-{slug(t.name)}-{len(rec['runs'])}"
     servers = t.servers(src, dst) if t.servers else []
@@ -137,7 +141,7 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
            "cpu_client_s": round(r.cpu_client, 4), "cpu_servers_s": round(r.cpu_servers, 4),
            "cpu_sshd_s": round(r.cpu_sshd, 4), "peak_rss_kib": r.maxrss_kb,
            "wire_bytes": r.wire, "rc": r.rc, "verified": ok, "error": msg,
-           "loadavg_1m": round(os.getloadavg()[0], 2)}
+           "loadavg_1m": round(os.getloadavg()[0], 2), **(extra or {})}
     if image and os.path.exists(dst):
         run["dst_allocated_bytes"] = verify.allocated(dst)
         run["src_allocated_bytes"] = verify.allocated(src)
@@ -227,3 +231,107 @@ def run_tree(ctx: Ctx, scen: str, tools: list[Tool], base: str, phases=TREE_PHAS
     for t in tools:
         rm_rf(ctx.dst(scen, t))
     rm_rf(src)
+
+
+# -- resume: a full copy, then a copy killed part-way and its re-run ----------
+
+def delivered(d: str) -> int:
+    """Bytes written so far into the files of directory d: each regular
+    file's allocated size, at most its length. ferry's partial file is as
+    long as the source from the start but sparse until written; rsync's
+    temporary file grows as it is written."""
+    total = 0
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    total += min(st.st_size, st.st_blocks * 512)
+    except OSError:
+        pass
+    return total
+
+
+def left_behind(d: str) -> dict:
+    """{name: {"size", "allocated"}} of what a killed run left in d."""
+    out = {}
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out[e.name] = {"size": st.st_size, "allocated": st.st_blocks * 512}
+    except OSError:
+        pass
+    return out
+
+
+RESUME_FULL = "full copy"
+
+
+def resume_case(pct: float) -> str:
+    return f"resume after a kill at {pct:g}%"
+
+
+def run_resume(ctx: Ctx, scen: str, tools: list[Tool], src: str, kill_pct: float):
+    """Per round: every tool copies src in full (timed, verified); then every
+    tool, in the next rotation, copies it into an empty directory again and
+    is SIGKILLed (its whole local process group) when kill_pct% of the file
+    is at the destination (delivered()), and the same command (Tool.cmd)
+    runs again, timed and verified: the resume. Each tool has its own
+    destination directory, removed after each copy."""
+    full, resume = RESUME_FULL, resume_case(kill_pct)
+    tools = usable(ctx, scen, [full, resume], tools)
+    size = os.path.getsize(src)
+    name = os.path.basename(src)
+    at = math.ceil(size * kill_pct / 100)
+
+    def fresh(t: Tool) -> tuple[str, str]:
+        d = ctx.dst(scen, t)
+        rm_rf(d)
+        os.makedirs(d)
+        return d, os.path.join(d, name)
+    for rnd in range(ctx.runs):
+        for t in rotate(tools, rnd):
+            d, dst = fresh(t)
+            one_run(ctx, scen, full, t, src, dst, lambda: verify.same_file(src, dst))
+            rm_rf(d)
+        for t in rotate(tools, rnd + 1):
+            d, dst = fresh(t)
+            rec = record(ctx, scen, resume, t)
+            tag = f"{slug(scen)}-kill-{slug(t.name)}-{len(rec['runs'])}"
+            env = t.env if t.env is not None else (ctx.link.env() if ctx.link else None)
+            k = killed((t.kill_cmd or t.cmd)(src, dst), ns=t.ns, env=env, procs=ctx.procs,
+                       link=ctx.link if t.ns else None, logdir=ctx.logdir, tag=tag,
+                       progress=lambda: delivered(d), at=at, timeout=ctx.sizes["timeout"])
+            left = left_behind(d)
+            info = {"killed": k.killed, "rc": k.rc, "at_s": round(k.at_s, 4),
+                    "delivered_bytes": k.delivered, "delivered_pct": round(100 * k.delivered / size, 2),
+                    "wire_bytes": k.wire, "remote_exit_s": k.remote_exit_s,
+                    "remote_gone": k.remote_gone, "left": left}
+            log(f"{scen} / {t.name}: " + (
+                f"killed at {k.at_s:.2f}s with {info['delivered_pct']:.1f}% at the destination"
+                if k.killed else f"NOT killed: exited {k.rc} after {k.at_s:.2f}s first")
+                + f"; far side gone after {k.remote_exit_s}s; left: "
+                + (", ".join(f"{n} {v['size'] / 2**20:.1f} MiB ({v['allocated'] / 2**20:.1f} allocated)"
+                             for n, v in sorted(left.items())) or "nothing"))
+            if not k.killed:
+                loud(f"{scen} / {t.name}: the run to be killed exited ({k.rc}) before "
+                     f"{kill_pct:g}% reached the destination ({info['delivered_pct']:.1f}%); "
+                     f"its re-run resumes nothing (logs: {ctx.logdir}/{tag}.*)")
+            if not k.remote_gone:
+                loud(f"{scen} / {t.name}: its far side still ran {k.remote_exit_s}s after the kill")
+            n0 = len(rec["runs"])
+            one_run(ctx, scen, resume, t, src, dst, lambda: verify.same_file(src, dst),
+                    extra={"kill": info})
+            run = rec["runs"][-1] if len(rec["runs"]) > n0 else {}
+            code = (run.get("ferry_json") or {}).get("exit_code")
+            if run.get("verified") and code not in (None, 0):
+                run["verified"], run["error"] = False, f"--json exit_code {code}"
+                fail(ctx, rec, t, run["error"], f"FAIL {scen} / {resume} / {t.name}: {run['error']}")
+            rm_rf(d)

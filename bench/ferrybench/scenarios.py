@@ -19,7 +19,8 @@ from .base import twins
 from .ferry_forms import Ferry, nbd_server_name, nbd_unix_server, nbd_uri, sock_path
 from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT, Link
 from .measure import Server, timed
-from .runner import TREE_PHASES, Ctx, Tool, run_file_case, run_tree
+from .runner import (RESUME_FULL, TREE_PHASES, Ctx, Tool, resume_case, run_file_case, run_resume,
+                     run_tree)
 from .util import log, sh, slug, which
 
 q = shlex.quote
@@ -105,6 +106,12 @@ def random_stream_file(ctx: Ctx) -> str:
     n = ctx.sizes["stream_mib"]
     return data.cached(ctx.data(f"stream-random-{n}M"), {"mib": n, "seed": 6, "kind": "random"},
                        lambda p: data.random_stream(p, n, 6))
+
+
+def resume_file(ctx: Ctx) -> str:
+    n = ctx.sizes["resume_mib"]
+    return data.cached(ctx.data(f"resume-random-{n}M"), {"mib": n, "seed": 7, "kind": "random"},
+                       lambda p: data.random_stream(p, n, 7))
 
 
 def old_copy(base: str):
@@ -413,6 +420,133 @@ def scen_local(ctx: Ctx):
     run_file_case(ctx, "local", f"big file mangled {pct:g}%", tools, mangled, old_copy(base))
 
 
+# The resume issue's target: a copy killed at ~60% is finished by a run that
+# moves at most 45% of the file's bytes and takes at most 0.45x a full copy.
+RESUME_TARGET = 0.45
+
+
+def resume_figures(ctx: Ctx, scen: str, src: str, kill_pct: float) -> dict:
+    """{tool: figures} from the full-copy and resume records: medians over
+    the verified runs (kill points over every killed run)."""
+    import statistics
+    size, name = os.path.getsize(src), os.path.basename(src)
+    case = resume_case(kill_pct)
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+    out = {}
+    for (sc, c, tool), rec in ctx.records.items():
+        if sc != scen or c != case or rec["status"] == "n/a":
+            continue
+        frec = ctx.records.get((scen, RESUME_FULL, tool)) or {"runs": []}
+        ok = [r for r in rec["runs"] if r["verified"]]
+        kills = [r["kill"] for r in rec["runs"] if "kill" in r]
+        fj = [r.get("ferry_json") or {} for r in ok]
+        if rec["kind"] in ("ferry", "ferry-base"):
+            kept = [j.get("bytes_resumed") for j in fj]
+        else:  # rsync --partial keeps what it had under the destination's name
+            kept = [(r["kill"]["left"].get(name) or {}).get("size", 0) for r in ok if "kill" in r]
+        full_s = med([r["wall_s"] for r in frec["runs"] if r["verified"]])
+        res_s = med([r["wall_s"] for r in ok])
+        wire = med([r["wire_bytes"] for r in ok])
+        f = {"kind": rec["kind"], "status": rec["status"], "reason": rec["reason"],
+             "file_bytes": size, "full_s": full_s,
+             "kill_pct": med([k["delivered_pct"] for k in kills if k["killed"]]),
+             "kill_pcts": [k["delivered_pct"] if k["killed"] else None for k in kills],
+             "killed_runs": sum(1 for k in kills if k["killed"]), "kill_runs": len(kills),
+             "far_side_exit_s": med([k["remote_exit_s"] for k in kills]),
+             "kept_pct": None if med(kept) is None else round(100 * med(kept) / size, 2),
+             "resume_s": res_s, "resume_wire_bytes": wire, "resume_runs": len(ok),
+             "resume_over_full": round(res_s / full_s, 4) if res_s and full_s else None,
+             "resume_wire_over_size": round(wire / size, 4) if wire is not None else None}
+        if rec["kind"] in ("ferry", "ferry-base"):
+            f["ferry_bytes_wire"] = med([j.get("bytes_wire") for j in fj])
+            f["ferry_bytes_resumed"] = med([j.get("bytes_resumed") for j in fj])
+            f["ferry_bytes_written"] = med([j.get("bytes_written") for j in fj])
+            f["reconnects"] = med([j.get("reconnects") for j in fj])
+        out[tool] = f
+    return out
+
+
+def resume_notes(ctx: Ctx, scen: str, figs: dict, kill_pct: float) -> None:
+    from .report import esc
+    M = 2 ** 20
+    pct = lambda x: "-" if x is None else f"{x:.1f}%"  # noqa: E731
+    num = lambda x, nd=2: "-" if x is None else f"{x:.{nd}f}"  # noqa: E731
+    rows = ["| tool | full copy s | killed at (% of file at dst) | kept (% of file) | resume s "
+            "| resume wire MiB | resume s / full s | resume wire / file size | resume verified |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for tool, f in figs.items():
+        name = {"ferry": f"**{tool}**", "ferry-base": f"*{tool}*"}.get(f["kind"], tool)
+        kill = pct(f["kill_pct"])
+        if f["killed_runs"] < f["kill_runs"]:
+            kill += f" ({f['kill_runs'] - f['killed_runs']} of {f['kill_runs']} runs finished before the kill)"
+        ver = "yes" if f["status"] == "ok" and f["resume_runs"] else f"FAIL: {esc(f['reason'])}"
+        rows.append(f"| {name} | {num(f['full_s'])} | {kill} | {pct(f['kept_pct'])} | {num(f['resume_s'])} "
+                    f"| {num(None if f['resume_wire_bytes'] is None else f['resume_wire_bytes'] / M, 1)} "
+                    f"| {num(f['resume_over_full'])} | {num(f['resume_wire_over_size'])} | {ver} |")
+    ctx.note(scen, (
+        f"Each tool copies the file in full (timed), then copies it again into an empty directory and is "
+        f"killed with SIGKILL (its whole local process group: the tool and its ssh) as soon as "
+        f"{kill_pct:g}% of the file is at the destination (polled every 5 ms: allocated bytes of the files "
+        "in the destination directory, at most their length; ferry's `.NAME.ferry-partial` is sparse until "
+        "written, rsync's `.NAME.XXXXXX` grows); once the far side has exited, the same command runs again, "
+        "timed and verified: the resume. `rsync --append-verify` is killed as `rsync --partial` (with "
+        "--append-verify, which implies --inplace, it would keep no temporary file), then re-run with "
+        "`--partial --append-verify`. *kept*: what the resume started from (ferry: `bytes_resumed` of its "
+        "--json; rsync: the partial file it kept). *resume wire*: rx+tx on the veth (both directions, TCP/IP "
+        "and ssh overhead included, ~5% over the payload). Medians over the runs; the ratios are of the "
+        "medians."))
+    ctx.note(scen, "\n".join(rows))
+    met = []
+    for tool, f in figs.items():
+        if f["kind"] != "ferry":
+            continue
+        b, t = f["resume_wire_over_size"], f["resume_over_full"]
+        if b is None or t is None:
+            met.append(f"**{tool}**: no verified resume")
+            continue
+        own = "" if f.get("ferry_bytes_wire") is None else \
+            f"; ferry's own `bytes_wire` {f['ferry_bytes_wire'] / f['file_bytes']:.2f} of the file"
+        met.append(f"**{tool}**: wire {b:.2f} of the file ({'met' if b <= RESUME_TARGET else 'NOT met'}), "
+                   f"time {t:.2f}x a full copy ({'met' if t <= RESUME_TARGET else 'NOT met'}){own}")
+    if met:
+        ctx.note(scen, (f"The issue's target, killed at ~{kill_pct:g}%: the resume moves at most "
+                        f"{RESUME_TARGET:.0%} of the file's bytes and takes at most {RESUME_TARGET:.2f}x a full "
+                        "copy (reported, not enforced): " + "; ".join(met) + "."))
+
+
+def scen_resume(ctx: Ctx):
+    """A large incompressible file copied in full, then killed part-way and
+    resumed: ferry's partial files against rsync --partial and
+    rsync --append-verify."""
+    src = resume_file(ctx)
+    ssh = ctx.link.ssh_cmd()
+    kill_pct = ctx.sizes["resume_kill_pct"]
+
+    def rs(flags):
+        return lambda s, d: f"rsync -a {flags}-e {q(ssh)} {s} {ADDR_B}:{d}"
+    tools = [
+        Tool("rsync --partial", "peer", rs("--partial "), NS_A, needs=("rsync",)),
+        Tool("rsync --append-verify", "peer", rs("--partial --append-verify "), NS_A, needs=("rsync",),
+             kill_cmd=rs("--partial ")),
+        *twins(ctx, lambda f: [
+            sync_row(f, "ferry sync (ssh)", "", "remote", file_to_b, ctx.link),
+            sync_row(f, "ferry sync --direct", "--direct ", "remote-direct", file_to_b, ctx.link)]),
+    ]
+    run_resume(ctx, "resume", tools, src, kill_pct)
+    figs = resume_figures(ctx, "resume", src, kill_pct)
+    ctx.extra.setdefault("resume", {}).update(
+        {"file_bytes": os.path.getsize(src), "kill_pct_target": kill_pct, "target_ratio": RESUME_TARGET,
+         "tools": figs})
+    resume_notes(ctx, "resume", figs, kill_pct)
+    for tool, f in figs.items():
+        if f["kind"] == "ferry":
+            log(f"resume: {tool}: full {f['full_s']} s, killed at {f['kill_pct']}%, kept {f['kept_pct']}%, "
+                f"resume {f['resume_s']} s ({f['resume_over_full']}x), wire {f['resume_wire_over_size']} of the file")
+
+
 SCENARIOS = {
     "tree": {"fn": scen_tree, "link": "1gbit", "net": True,
              "seed": "000 (pvc-migrate: incremental stages, initial / unchanged / 30% / 60% churn)"},
@@ -424,4 +558,8 @@ SCENARIOS = {
                "seed": "003 (zfs send | mbuffer -O / -I vs ssh, with and without compression)"},
     "local": {"fn": scen_local, "link": None, "net": False,
               "seed": "none; local copies as in bench/local.sh (cp, rsync, qemu-img, nbdcopy)"},
+    # Not in the default set (nor --quick): named, or with --issue-sizes.
+    "resume": {"fn": scen_resume, "link": "1gbit", "net": True, "default": False,
+               "seed": "none; the resume issue: a large copy killed at ~60%, then re-run "
+                       "(ferry's partial files vs rsync --partial / --append-verify)"},
 }

@@ -23,8 +23,9 @@
 //!   was completed, lies within the signed basis, keeps its offset under
 //!   `DeltaInPlace`, and (for a single consistent signature) claims only
 //!   source bytes whose block hashes are the signature's;
-//! * with digests on, a `SegmentDone` carries the digest of the segment's
-//!   real bytes;
+//! * with digests on, and always for a file asked to resume (`Have`), a
+//!   `SegmentDone` carries the digest of the segment's real bytes (so a
+//!   segment held with another digest is never passed over);
 //! * success is returned only for a `ReceiverDone` sent, and is that report.
 
 use std::collections::HashMap;
@@ -340,8 +341,11 @@ fn check(
                     u64::from(*segment) < layout::segment_count(*size),
                     "SegmentDone {segment} of a file of {size} bytes"
                 );
+                // Whole files digest on a link; resumed ones always (the
+                // receiver checks what it kept against these).
                 let whole = a.modes.iter().all(|m| *m == WantMode::Whole);
-                if !in_process && whole {
+                let resumed = a.modes.iter().all(|m| *m == WantMode::Resume);
+                if (!in_process && whole) || resumed {
                     let (s, e) = layout::segment_range(*size, u64::from(*segment));
                     let mut h = SegmentHasher::new(layout::grid_block(*size));
                     h.data(&content[s as usize..e as usize]);

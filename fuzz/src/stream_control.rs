@@ -4,8 +4,11 @@
 //!
 //! Input: `flags`, then records, each the payload of one channel frame the
 //! receiver sends back after the stream. The harness does the real
-//! handshake as the responder, reads the whole stream of a fixed
-//! [`INPUT`], then sends the records; with `flags & 2` a 45-byte ACK
+//! handshake as the responder, sends an OFFER of nothing (unless
+//! `flags & 4`: then the first record stands in for it; an OFFER of
+//! anything else gets START at 0 from this input, which is not a file,
+//! and a record that is not an OFFER an integrity failure), reads the
+//! whole stream of a fixed [`INPUT`], then sends the records; with `flags & 2` a 45-byte ACK
 //! record gets the true count and digest written in (so the fuzzer
 //! reaches the success path); `flags & 1` leaves out the channel's end
 //! frame. Asserted, beyond returning and not panicking: the outcome is
@@ -26,7 +29,7 @@ use std::thread;
 use ferry_channel::{establish, Frame, Role};
 use ferry_stream::{send_over, ErrorKind};
 
-use crate::stream_messages::{options, pair, psk, ACK, FAIL};
+use crate::stream_messages::{empty_offer, options, pair, psk, start_msg, ACK, FAIL, OFFER};
 use crate::util::{await_done, records};
 
 /// What the sender streams.
@@ -67,6 +70,12 @@ pub fn run(data: &[u8]) {
     let input = input();
     let digest = *blake3::hash(&input).as_bytes();
     let mut recs: Vec<Vec<u8>> = records(rest).take(16).map(<[u8]>::to_vec).collect();
+    let offer = if flags & 4 != 0 && !recs.is_empty() {
+        recs.remove(0)
+    } else {
+        empty_offer()
+    };
+    let offer_ok = offer.len() == 41 && offer[0] == OFFER;
     if flags & 2 != 0 {
         for r in recs.iter_mut().filter(|r| r.len() == 45 && r[0] == ACK) {
             r[1..9].copy_from_slice(&(input.len() as u64).to_le_bytes());
@@ -89,11 +98,31 @@ pub fn run(data: &[u8]) {
     let ctl = h.try_clone().expect("clone");
     let (mut cr, mut cw, _) = establish(h.try_clone().expect("clone"), h, &psk(), Role::Responder)
         .unwrap_or_else(|e| panic!("the handshake with the real sender failed: {e}"));
-    // The whole stream first, as a receiver does.
+    let _ = cw.send_frame(&offer);
+    if !offer_ok {
+        // No stream follows a reply that is not an OFFER.
+        let _ = ctl.shutdown(Shutdown::Both);
+        await_done(&done_rx, "send_over");
+        let res = sender.join().expect("send_over panicked");
+        threads.settle("send_over");
+        match res {
+            Err(e) => assert_eq!(e.kind, ErrorKind::Integrity, "{e}"),
+            Ok(s) => panic!("success after a first reply that is not an OFFER: {s:?}"),
+        }
+        return;
+    }
+    // The whole stream first, as a receiver does: START at 0 (the input
+    // is not a file), then the blocks.
     let mut ended = false;
+    let mut first = true;
     for _ in 0..1024 {
         match cr.next_frame() {
-            Ok(Frame::Data(_)) => {}
+            Ok(Frame::Data(d)) => {
+                if first {
+                    assert_eq!(d, &start_msg(0)[..], "the sender's first message");
+                }
+                first = false;
+            }
             Ok(Frame::End) => {
                 ended = true;
                 break;

@@ -4,9 +4,11 @@
 //!
 //! Input: `flags`, then records, each the payload of one channel frame.
 //! The harness does the real handshake as the initiator (with the key, so
-//! the receiver gets past authentication), seals every record as a data
-//! frame, ends the channel properly unless `flags & 1`, and reads the
-//! receiver's reply. Asserted:
+//! the receiver gets past authentication), sends START at 0 (unless
+//! `flags & 4`: then the first record stands in for it), seals every
+//! record as a data frame, ends the channel properly unless `flags & 1`,
+//! and reads the receiver's replies: its OFFER (of nothing: the output is
+//! memory), then its verdict. Asserted:
 //!
 //! * `recv_over` returns (within [`crate::util::DEADLINE`]), never panics;
 //! * success only for a stream that is BLOCKs then one END, closed by the
@@ -32,8 +34,10 @@ use crate::util::{await_done, records, DEADLINE};
 pub const KEY: &[u8] = b"ferry fuzz key 0123456789abcdef";
 pub const BLOCK: u8 = 0x01;
 pub const END: u8 = 0x02;
+pub const START: u8 = 0x04;
 pub const ACK: u8 = 0x10;
 pub const FAIL: u8 = 0x11;
+pub const OFFER: u8 = 0x12;
 /// Most frames sent per input.
 const MAX_FRAMES: usize = 64;
 
@@ -82,6 +86,21 @@ pub fn block_head(codec: u8, level_or_stream: u8, raw_len: u32) -> Vec<u8> {
     h
 }
 
+/// START at `offset`.
+pub fn start_msg(offset: u64) -> Vec<u8> {
+    let mut m = vec![START];
+    m.extend_from_slice(&offset.to_le_bytes());
+    m
+}
+
+/// OFFER of nothing: what a receiver with nothing to resume sends first.
+pub fn empty_offer() -> Vec<u8> {
+    let mut m = vec![OFFER];
+    m.extend_from_slice(&0u64.to_le_bytes());
+    m.extend_from_slice(blake3::hash(b"").as_bytes());
+    m
+}
+
 pub fn end_msg(data: &[u8]) -> Vec<u8> {
     let mut m = vec![END];
     m.extend_from_slice(&(data.len() as u64).to_le_bytes());
@@ -94,6 +113,12 @@ pub fn run(data: &[u8]) {
         return;
     };
     let recs: Vec<&[u8]> = records(rest).take(MAX_FRAMES).collect();
+    let start = start_msg(0);
+    // What goes on the wire: START (the harness's, or the first record).
+    let (head, recs): (&[u8], Vec<&[u8]>) = match recs.split_first() {
+        Some((first, more)) if flags & 4 != 0 => (first, more.to_vec()),
+        _ => (&start, recs),
+    };
     let threads = crate::util::Threads::before();
     let (h, s) = pair();
     let out = SharedVec::default();
@@ -111,7 +136,7 @@ pub fn run(data: &[u8]) {
     let ctl = h.try_clone().expect("clone");
     let (mut cr, mut cw, _) = establish(h.try_clone().expect("clone"), h, &psk(), Role::Initiator)
         .unwrap_or_else(|e| panic!("the handshake with the real receiver failed: {e}"));
-    for r in &recs {
+    for r in std::iter::once(&head).chain(&recs) {
         if cw.send_frame(r).is_err() {
             break;
         }
@@ -125,6 +150,9 @@ pub fn run(data: &[u8]) {
             Ok(Frame::End) | Err(_) => break,
         }
     }
+    if !replies.is_empty() {
+        assert_eq!(replies.remove(0), empty_offer(), "the receiver's first reply");
+    }
     await_done(&done_rx, "recv_over");
     let res = receiver.join().expect("recv_over panicked");
     drop((cr, cw, ctl));
@@ -137,6 +165,7 @@ pub fn run(data: &[u8]) {
     match &res {
         Ok(s) => {
             assert!(finished, "success without the channel's end frame");
+            assert_eq!(head, &start[..], "success without a START at 0");
             let (last, blocks) = recs.split_last().expect("success from no message at all");
             assert!(
                 last.len() == 41 && last[0] == END,

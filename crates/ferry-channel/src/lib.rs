@@ -1,14 +1,14 @@
 //! An authenticated, encrypted, framed byte channel over any `Read + Write`
 //! pair (a TCP stream, ssh's stdin/stdout), keyed by a pre-shared key.
 //!
-//! # Wire format (version 3)
+//! # Wire format (version 4)
 //!
 //! **Handshake** (see the `handshake` module): the Noise pattern
 //! `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s` (run by the `snow` crate), after
 //! a plain 12-byte hello both sides send at once:
 //!
 //! ```text
-//! magic   8  "FERRYCH3"
+//! magic   8  "FERRYCH4"
 //! role    1  0 = initiator (the side that connected), 1 = responder
 //! rsvd    3  zero
 //! ```
@@ -85,7 +85,7 @@ pub const MAX_BODY: usize = MAX_PAYLOAD + 1 + TAG;
 /// Bytes a frame adds to its payload on the wire.
 pub const FRAME_OVERHEAD: usize = 4 + 1 + TAG;
 /// Hello magic.
-pub const MAGIC: &[u8; 8] = b"FERRYCH3";
+pub const MAGIC: &[u8; 8] = b"FERRYCH4";
 const AAD_PREFIX: &[u8; 8] = b"FERRYFRM";
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;

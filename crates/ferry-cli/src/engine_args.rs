@@ -50,6 +50,12 @@ pub struct EngineArgs {
     /// and partial state left by earlier runs is removed.
     #[arg(long)]
     pub no_partial: bool,
+    /// Keep the journal of a block device written in place in DIR (on the
+    /// receiving host), so that an interrupted copy onto a device resumes
+    /// too: the segments it names are re-hashed on the device and sent
+    /// only if they differ.
+    #[arg(long, value_name = "DIR")]
+    pub partial_dir: Option<std::path::PathBuf>,
     /// Copy extended attributes.
     #[arg(short = 'X', long)]
     pub xattrs: bool,
@@ -130,6 +136,7 @@ impl EngineArgs {
             compress: self.compress,
             direct_io: !self.buffered_io,
             partial: !self.no_partial,
+            partial_dir: self.partial_dir.clone(),
             timeout,
             ..SyncOptions::default()
         })

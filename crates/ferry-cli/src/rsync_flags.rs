@@ -23,9 +23,6 @@ pub fn advice(flag: &str) -> Option<&'static str> {
             "across a link ferry compresses when it pays (--compress auto); choose with --compress zstd[:LEVEL]|lz4|none"
         }
         "-P" => "ferry keeps and resumes partial files by default (--partial): use --progress for progress",
-        "--partial-dir" => {
-            "ferry keeps a partial file beside its destination as .NAME.ferry-partial, with its journal"
-        }
         "--info" => "use --progress for progress, -v to list changes, --json for statistics",
         "-i" | "--itemize-changes" => "use -v to list each change",
         "--stats" => "ferry always prints a summary line; --json prints every counter",
@@ -59,15 +56,7 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in [
-            "-a",
-            "--archive",
-            "-z",
-            "-P",
-            "--stats",
-            "-r",
-            "--partial-dir",
-        ] {
+        for f in ["-a", "--archive", "-z", "-P", "--stats", "-r"] {
             assert!(super::advice(f).is_some(), "{f}");
         }
         assert!(super::unknown_option("--stats").contains("--json"));

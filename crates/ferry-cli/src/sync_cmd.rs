@@ -161,8 +161,9 @@ pub fn run(a: SyncArgs) -> i32 {
         a.progress,
         a.quiet || a.json || bar_in_the_way,
     );
-    // Bytes kept from partial files by attempts that then failed.
-    let mut resumed_before = 0;
+    // What attempts that then failed did (files committed, bytes written
+    // and resumed...), added to the last attempt's report.
+    let mut earlier = Carried::default();
     let res = loop {
         let res = match (&plan, &remote_dest) {
             (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
@@ -184,15 +185,14 @@ pub fn run(a: SyncArgs) -> i32 {
                     );
                 }
                 std::thread::sleep(wait);
-                resumed_before += stats.bytes_resumed.load(Ordering::Relaxed);
+                earlier.take(&stats);
                 stats.restart();
-                stats.bytes_resumed.store(0, Ordering::Relaxed);
                 Stats::add(&stats.reconnects, 1);
             }
             _ => break res,
         }
     };
-    Stats::add(&stats.bytes_resumed, resumed_before);
+    earlier.give(&stats);
     progress.finish();
     let report = stats.report(start.elapsed().as_secs_f64());
     let code = match &res {
@@ -232,6 +232,40 @@ pub fn run(a: SyncArgs) -> i32 {
         outln!("{}", summary(&report, a.engine.dry_run));
     }
     code
+}
+
+/// The work of attempts that failed: what they committed stays done, so
+/// the run's report counts it (the list itself is counted once, by the
+/// last attempt). A push learns the remote receiver's counts only from an
+/// attempt that finished, so there it is what this side saw.
+#[derive(Default)]
+struct Carried([u64; 7]);
+
+impl Carried {
+    fn counters(s: &Stats) -> [&std::sync::atomic::AtomicU64; 7] {
+        [
+            &s.files_transferred,
+            &s.files_delta,
+            &s.files_deleted,
+            &s.bytes_written,
+            &s.bytes_matched,
+            &s.bytes_wire,
+            &s.bytes_resumed,
+        ]
+    }
+
+    /// Add what the attempt that just failed did.
+    fn take(&mut self, s: &Stats) {
+        for (c, a) in self.0.iter_mut().zip(Self::counters(s)) {
+            *c += a.load(Ordering::Relaxed);
+        }
+    }
+
+    fn give(&self, s: &Stats) {
+        for (c, a) in self.0.iter().zip(Self::counters(s)) {
+            Stats::add(a, *c);
+        }
+    }
 }
 
 /// How long to wait before reconnecting after `e`, when `done` retries

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 #[path = "stream/liveness.rs"]
 mod liveness;
+#[path = "stream/resume.rs"]
+mod resume;
 
 const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
 const KEY: &str = "00112233445566778899aabbccddeeff";

@@ -177,6 +177,16 @@ pub fn resumable(j: &Journal, want: &Identity, partial_len: u64) -> bool {
     j.id == *want && partial_len == want.size && !j.segments.is_empty()
 }
 
+/// Whether `name` (a file name) is one ferry keeps its partial state
+/// under: `.NAME.ferry-partial` or `.NAME.ferry-journal`. The sender's
+/// walk skips such names and the receiver refuses them, so that a listed
+/// file can never be written over the partial file of another.
+pub fn is_reserved(name: &[u8]) -> bool {
+    name.len() > 1
+        && name[0] == b'.'
+        && (name.ends_with(b".ferry-partial") || name.ends_with(b".ferry-journal"))
+}
+
 /// Segments complete since the last journal append, waiting for the next
 /// `fdatasync`: appended once this many bytes of them have gathered (a
 /// kill costs at most about this much again, plus what was in flight).
@@ -260,6 +270,17 @@ mod tests {
         assert!(!resumable(&j, &renamed, 100 << 20));
         let empty = parse(&journal(&[])).unwrap();
         assert!(!resumable(&empty, &id(), 100 << 20), "nothing to resume");
+    }
+
+    #[test]
+    fn partial_state_names_are_reserved() {
+        assert!(is_reserved(b".big.ferry-partial"));
+        assert!(is_reserved(b".big.ferry-journal"));
+        assert!(is_reserved(b"._dev_sdb.ferry-journal"));
+        assert!(!is_reserved(b"big.ferry-partial"), "not hidden");
+        assert!(!is_reserved(b".big.ferry-partial.txt"));
+        assert!(!is_reserved(b".big.ferry-123-4"));
+        assert!(!is_reserved(b"."));
     }
 
     #[test]

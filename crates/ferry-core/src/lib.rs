@@ -106,6 +106,10 @@ pub struct SyncOptions {
     /// and resume from it (see [`journal`]); `--no-partial` turns it off
     /// and removes such state instead.
     pub partial: bool,
+    /// `--partial-dir`: where the journal of a block device written in
+    /// place is kept (a device has no directory of its own), so that it
+    /// resumes too.
+    pub partial_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for SyncOptions {
@@ -132,6 +136,7 @@ impl Default for SyncOptions {
             in_process: false,
             direct_io: true,
             partial: true,
+            partial_dir: None,
         }
     }
 }
@@ -209,9 +214,13 @@ fn sync_local_pass(
         let sres = sender
             .join()
             .map_err(|_| Error::Protocol("sender thread panicked".into()))?;
-        // A receiver error is the cause; the sender's is its echo.
-        r?;
-        sres
+        // A receiver error is the cause and the sender's its echo, unless
+        // the receiver only saw the sender go (then the sender says why).
+        match (r, sres) {
+            (Err(Error::Link(ferry_link::LinkError::Closed)), Err(se)) => Err(se),
+            (Err(re), _) => Err(re),
+            (Ok(_), s) => s,
+        }
     });
     stats.bytes_wire.fetch_add(wire(), Ordering::Relaxed);
     res?;

@@ -95,9 +95,13 @@ impl Stats {
         }
     }
 
+    /// A line the user should know that is not a failure; said once
+    /// however many attempts of the run (`--retries`) come to it.
     pub fn notice(&self, line: String) {
         if let Ok(mut n) = self.notices.lock() {
-            n.push(line);
+            if !n.contains(&line) {
+                n.push(line);
+            }
         }
     }
 
@@ -116,10 +120,9 @@ impl Stats {
     }
 
     /// Start counting afresh for another attempt at the same run (after a
-    /// reconnect): every counter but `reconnects` and `bytes_resumed`
-    /// (which add up over the attempts) goes back to zero, and the error
-    /// lines of the attempt that failed are dropped (what still fails will
-    /// fail again).
+    /// reconnect): every counter but `reconnects` goes back to zero, and
+    /// the error lines of the attempt that failed are dropped (what still
+    /// fails will fail again). The caller keeps what the attempt did.
     pub fn restart(&self) {
         for c in [
             &self.files_total,
@@ -137,6 +140,7 @@ impl Stats {
             &self.bytes_wire,
             &self.nbd_connections,
             &self.delta_mismatch,
+            &self.bytes_resumed,
         ] {
             c.store(0, Relaxed);
         }

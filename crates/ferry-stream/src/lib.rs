@@ -24,6 +24,8 @@
 //! Sender to receiver:
 //!
 //! ```text
+//! 0x04 START  offset u64 LE: the blocks continue the stream from there
+//!             (first message; see [`resume`])
 //! 0x01 BLOCK  codec u8 | level-or-stream u8 | raw_len u32 LE | payload
 //!             codec 0 raw, 1 lz4, 2 zstd frame (then: level i8);
 //!             3 / 4 a block of compressor <stream>'s zstd stream,
@@ -36,11 +38,14 @@
 //! then the channel's authenticated end frame. Receiver to sender:
 //!
 //! ```text
+//! 0x12 OFFER  have u64 LE | blake3 of the output's first `have` bytes 32
+//!             (first message)
 //! 0x10 ACK    total u64 LE | blake3 32 | status i32 LE (i32::MIN: no command)
 //! 0x11 FAIL   kind u8 (see [`ErrorKind::code`]) | status i32 LE | message (UTF-8)
 //! ```
 //!
-//! ACK is sent only after the output was flushed and closed (and, for
+//! END's total and digest cover the whole stream, a resumed prefix
+//! included. ACK is sent only after the output was flushed and closed (and, for
 //! `pipe`, the command exited), so a sender that got it knows the data
 //! arrived whole. Both sides compare byte count and digest.
 //!
@@ -68,6 +73,7 @@ mod options;
 mod output;
 mod recv;
 mod recv_stages;
+mod resume;
 mod send;
 mod send_stages;
 
@@ -75,7 +81,8 @@ pub use error::{ErrorKind, StreamError};
 pub use net::{bind, connect};
 pub use options::{cpu_time, Options, Stats, Summary};
 pub use recv::{opened, recv, recv_on, recv_over, Opener, RecvHooks};
-pub use send::{send, send_over};
+pub use resume::{hash_prefix, skip_prefix, Offer};
+pub use send::{send, send_file, send_file_over, send_over};
 
 use error::channel_err;
 use net::split;
@@ -99,8 +106,10 @@ mod msg {
     pub const BLOCK: u8 = 0x01;
     pub const END: u8 = 0x02;
     pub const ABORT: u8 = 0x03;
+    pub const START: u8 = 0x04;
     pub const ACK: u8 = 0x10;
     pub const FAIL: u8 = 0x11;
+    pub const OFFER: u8 = 0x12;
 }
 
 /// The handshake over a fresh pipe, each of its reads waiting at most

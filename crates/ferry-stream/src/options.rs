@@ -109,6 +109,9 @@ pub struct Stats {
     pub blocks_raw: AtomicU64,
     pub blocks_lz4: AtomicU64,
     pub blocks_zstd: AtomicU64,
+    /// Bytes of the stream that an interrupted run had delivered already:
+    /// not sent again (see `resume`).
+    pub resumed: AtomicU64,
     /// The sender's estimate of what the link drains, bytes/s (0: unknown).
     pub link_rate: AtomicU64,
     /// Set once the stream is complete or failed.

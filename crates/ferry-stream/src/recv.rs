@@ -23,6 +23,9 @@ pub struct RecvHooks {
     /// Called when the stream failed, before the output is closed (kill the
     /// command so it does not commit a partial stream).
     pub on_abort: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// What the output already holds of the stream, offered to the sender
+    /// (a file an interrupted run left; see [`crate::resume`]).
+    pub offer: Option<Offer>,
 }
 
 /// Opens the output once a sender has proved the key (so a wrong key or a
@@ -36,8 +39,14 @@ pub fn opened<W: Send + 'static>(w: W) -> Opener<W> {
 }
 
 pub(crate) enum Chunk {
+    /// First: the stream continues at this offset, with this digest state
+    /// over what precedes it.
+    Start(u64, Box<blake3::Hasher>),
     Data(Vec<u8>),
-    End { total: u64, digest: [u8; 32] },
+    End {
+        total: u64,
+        digest: [u8; 32],
+    },
 }
 
 pub(crate) enum RecvEv {
@@ -122,6 +131,16 @@ where
         }
     };
     let stats = opts.run_stats();
+    let offer = hooks.offer.take();
+    let (have, digest) = offer
+        .as_ref()
+        .map_or((0, [0; 32]), |o| (o.have, *o.hasher.finalize().as_bytes()));
+    let digest = if have == 0 {
+        *blake3::Hasher::new().finalize().as_bytes()
+    } else {
+        digest
+    };
+    reply.send(resume::offer_message(have, &digest));
 
     let (ev_tx, ev_rx) = unbounded::<RecvEv>();
     let (ring_tx, ring_rx) = bounded::<Chunk>(opts.ring_blocks());
@@ -131,7 +150,7 @@ where
         let stats = stats.clone();
         let on_abort = hooks.on_abort.clone();
         spawn("ferry-net-reader", move || {
-            let r = net_reader(chan_r, &ring_tx, &pool_rx, &stats);
+            let r = net_reader(chan_r, offer, &ring_tx, &pool_rx, &stats);
             if let Err(e) = r {
                 if let Some(a) = &on_abort {
                     a();
@@ -202,12 +221,13 @@ fn fail_message(e: &StreamError, status: Option<i32>) -> Vec<u8> {
     m
 }
 
-/// The receiver's direction to the sender: a thread that sends a
-/// keepalive every [`KEEPALIVE`] until the verdict (ACK or FAIL) is ready,
-/// so a sender whose data waits on our slow consumer (or on the command
-/// finishing) knows we are alive.
+/// The receiver's direction to the sender: a thread that sends the OFFER,
+/// then a keepalive every [`KEEPALIVE`] until the verdict (ACK or FAIL) is
+/// ready, so a sender whose data waits on our slow consumer (or on the
+/// command finishing) knows we are alive.
 struct Reply {
-    tx: Sender<Vec<u8>>,
+    /// A message, and whether it is the last.
+    tx: Sender<(Vec<u8>, bool)>,
     /// Disconnected when the thread is done.
     done: Receiver<()>,
 }
@@ -221,14 +241,15 @@ impl Reply {
         mut w: ChannelWriter<NW>,
         close_write: Option<Box<dyn Fn() + Send>>,
     ) -> Result<Reply, StreamError> {
-        let (tx, rx) = bounded::<Vec<u8>>(1);
+        let (tx, rx) = bounded::<(Vec<u8>, bool)>(1);
         let (done_tx, done) = bounded::<()>(0);
         spawn("ferry-net-reply", move || {
             let _done = done_tx;
             let mut alive = true;
             let last = loop {
                 match rx.recv_timeout(KEEPALIVE) {
-                    Ok(m) => break Some(m),
+                    Ok((m, true)) => break Some(m),
+                    Ok((m, false)) => alive = alive && w.send_frame(&m).is_ok(),
                     Err(RecvTimeoutError::Timeout) => {
                         alive = alive && w.keepalive().is_ok();
                     }
@@ -245,10 +266,15 @@ impl Reply {
         Ok(Reply { tx, done })
     }
 
+    /// Send a message that is not the last.
+    fn send(&self, m: Vec<u8>) {
+        let _ = self.tx.send((m, false));
+    }
+
     /// Send the verdict, end our direction and wait until it is written
     /// (at most [`REPLY_WAIT`]).
     fn last(self, m: Vec<u8>) {
-        let _ = self.tx.send(m);
+        let _ = self.tx.send((m, true));
         let _ = self.done.recv_timeout(REPLY_WAIT);
     }
 }

@@ -13,6 +13,7 @@ use crate::*;
 /// reading and discarding until the peer ends.
 pub(crate) fn net_reader<R: Read>(
     mut r: ChannelReader<R>,
+    offer: Option<Offer>,
     ring: &Sender<Chunk>,
     pool: &Receiver<Vec<u8>>,
     stats: &Stats,
@@ -21,6 +22,28 @@ pub(crate) fn net_reader<R: Read>(
     let mut streams: Vec<Option<ferry_compress::StreamDecoder>> = Vec::new();
     let rerr = |e: ChannelError| channel_err(e, "the sender stopped before the end of the stream");
     let bad = |m: &str| StreamError::new(ErrorKind::Integrity, format!("protocol error: {m}"));
+    // START: where the blocks continue the stream.
+    let offset = match r.next_frame() {
+        Ok(Frame::Data(d)) => resume::parse_start(d).ok_or_else(|| bad("no START"))?,
+        Ok(Frame::End) => return Err(bad("channel ended before START")),
+        Err(e) => return Err(rerr(e)),
+    };
+    let have = offer.as_ref().map_or(0, |o| o.have);
+    if !resume::start_fits(offset, have) {
+        return Err(bad("START at an offset that was not offered"));
+    }
+    let mut from = (0, Box::new(blake3::Hasher::new()));
+    if let Some(o) = offer {
+        (o.on_start)(offset)
+            .map_err(|e| StreamError::new(ErrorKind::Io, format!("output: {e}")))?;
+        if offset > 0 {
+            from = (offset, Box::new(o.hasher));
+        }
+    }
+    Stats::add(&stats.resumed, offset);
+    if ring.send(Chunk::Start(from.0, from.1)).is_err() {
+        discarding = true;
+    }
     loop {
         let frame = match r.next_frame() {
             Ok(Frame::Data(d)) => d,
@@ -120,7 +143,7 @@ pub(crate) fn write_output<W: Write>(
     pool: &Sender<Vec<u8>>,
     stats: &Stats,
 ) -> RecvEv {
-    let mut hasher = blake3::Hasher::new();
+    let mut hasher = Box::new(blake3::Hasher::new());
     let mut total = 0u64;
     let werr = |e: io::Error| {
         if e.kind() == io::ErrorKind::BrokenPipe {
@@ -134,6 +157,7 @@ pub(crate) fn write_output<W: Write>(
     };
     for chunk in rx {
         match chunk {
+            Chunk::Start(at, h) => (total, hasher) = (at, h),
             Chunk::Data(d) => {
                 if let Err(e) = out.write_all(&d) {
                     return RecvEv::WriterErr(werr(e));

@@ -2,6 +2,7 @@
 //! compressors, network writer, control reader) and decide the outcome
 //! from their events and the receiver's verdict.
 
+use std::fs::File;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError};
 use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role};
 
+use crate::resume::skip_prefix;
 use crate::*;
 
 pub(crate) enum JobKind {
@@ -88,13 +90,58 @@ pub fn send<R: Read + Send + 'static>(
     peer: SocketAddr,
 ) -> Result<Summary, StreamError> {
     opts.check()?;
+    let (r, w, abort) = dial(opts, peer)?;
+    send_inner(opts, input, r, w, Some(abort), None)
+}
+
+/// As [`send`], from a file: when it is a regular file and the receiver
+/// already holds a prefix of it (an interrupted run), only the rest is
+/// sent (see [`crate::resume`]).
+pub fn send_file(opts: &Options, input: File, peer: SocketAddr) -> Result<Summary, StreamError> {
+    opts.check()?;
+    let (r, w, abort) = dial(opts, peer)?;
+    send_file_over(opts, input, r, w, Some(abort))
+}
+
+/// As [`send_over`], from a file that may resume (see [`send_file`]).
+pub fn send_file_over<NR, NW>(
+    opts: &Options,
+    input: File,
+    net_r: NR,
+    net_w: NW,
+    abort: Option<Box<dyn Fn() + Send>>,
+) -> Result<Summary, StreamError>
+where
+    NR: Read + AsFd + Send + 'static,
+    NW: Write + Send + 'static,
+{
+    let mut skip = input
+        .try_clone()
+        .map_err(|e| StreamError::new(ErrorKind::Io, format!("input: {e}")))?;
+    let resumer: Resumer = Box::new(move |have, digest| skip_prefix(&mut skip, have, digest));
+    send_inner(opts, input, net_r, net_w, abort, Some(resumer))
+}
+
+/// A connection's read half, write half, and how to cut it.
+type Dialed = (
+    std::net::TcpStream,
+    std::net::TcpStream,
+    Box<dyn Fn() + Send>,
+);
+
+/// The connection to `peer`, split, and how to cut it.
+fn dial(opts: &Options, peer: SocketAddr) -> Result<Dialed, StreamError> {
     let s = connect(peer, opts.connect_timeout)?;
     let (r, w, ctl) = split(s)?;
     let abort = move || {
         let _ = ctl.shutdown(std::net::Shutdown::Both);
     };
-    send_over(opts, input, r, w, Some(Box::new(abort)))
+    Ok((r, w, Box::new(abort)))
 }
+
+/// Answers an OFFER: the state over the input's first `have` bytes when
+/// they hash to the digest offered (the input then continues after them).
+type Resumer = Box<dyn FnOnce(u64, &[u8; 32]) -> std::io::Result<Option<blake3::Hasher>> + Send>;
 
 /// Send over any connected byte pipe (TCP halves, ssh's stdout/stdin).
 /// `abort` is called to unblock the transport when the stream fails. With
@@ -104,8 +151,24 @@ pub fn send_over<R, NR, NW>(
     opts: &Options,
     input: R,
     net_r: NR,
+    net_w: NW,
+    abort: Option<Box<dyn Fn() + Send>>,
+) -> Result<Summary, StreamError>
+where
+    R: Read + Send + 'static,
+    NR: Read + AsFd + Send + 'static,
+    NW: Write + Send + 'static,
+{
+    send_inner(opts, input, net_r, net_w, abort, None)
+}
+
+fn send_inner<R, NR, NW>(
+    opts: &Options,
+    input: R,
+    net_r: NR,
     mut net_w: NW,
     abort: Option<Box<dyn Fn() + Send>>,
+    resumer: Option<Resumer>,
 ) -> Result<Summary, StreamError>
 where
     R: Read + Send + 'static,
@@ -115,10 +178,21 @@ where
     opts.check()?;
     let start = Instant::now();
     let (session, net_r) = handshake(opts, net_r, &mut net_w, Role::Initiator)?;
-    let chan_r = ChannelReader::new(net_r, &session);
-    let chan_w = ChannelWriter::new(net_w, &session);
+    let mut chan_r = ChannelReader::new(net_r, &session);
+    let mut chan_w = ChannelWriter::new(net_w, &session);
     let stats = opts.run_stats();
-    let ev_rx = start_pipeline(opts, input, chan_r, chan_w, &stats)?;
+    let from = match start_at(&mut chan_r, &mut chan_w, resumer) {
+        Ok(f) => f,
+        Err(e) => {
+            if let Some(a) = &abort {
+                a();
+            }
+            stats.done.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    Stats::add(&stats.resumed, from.0);
+    let ev_rx = start_pipeline(opts, input, chan_r, chan_w, &stats, from)?;
 
     let fail = |e: StreamError| {
         if let Some(a) = &abort {
@@ -172,15 +246,81 @@ where
     }
 }
 
+/// Read the receiver's OFFER, decide where the stream starts and say so
+/// (START): the offset and the digest state over what precedes it.
+fn start_at<NR: Read, NW: Write>(
+    chan_r: &mut ChannelReader<NR>,
+    chan_w: &mut ChannelWriter<NW>,
+    resumer: Option<Resumer>,
+) -> Result<(u64, blake3::Hasher), StreamError> {
+    let lost = |e: ferry_channel::ChannelError| channel_err(e, "reading the receiver's offer");
+    let no_offer = || {
+        StreamError::new(
+            ErrorKind::Integrity,
+            "protocol error: no OFFER from the receiver",
+        )
+    };
+    let (have, digest) = match chan_r.next_frame().map_err(lost)? {
+        ferry_channel::Frame::Data(d) => match resume::parse_offer(d) {
+            Some(o) => o,
+            // A receiver that could not open its output says why instead.
+            None => match send_stages::verdict(d) {
+                SendEv::PeerFail(e) => return Err(e),
+                _ => return Err(no_offer()),
+            },
+        },
+        ferry_channel::Frame::End => return Err(no_offer()),
+    };
+    let mut from = (0, blake3::Hasher::new());
+    if let Some(r) = resumer.filter(|_| have > 0) {
+        // Hashing a large prefix takes a while: the receiver, waiting for
+        // START, hears a keepalive every second meanwhile.
+        let res = std::thread::scope(|s| {
+            let h = s.spawn(move || r(have, &digest));
+            let mut last = Instant::now();
+            while !h.is_finished() {
+                std::thread::sleep(Duration::from_millis(50));
+                if last.elapsed() >= KEEPALIVE {
+                    let _ = chan_w.keepalive();
+                    last = Instant::now();
+                }
+            }
+            h.join()
+        });
+        match res {
+            Ok(Ok(Some(h))) => from = (have, h),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                return Err(StreamError::new(
+                    ErrorKind::ProducerFailed,
+                    format!("reading input failed: {e}"),
+                ))
+            }
+            Err(_) => {
+                return Err(StreamError::new(
+                    ErrorKind::Io,
+                    "internal: input hashing failed",
+                ))
+            }
+        }
+    }
+    chan_w
+        .send_frame(&resume::start_message(from.0))
+        .map_err(|e| channel_err(e, "sending to the receiver"))?;
+    Ok(from)
+}
+
 /// Starts the sender's threads: the input reader, the compressors, the
 /// network writer and the control reader. Their events come out of the
-/// receiver returned.
+/// receiver returned. The stream continues from `from` (offset, digest
+/// state): blocks are numbered on from the channel's next frame.
 fn start_pipeline<R, NR, NW>(
     opts: &Options,
     input: R,
     chan_r: ChannelReader<IdleRead<NR>>,
     chan_w: ChannelWriter<NW>,
     stats: &Arc<Stats>,
+    from: (u64, blake3::Hasher),
 ) -> Result<Receiver<SendEv>, StreamError>
 where
     R: Read + Send + 'static,
@@ -191,6 +331,7 @@ where
     let (ring_tx, ring_rx) = bounded::<Job>(opts.ring_blocks());
     let (done_tx, done_rx) = bounded::<Job>(opts.workers.max(1) * 2 + 2);
     let pool = BlockPool::new(opts.workers.max(1) * 3 + 8);
+    let first = chan_w.next_counter();
 
     // Reader.
     {
@@ -199,7 +340,7 @@ where
         let pool = pool.clone();
         let bs = opts.block_size;
         spawn("ferry-input", move || {
-            read_input(input, bs, &ring_tx, &pool, &stats, &ev)
+            read_input(input, bs, (first, from), &ring_tx, &pool, &stats, &ev)
         })?;
     }
     // Compressors.
@@ -222,7 +363,7 @@ where
         let ev = ev_tx.clone();
         let stats = stats.clone();
         spawn("ferry-net-writer", move || {
-            let r = net_writer(chan_w, &done_rx, &pool, &stats);
+            let r = net_writer(chan_w, first, &done_rx, &pool, &stats);
             let _ = ev.send(match r {
                 Ok(Some((total, digest))) => SendEv::WriterDone { total, digest },
                 Ok(None) => return,

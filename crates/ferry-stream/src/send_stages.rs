@@ -13,17 +13,19 @@ use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Frame};
 use crate::send::BlockPool;
 use crate::*;
 
+/// Reads the producer into blocks numbered from `first`, the stream
+/// going on from `from` (its offset and digest state: see `resume`).
 pub(crate) fn read_input<R: Read>(
     mut input: R,
     bs: usize,
+    (first, from): (u64, (u64, blake3::Hasher)),
     ring: &Sender<Job>,
     pool: &BlockPool,
     stats: &Stats,
     ev: &Sender<SendEv>,
 ) {
-    let mut hasher = blake3::Hasher::new();
-    let mut total = 0u64;
-    let mut seq = 0u64;
+    let (mut total, mut hasher) = from;
+    let mut seq = first;
     loop {
         let mut buf = pool.get();
         buf.resize(bs, 0);
@@ -149,12 +151,13 @@ pub(crate) fn compress_worker(
 /// ABORT or when the pipeline stopped.
 pub(crate) fn net_writer<W: Write>(
     mut w: ChannelWriter<W>,
+    first: u64,
     rx: &Receiver<Job>,
     pool: &BlockPool,
     stats: &Stats,
 ) -> Result<Option<(u64, [u8; 32])>, StreamError> {
     let mut pending = std::collections::BTreeMap::new();
-    let mut next = 0u64;
+    let mut next = first;
     // How fast the link drains, for the compressors' choice of codec.
     let mut drain = ferry_compress::DrainRate::default();
     let werr = |e: ChannelError| channel_err(e, "sending to the receiver");
@@ -264,6 +267,11 @@ pub(crate) fn read_control<R: Read>(mut r: ChannelReader<R>) -> SendEv {
         }
         Err(e) => return lost(e),
     };
+    verdict(&frame)
+}
+
+/// The receiver's verdict in `frame`: ACK, FAIL, or a protocol error.
+pub(crate) fn verdict(frame: &[u8]) -> SendEv {
     match frame.first() {
         Some(&msg::ACK) if frame.len() == 45 => {
             let total = u64::from_le_bytes(frame[1..9].try_into().unwrap_or([0; 8]));

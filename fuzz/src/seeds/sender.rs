@@ -86,6 +86,44 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
     m.extend(sig_msgs("a", &a_basis, 1));
     m.extend([want("a", WantMode::Whole), Message::EndOfList, done()]);
     v.push((t, "delta_then_whole".into(), seed(0, m)));
+    // Resumes: the receiver holds segment 0 with its true digest (nothing
+    // is sent but SegmentDone), with another digest (sent whole), or lists
+    // nothing (sent whole); then the same turned whole.
+    let seg_digest = |p: &str| {
+        let c = content(p);
+        let mut h = ferry_link::layout::SegmentHasher::new(layout::grid_block(c.len() as u64));
+        h.data(&c);
+        h.finish().0
+    };
+    let have = |p: &str, kept: Vec<(u64, [u8; 32])>| {
+        Message::Have(ferry_link::HavePart {
+            file: id(p),
+            upto: 1,
+            kept,
+        })
+    };
+    for (name, kept, flags) in [
+        ("resume_kept", vec![(0, seg_digest("z"))], 0),
+        ("resume_kept_in_process", vec![(0, seg_digest("z"))], 2),
+        ("resume_differs", vec![(0, [7; 32])], 0),
+        ("resume_nothing", vec![], 0),
+    ] {
+        let m = vec![
+            want("z", WantMode::Resume),
+            have("z", kept),
+            Message::EndOfList,
+            done(),
+        ];
+        v.push((t, name.into(), seed(flags, m)));
+    }
+    let m = vec![
+        want("z", WantMode::Resume),
+        have("z", vec![(0, [7; 32])]),
+        want("z", WantMode::Whole),
+        Message::EndOfList,
+        done(),
+    ];
+    v.push((t, "resume_then_whole".into(), seed(0, m)));
     let hostile: Vec<(&str, Vec<Message>)> = vec![
         (
             "want_unknown",
@@ -113,6 +151,17 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
             m
         }),
         ("done_early", vec![done()]),
+        ("have_unasked", vec![have("a", vec![])]),
+        (
+            "have_past_the_end",
+            vec![want("a", WantMode::Resume), {
+                let mut h = have("a", vec![]);
+                if let Message::Have(p) = &mut h {
+                    p.upto = 5;
+                }
+                h
+            }],
+        ),
         (
             "fatal",
             vec![Message::Fatal {

@@ -6,7 +6,7 @@ use ferry_link::{Message, SignaturePart};
 use ferry_nbd::proto::*;
 
 use super::{body, text, Seed};
-use crate::stream_messages::{block_head, end_msg, ACK, BLOCK, FAIL};
+use crate::stream_messages::{block_head, empty_offer, end_msg, start_msg, ACK, BLOCK, FAIL};
 use crate::util::pack;
 
 // ---------------------------------------------------------------- stream
@@ -46,6 +46,13 @@ pub fn stream_messages(v: &mut Vec<Seed>) {
         ("data_after_end", 0, vec![end_msg(b""), raw(&a)]),
         ("unknown_message", 0, vec![vec![0x07, 1, 2, 3]]),
         ("short_block", 0, vec![vec![BLOCK, 0]]),
+        (
+            "own_start",
+            4,
+            vec![start_msg(0), raw(&a), end_msg(&a)],
+        ),
+        ("start_not_offered", 4, vec![start_msg(100), raw(&a)]),
+        ("no_start", 4, vec![raw(&a), end_msg(&a)]),
     ];
     for (name, flags, recs) in seeds {
         v.push((t, name.into(), pack(&[flags], &recs)));
@@ -65,6 +72,12 @@ pub fn stream_messages(v: &mut Vec<Seed>) {
 
 pub fn stream_control(v: &mut Vec<Seed>) {
     let t = "stream_control";
+    let offer_of = |have: u64| {
+        let mut m = vec![0x12];
+        m.extend_from_slice(&have.to_le_bytes());
+        m.extend_from_slice(&[7; 32]);
+        m
+    };
     let ack = |status: i32| {
         let mut m = vec![ACK];
         m.extend_from_slice(&[0; 40]);
@@ -93,6 +106,9 @@ pub fn stream_control(v: &mut Vec<Seed>) {
         ("no_reply", 0, vec![]),
         ("no_reply_truncated", 1, vec![]),
         ("junk", 0, vec![vec![0x42, 1, 2]]),
+        ("offer_nothing", 6, vec![empty_offer(), ack(i32::MIN)]),
+        ("offer_a_prefix", 6, vec![offer_of(100), ack(i32::MIN)]),
+        ("offer_missing", 4, vec![ack(i32::MIN)]),
     ];
     for (name, flags, recs) in seeds {
         v.push((t, name.into(), pack(&[flags], &recs)));

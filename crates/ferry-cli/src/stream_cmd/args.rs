@@ -58,6 +58,12 @@ pub struct RecvArgs {
     /// Write the stream to this file instead of stdout.
     #[arg(conflicts_with = "command")]
     pub file: Option<PathBuf>,
+    /// Truncate FILE instead of offering what it holds to the sender: by
+    /// default, a FILE that an interrupted run left part of is resumed
+    /// when the sender reads a regular file and its first bytes are the
+    /// same (checked with BLAKE3 on both sides).
+    #[arg(long)]
+    pub no_resume: bool,
     /// Read the key as the first line of stdin (used by `ferry pipe`).
     #[arg(long, hide = true)]
     pub key_stdin: bool,

@@ -66,7 +66,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
     let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
     let res = match dialled.route {
         Route::Direct(s) => send_direct(&opts, input, s, ssh_in, ssh_out),
-        Route::ViaSsh(_) => ferry_stream::send_over(&opts, input, ssh_out, ssh_in, None),
+        Route::ViaSsh(_) => ferry_stream::send_file_over(&opts, input, ssh_out, ssh_in, None),
     };
     p.finish();
     // After a failed stream the remote gets a moment to report, then ssh
@@ -197,7 +197,7 @@ fn send_direct(
         let _ = out.flush();
     });
     let res = match (s.try_clone(), s.try_clone()) {
-        (Ok(r), Ok(ctl)) => ferry_stream::send_over(
+        (Ok(r), Ok(ctl)) => ferry_stream::send_file_over(
             opts,
             input,
             r,

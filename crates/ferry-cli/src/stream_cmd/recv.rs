@@ -76,7 +76,7 @@ pub fn run_recv(a: RecvArgs) -> i32 {
     };
 
     let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
-    let res = receive(&opts, &listener, via_stdin, sink);
+    let res = receive(&opts, &listener, via_stdin, sink, !a.no_resume);
     p.finish();
     let c = match &res {
         Ok(s) => s.remote_status.unwrap_or(code::OK),
@@ -126,6 +126,7 @@ fn receive(
     listener: &std::net::TcpListener,
     via_stdin: bool,
     sink: Sink,
+    resume: bool,
 ) -> Result<Summary, StreamError> {
     // Our stdout or FILE: a file descriptor either way, written through
     // FileOut (O_DIRECT when it is a regular file).
@@ -143,15 +144,8 @@ fn receive(
                 )
             }),
         Sink::File(path) => {
-            let open: ferry_stream::Opener<FileOut> = Box::new(move || {
-                let f = File::create(&path).map_err(|e| {
-                    StreamError::new(
-                        ErrorKind::Io,
-                        format!("cannot create {}: {e}", path.display()),
-                    )
-                })?;
-                Ok((FileOut::new(f), RecvHooks::default()))
-            });
+            let open: ferry_stream::Opener<ResumableFile> =
+                Box::new(move || ResumableFile::open(&path, resume));
             recv_with(opts, listener, via_stdin, open)
         }
         Sink::Command(cmd) => recv_to_command(opts, listener, via_stdin, cmd),
@@ -224,6 +218,7 @@ fn recv_to_command(
                     let _ = ch.kill();
                 }
             })),
+            offer: None,
         };
         Ok((stdin, hooks))
     });
@@ -238,6 +233,89 @@ fn recv_to_command(
         }
     }
     res
+}
+
+/// FILE: opened without truncating it, so that what an interrupted run
+/// wrote can be offered to the sender (see `ferry_stream::Offer`). Written
+/// through [`FileOut`] once the sender has said where the stream starts:
+/// the file is cut there first (at 0 when the sender starts over).
+struct ResumableFile {
+    file: Option<File>,
+    out: Option<FileOut>,
+    start: Arc<Mutex<u64>>,
+}
+
+impl ResumableFile {
+    fn open(path: &std::path::Path, resume: bool) -> Result<(Self, RecvHooks), StreamError> {
+        let io_err = |what: &str, e: io::Error| {
+            StreamError::new(ErrorKind::Io, format!("{what} {}: {e}", path.display()))
+        };
+        let rw = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path);
+        let f = match rw {
+            Ok(f) => f,
+            // Writable but not readable (mode 0200, /dev/full): nothing
+            // to offer, written as before.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                File::create(path).map_err(|e| io_err("cannot create", e))?
+            }
+            Err(e) => return Err(io_err("cannot create", e)),
+        };
+        let m = f.metadata().map_err(|e| io_err("cannot stat", e))?;
+        let start = Arc::new(Mutex::new(0));
+        let mut hooks = RecvHooks::default();
+        if resume && m.is_file() && m.len() > 0 {
+            let hasher =
+                ferry_stream::hash_prefix(&f, m.len()).map_err(|e| io_err("cannot read", e))?;
+            let at = start.clone();
+            hooks.offer = Some(ferry_stream::Offer {
+                have: m.len(),
+                hasher,
+                on_start: Box::new(move |offset| {
+                    if let Ok(mut s) = at.lock() {
+                        *s = offset;
+                    }
+                    Ok(())
+                }),
+            });
+        }
+        let w = ResumableFile {
+            file: Some(f),
+            out: None,
+            start,
+        };
+        Ok((w, hooks))
+    }
+
+    /// The output, cut and positioned where the stream starts.
+    fn out(&mut self) -> io::Result<&mut FileOut> {
+        if let Some(mut f) = self.file.take() {
+            use std::io::Seek;
+            // A FIFO, a terminal or a device is written as it is.
+            if f.metadata()?.is_file() {
+                let at = self.start.lock().map(|s| *s).unwrap_or(0);
+                f.set_len(at)?;
+                f.seek(io::SeekFrom::Start(at))?;
+            }
+            self.out = Some(FileOut::new(f));
+        }
+        self.out
+            .as_mut()
+            .ok_or_else(|| io::Error::other("output already failed"))
+    }
+}
+
+impl Write for ResumableFile {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.out()?.write(b)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out()?.flush()
+    }
 }
 
 fn wait_status(child: &Mutex<Child>) -> Option<i32> {

@@ -67,12 +67,22 @@ pub(super) fn report(
         Err(_) => Stats::get(&stats.plain_out),
     };
     let wire = Stats::get(&stats.wire);
+    let resumed = Stats::get(&stats.resumed);
+    let moved = bytes.saturating_sub(resumed);
+    let resumed_text = if resumed > 0 {
+        format!(
+            " ({} resumed from an interrupted run)",
+            human::bytes(resumed)
+        )
+    } else {
+        String::new()
+    };
     match res {
         Ok(s) => errln!(
-            "summary: {} {what} in {:.1} s - average of {}, {} on the wire (ratio {:.2}), cpu {:.1} s, {}",
+            "summary: {} {what}{resumed_text} in {:.1} s - average of {}, {} on the wire (ratio {:.2}), cpu {:.1} s, {}",
             human::bytes(bytes),
             secs,
-            human::rate(bytes, secs),
+            human::rate(moved, secs),
             human::bytes(wire),
             stats.ratio(),
             cpu,
@@ -93,7 +103,8 @@ pub(super) fn report(
             "wire_bytes": wire,
             "ratio": stats.ratio(),
             "seconds": secs,
-            "bytes_per_second": bytes as f64 / secs,
+            "bytes_resumed": resumed,
+            "bytes_per_second": moved as f64 / secs,
             "cpu_seconds": cpu,
             "blocks": {
                 "raw": Stats::get(&stats.blocks_raw),

@@ -33,7 +33,7 @@ pub fn run_send(a: SendArgs) -> i32 {
     };
     let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
     let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
-    let res = ferry_stream::send(&opts, input, peer);
+    let res = ferry_stream::send_file(&opts, input, peer);
     p.finish();
     let c = match &res {
         Ok(_) => code::OK,

@@ -36,6 +36,14 @@ impl Dispatcher<'_, '_> {
             ));
             return Ok(());
         }
+        let name = e.path.rsplit(|&b| b == b'/').next().unwrap_or(&e.path);
+        if crate::journal::is_reserved(name) {
+            stats.error(format!(
+                "{}: skipped: the name is reserved for ferry's partial files",
+                shown(&e.path)
+            ));
+            return Ok(());
+        }
         self.seen.insert(e.path.clone());
         let shown = self.tree.show(&e.path);
         if e.kind() == EntryKind::File {
@@ -280,17 +288,28 @@ impl Dispatcher<'_, '_> {
         if write == decide::Write::Temp && !opts.partial {
             self.drop_partial(dest);
         }
-        let partial = decide::use_partial(write, opts.partial, whole_only, e.size)
-            .then(|| self.open_partial(&e, dest))
-            .flatten();
-        let resumed = partial.as_ref().is_some_and(|(_, _, p)| p.resumed);
         let delta_cost = match &old_meta {
-            Some(m) if !resumed && decide::delta_possible(write, e.size, Some(m.len())) => {
+            Some(m) if decide::delta_possible(write, e.size, Some(m.len())) => {
                 self.delta_cost(&e, m, &dest.shown)
             }
             _ => None,
         };
-        let delta = decide::choose_delta(whole_only, delta_cost, delta_saving(self.sh));
+        let mut delta = decide::choose_delta(whole_only, delta_cost, delta_saving(self.sh));
+        // A delta moves only what changed against the old copy; a resume
+        // sends whole every segment the partial file lacks. When a delta
+        // is chosen, the partial file starts over as its temporary file.
+        let partial = decide::use_partial(write, opts.partial, whole_only, e.size)
+            .then(|| self.open_partial(&e, dest, !delta))
+            .flatten();
+        let device_journal = match &opts.partial_dir {
+            Some(dir) if decide::device_journal(write, opts.partial, whole_only, e.size) => {
+                self.open_device_journal(&e, dest, dir)
+            }
+            _ => None,
+        };
+        let resumed = partial.as_ref().is_some_and(|(_, _, p)| p.resumed)
+            || device_journal.as_ref().is_some_and(|p| p.resumed);
+        delta &= !resumed;
         // The old copy is opened before any temp file exists, so failing
         // to open it leaves nothing behind. It is read through the page
         // cache: signing it leaves it there for the copies, which would
@@ -304,7 +323,7 @@ impl Dispatcher<'_, '_> {
             Some((file, tmp, p)) => (file, Some(tmp), Some(p)),
             None => {
                 let (file, tmp) = self.open_target(write, &e, dest)?;
-                (file, tmp, None)
+                (file, tmp, device_journal)
             }
         };
         let direct = if decide::use_direct(write, opts.direct_io, e.size) {

@@ -125,6 +125,14 @@ pub(super) enum Failure {
     Other(String),
 }
 
+impl Failure {
+    /// Whether a partial file whose transfer ended this way is kept for
+    /// the next run (see [`super::partial`]).
+    pub(super) fn keeps_partial(&self) -> bool {
+        matches!(self, Failure::Io(..) | Failure::Other(_))
+    }
+}
+
 impl DstFile {
     pub(super) fn fail(&self, why: String) {
         self.fail_with(Failure::Other(why));
@@ -141,14 +149,29 @@ impl DstFile {
 
 impl Drop for DstFile {
     fn drop(&mut self) {
-        let Some(t) = &self.tmp else { return };
         if self.committed.load(Ordering::SeqCst) {
             return;
         }
+        let Some(t) = &self.tmp else {
+            // Written in place: a device's journal stays while its data
+            // does, for the next run.
+            match (&self.partial, self.file.as_file(), self.failure()) {
+                (Some(p), Some(file), None) => p.flush(file),
+                (Some(p), Some(file), Some(f)) if f.keeps_partial() => p.flush(file),
+                (Some(p), _, Some(_)) => p.remove_journal(),
+                _ => {}
+            }
+            return;
+        };
         match (&self.partial, self.file.as_file()) {
-            // The run ends without it (cut off, stopped, another file's
-            // fatal error): what is complete stays for the next run.
-            (Some(p), Some(file)) if self.failure().is_none() => p.flush(file),
+            // The run ends without it (cut off, stopped, a write that
+            // failed, another file's fatal error): what is complete stays
+            // for the next run, which verifies it again anyway. Only a
+            // result that failed verification, or a source that could not
+            // be read as listed, is not worth keeping.
+            (Some(p), Some(file)) if self.failure().is_none_or(|f| f.keeps_partial()) => {
+                p.flush(file)
+            }
             (Some(p), _) => {
                 let _ = t.remove_file();
                 p.remove_journal();
@@ -326,6 +349,17 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
             return Ok(());
         }
     }
+    if let (Some(t), Some(_), Some(file)) = (&f.tmp, &f.partial, f.file.as_file()) {
+        if !super::partial::same_inode(t, file) {
+            // Someone replaced the partial file under this run (another
+            // run, a file listed under that name): never rename what was
+            // not written and verified here.
+            let why = Failure::Other("partial file was replaced during the run".into());
+            f.fail_with(why.clone());
+            report_failure(f, sh, why);
+            return Ok(());
+        }
+    }
     if let Some(t) = &f.tmp {
         t.rename_to(&f.loc).op("rename into place")?;
         sh.changed(&f.loc);
@@ -333,6 +367,9 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         if let Some(p) = &f.partial {
             p.remove_journal();
         }
+    }
+    if let (None, Some(p)) = (&f.tmp, &f.partial) {
+        p.remove_journal();
     }
     f.committed.store(true, Ordering::SeqCst);
     Stats::add(&sh.stats.files_transferred, 1);

@@ -7,6 +7,10 @@
 //! ferry writing the same destination at the same time uses a temporary
 //! file of its own instead. Both names are reached through the
 //! destination directory's handle like every other entry.
+//!
+//! A block device is written in place: there is no partial file, and its
+//! journal is kept (and locked) in the directory `--partial-dir` names,
+//! under a name made from the device's path.
 
 use super::*;
 
@@ -19,7 +23,7 @@ use crate::journal::{self, Identity, Journal};
 /// comparison of each file).
 pub(crate) const MIN_SIZE: u64 = 32 << 20;
 /// Kept segments offered to the sender per `Have` part.
-const HAVE_PART: usize = 8;
+const HAVE_PART: usize = 4096;
 
 fn with_suffix(name: &OsStr, suffix: &str) -> Option<OsString> {
     let mut n = b".".to_vec();
@@ -38,14 +42,69 @@ pub(crate) fn journal_name(name: &OsStr) -> Option<OsString> {
     with_suffix(name, ".ferry-journal")
 }
 
+/// The journal's name for a device written in place at `shown`: its path
+/// with `/` as `_`, `.ferry-journal` added (a BLAKE3 of the path when
+/// that is too long a name).
+pub(crate) fn device_journal_name(shown: &Path) -> OsString {
+    let mut n: Vec<u8> = shown
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&b| if b == b'/' { b'_' } else { b })
+        .collect();
+    if n.len() > 200 {
+        n = blake3::hash(&n).to_hex().as_bytes().to_vec();
+    }
+    n.extend_from_slice(b".ferry-journal");
+    OsString::from_vec(n)
+}
+
 /// Take the partial file's lock without waiting; `false` when another run
-/// holds it. A filesystem without locks is taken as unlocked.
+/// holds it, or the filesystem has no locks (two runs could then write
+/// one partial file: such a run uses a temporary file of its own).
 fn try_lock(f: &File) -> bool {
     use rustix::fs::FlockOperation;
-    !matches!(
-        rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive),
-        Err(rustix::io::Errno::WOULDBLOCK)
-    )
+    rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive).is_ok()
+}
+
+/// Whether the name `at` still names the inode `f` holds (not replaced
+/// since it was opened: a lock taken on a file that another run then
+/// renamed into place or removed locks nothing of ours).
+pub(super) fn same_inode(at: &Loc, f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (at.stat(), f.metadata()) {
+        (Ok(Some(a)), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Whether an existing partial or journal file may be taken over: a
+/// regular file of this user with no other name (a hard link planted
+/// there would make this run write someone else's file).
+fn ours(f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata().is_ok_and(|m| {
+        m.is_file() && m.nlink() == 1 && m.uid() == rustix::process::geteuid().as_raw()
+    })
+}
+
+/// How long a partial file held by another process is waited for: the
+/// remote side of an attempt that lost its link may still be on its way
+/// out (it stops at its own `--timeout`) when the next attempt arrives.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Take the lock, waiting up to [`LOCK_WAIT`] for a holder to go.
+fn lock_soon(f: &File) -> bool {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        if try_lock(f) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 fn read_journal(jloc: &Loc) -> Option<Journal> {
@@ -71,21 +130,14 @@ struct JournalW {
 /// The partial state of one file being received.
 pub(super) struct Partial {
     journal: Loc,
-    /// The journal's segments from the interrupted run: re-hashed and
-    /// offered to the sender (a resume).
+    /// The journal's segments from the interrupted run, in order, with the
+    /// digests it recorded: offered to the sender (a resume).
     offer: Vec<(u64, [u8; 32])>,
     pub(super) resumed: bool,
-    /// Digests of the segments kept, as re-hashed from the partial file.
-    kept: Mutex<HashMap<u64, [u8; 32]>>,
     w: Mutex<JournalW>,
 }
 
 impl Partial {
-    /// The digest of segment `seg` if the partial file holds it.
-    pub(super) fn kept_digest(&self, seg: u64) -> Option<[u8; 32]> {
-        self.kept.lock().ok().and_then(|k| k.get(&seg).copied())
-    }
-
     /// Segment `seg` of `len` bytes is written and verified (`digest`: its
     /// digest on the file's grid, or zeros when not known). Every
     /// [`journal::SYNC_EVERY`] bytes, the data is fdatasync'd and the
@@ -164,7 +216,12 @@ impl Dispatcher<'_, '_> {
     /// source; else one started afresh. `None` (a temporary file of this
     /// run instead) when the name is too long, another run holds it, or it
     /// cannot be made.
-    pub(super) fn open_partial(&mut self, e: &Entry, dest: &Loc) -> Option<(File, Loc, Partial)> {
+    pub(super) fn open_partial(
+        &mut self,
+        e: &Entry,
+        dest: &Loc,
+        may_resume: bool,
+    ) -> Option<(File, Loc, Partial)> {
         let pn = partial_name(dest.name())?;
         let jn = journal_name(dest.name())?;
         let (ploc, jloc) = (dest.sibling(&pn), dest.sibling(&jn));
@@ -175,43 +232,119 @@ impl Dispatcher<'_, '_> {
             name: dest.name().as_bytes().to_vec(),
         };
         let (header, check) = journal::header(&want)?;
-        let (f, offer) = match ploc.open(true) {
-            Ok(f) => {
-                if !try_lock(&f) {
+        let found = match ploc.open(true) {
+            Ok(f) if ours(&f) => Some(f),
+            // Not a file this run may take over: it goes, and a new one
+            // is made (never written through another name).
+            Ok(_) => {
+                ploc.remove_file().ok()?;
+                None
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            // A symlink or something else in the way: leave it to the
+            // temporary file of this run.
+            Err(_) => return None,
+        };
+        let (f, offer) = match found {
+            Some(f) => {
+                if !lock_soon(&f) || !same_inode(&ploc, &f) {
                     return None;
                 }
                 let len = f.metadata().ok()?.len();
-                match read_journal(&jloc).filter(|j| journal::resumable(j, &want, len)) {
+                let journal = read_journal(&jloc)
+                    .filter(|_| may_resume)
+                    .filter(|j| journal::resumable(j, &want, len));
+                match journal {
                     Some(j) => (f, j.segments.into_iter().collect::<Vec<_>>()),
-                    // Another source, or a journal that cannot be read:
-                    // nothing in the file is trusted.
+                    // Another source, a journal that cannot be read, or a
+                    // delta chosen instead: nothing in the file is trusted.
                     None => {
                         f.set_len(0).ok()?;
                         (f, Vec::new())
                     }
                 }
             }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            None => {
                 self.clean_stale_temps(dest);
                 let f = ploc.create_new(0o600).ok()?;
                 self.sh.changed(&ploc);
                 if !try_lock(&f) {
+                    let _ = ploc.remove_file();
                     return None;
                 }
                 (f, Vec::new())
             }
-            // A symlink or something else in the way: leave it to the
-            // temporary file of this run.
-            Err(_) => return None,
         };
-        let resumed = !offer.is_empty();
-        if !resumed {
+        if offer.is_empty() {
             f.set_len(e.size).ok()?;
         }
-        // The journal is written afresh: its header, then the segments to
-        // re-hash (a torn record at its end would hide later appends).
         let _ = jloc.remove_file();
         let jf = jloc.create_new(0o600).ok()?;
+        Some((f, ploc, Partial::start(jloc, jf, (header, check), offer)?))
+    }
+
+    /// `--partial-dir DIR`: the journal of the block device `dest`, written
+    /// in place, kept in DIR: resumed when it describes this source, else
+    /// started afresh. `None` (no journal) when DIR cannot hold it or
+    /// another run holds it.
+    pub(super) fn open_device_journal(
+        &mut self,
+        e: &Entry,
+        dest: &Loc,
+        dir: &Path,
+    ) -> Option<Partial> {
+        let name = device_journal_name(&dest.shown);
+        let want = Identity {
+            size: e.size,
+            mtime: e.mtime,
+            mtime_nsec: e.mtime_nsec,
+            name: name.as_bytes().to_vec(),
+        };
+        let head = journal::header(&want)?;
+        let jloc = DestDir::open(dir).ok()?.loc(name.as_bytes(), false).ok()?;
+        let (jf, offer) = match jloc.open(true) {
+            Ok(jf) if !ours(&jf) => {
+                jloc.remove_file().ok()?;
+                let jf = jloc.create_new(0o600).ok()?;
+                if !try_lock(&jf) {
+                    return None;
+                }
+                (jf, Vec::new())
+            }
+            Ok(jf) => {
+                if !lock_soon(&jf) || !same_inode(&jloc, &jf) {
+                    return None;
+                }
+                let offer = read_journal(&jloc)
+                    .filter(|j| journal::resumable(j, &want, e.size))
+                    .map(|j| j.segments.into_iter().collect())
+                    .unwrap_or_default();
+                // Written afresh through the locked descriptor.
+                jf.set_len(0).ok()?;
+                (jf, offer)
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let jf = jloc.create_new(0o600).ok()?;
+                if !try_lock(&jf) {
+                    return None;
+                }
+                (jf, Vec::new())
+            }
+            Err(_) => return None,
+        };
+        Partial::start(jloc, jf, head, offer)
+    }
+}
+
+impl Partial {
+    /// A journal written afresh in `jf`: its header, then the segments to
+    /// re-hash (a torn record at its end would hide later appends).
+    fn start(
+        journal: Loc,
+        jf: File,
+        (header, check): (Vec<u8>, [u8; 8]),
+        offer: Vec<(u64, [u8; 32])>,
+    ) -> Option<Partial> {
         let mut w = JournalW {
             file: jf,
             check,
@@ -223,78 +356,87 @@ impl Dispatcher<'_, '_> {
         w.file.write_all_at(&header, 0).ok()?;
         w.len = header.len() as u64;
         append(&mut w, &offer);
-        Some((
-            f,
-            ploc,
-            Partial {
-                journal: jloc,
-                offer,
-                resumed,
-                kept: Mutex::new(HashMap::new()),
-                w: Mutex::new(w),
-            },
-        ))
+        Some(Partial {
+            journal,
+            resumed: !offer.is_empty(),
+            offer,
+            w: Mutex::new(w),
+        })
     }
 }
 
-/// Resume `d`: ask for it with [`WantMode::Resume`], then re-hash each
-/// segment the journal names from the partial file and offer those that
-/// still hash as recorded, in `Have` parts as the hashing goes (the sender
-/// sends the segments between them meanwhile).
+/// Resume `d`: ask for it with [`WantMode::Resume`], and offer at once
+/// the segments the journal names, with the digests it recorded (the
+/// sender sends the segments it lacks meanwhile, and checks the others;
+/// each one it confirms is read back here and digested before it counts:
+/// [`Partial::verify_kept`]).
 pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
-    let (Some(p), Some(file)) = (&d.partial, d.file.as_file()) else {
+    let Some(p) = &d.partial else {
         return Err(io::Error::other("resume without a partial file"));
     };
     let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
     let id = d.entry.id;
-    let size = d.entry.size;
     tx.send(Message::Want {
         file: id,
         mode: WantMode::Resume,
     })
     .map_err(link)?;
-    let block = layout::grid_block(size);
-    let nseg = layout::segment_count(size);
-    let mut part = Vec::new();
-    let mut buf = vec![0u8; 1 << 20];
-    for &(seg, recorded) in &p.offer {
+    let nseg = layout::segment_count(d.entry.size);
+    for (k, chunk) in p.offer.chunks(HAVE_PART).enumerate() {
+        let last = (k + 1) * HAVE_PART >= p.offer.len();
+        let upto = match (last, chunk.last()) {
+            (false, Some(&(seg, _))) => seg + 1,
+            _ => nseg,
+        };
+        tx.send(Message::Have(ferry_link::HavePart {
+            file: id,
+            upto,
+            kept: chunk.to_vec(),
+        }))
+        .map_err(link)?;
+    }
+    Ok(())
+}
+
+impl Partial {
+    /// Whether segment `seg` was offered as held.
+    pub(super) fn offered(&self, seg: u64) -> bool {
+        self.offer.binary_search_by_key(&seg, |o| o.0).is_ok()
+    }
+
+    /// Read segment `seg` of a file of `size` bytes back from `written`
+    /// and digest it: whether it is the sender's segment (`want`).
+    pub(super) fn verify_kept(
+        &self,
+        written: &File,
+        size: u64,
+        seg: u64,
+        want: &[u8; 32],
+    ) -> io::Result<bool> {
+        // A device is open for writing only: read it through a second
+        // descriptor of the same inode.
+        let reopened;
+        let file = if rustix::fs::fcntl_getfl(written)
+            .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
+        {
+            use std::os::fd::AsRawFd;
+            reopened = File::open(format!("/proc/self/fd/{}", written.as_raw_fd()))?;
+            &reopened
+        } else {
+            written
+        };
         let (start, end) = layout::segment_range(size, seg);
-        let mut h = SegmentHasher::new(block);
+        let mut h = SegmentHasher::new(layout::grid_block(size));
+        let mut buf = vec![0u8; 1 << 20];
         let mut off = start;
         while off < end {
             let n = ((end - off) as usize).min(buf.len());
-            file.read_exact_at(&mut buf[..n], off)
-                .op("read partial file")?;
+            file.read_exact_at(&mut buf[..n], off)?;
             h.data(&buf[..n]);
             off += n as u64;
         }
-        let got = h.finish().0;
-        if recorded != [0; 32] && recorded != got {
-            // Changed on the disk since it was written: not offered.
-            continue;
-        }
-        if let Ok(mut k) = p.kept.lock() {
-            k.insert(seg, got);
-        }
-        part.push((seg, got));
-        if part.len() == HAVE_PART {
-            send_have(tx, id, seg + 1, &mut part).map_err(link)?;
-        }
+        Ok(h.finish().0 == *want)
     }
-    send_have(tx, id, nseg, &mut part).map_err(link)
-}
-
-fn send_have(
-    tx: &MsgTx,
-    file: u32,
-    upto: u64,
-    part: &mut Vec<(u64, [u8; 32])>,
-) -> std::result::Result<(), ferry_link::LinkError> {
-    tx.send(Message::Have(ferry_link::HavePart {
-        file,
-        upto,
-        kept: std::mem::take(part),
-    }))
 }
 
 #[cfg(test)]
@@ -307,6 +449,10 @@ mod tests {
         assert_eq!(n, ".disk.img.ferry-partial");
         let j = journal_name(OsStr::new("disk.img")).unwrap();
         assert_eq!(j, ".disk.img.ferry-journal");
+        let d = device_journal_name(Path::new("/dev/loop3"));
+        assert_eq!(d, "_dev_loop3.ferry-journal");
+        let d = device_journal_name(Path::new(&"/x".repeat(200)));
+        assert_eq!(d.len(), 64 + ".ferry-journal".len());
         let long = "x".repeat(241);
         assert!(partial_name(OsStr::new(&"x".repeat(240))).is_some());
         assert!(partial_name(OsStr::new(&long)).is_none());

@@ -194,7 +194,8 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if !in_order(&f, st, off, len) {
                     continue;
                 }
-                if decide::zeros_written(f.tmp.is_some()) && f.failure().is_none() {
+                let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
+                if decide::zeros_written(f.tmp.is_some(), resumed) && f.failure().is_none() {
                     // In place: the old bytes must become zeros (a hole
                     // where the filesystem allows).
                     if let Err(e) = f.file.zero_range(off, len) {
@@ -212,18 +213,22 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let (start, end) = layout::segment_range(f.entry.size, seg);
                 let st = segs.remove(&(id, seg));
                 super::readback::keep_digest(&f, seg, digest);
-                let kept = match (&st, &f.partial) {
-                    (None, Some(p)) => p.kept_digest(seg),
+                let kept = match (&st, &f.partial, f.file.as_file()) {
+                    (None, Some(p), Some(file)) if p.offered(seg) => Some((p, file)),
                     _ => None,
                 };
-                if let (Some(k), None) = (kept, f.failure()) {
-                    // Kept from the partial file of an interrupted run, as
-                    // re-hashed here: it must be the sender's segment.
-                    if let Err(why) = decide::digest_check(&k, &digest, start, end) {
-                        f.fail_with(why);
-                    } else {
-                        Stats::add(&sh.stats.bytes_resumed, end - start);
-                        Stats::add(&sh.stats.bytes_done, end - start);
+                if let (Some((p, file)), None) = (kept, f.failure()) {
+                    // Kept from the partial file of an interrupted run: it
+                    // counts once it reads back as the sender's segment.
+                    match p.verify_kept(file, f.entry.size, seg, &digest) {
+                        Ok(true) => {
+                            Stats::add(&sh.stats.bytes_resumed, end - start);
+                            Stats::add(&sh.stats.bytes_done, end - start);
+                        }
+                        Ok(false) => f.fail_with(Failure::Mismatch(format!(
+                            "the partial file differs from the source at bytes {start}..{end}"
+                        ))),
+                        Err(e) => f.fail_with(Failure::Io("read partial file", describe(&e))),
                     }
                 } else if f.failure().is_none() {
                     let reached = st.as_ref().map(|st| st.next);

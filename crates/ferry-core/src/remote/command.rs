@@ -63,6 +63,9 @@ pub(super) fn serve_args_with(
     if let Some(d) = &opts.sig_cache {
         a.push(format!("--sig-cache={}", d.display()));
     }
+    if let Some(d) = &opts.partial_dir {
+        a.push(format!("--partial-dir={}", d.display()));
+    }
     a.push("--".into());
     a.extend(paths.iter().cloned());
     a

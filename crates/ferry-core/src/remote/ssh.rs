@@ -101,6 +101,15 @@ impl Remote {
                             or_unknown(&tail)
                         )))
                     }
+                    // Its usage error (an older ferry that lacks an
+                    // option): a new connection would get the same.
+                    Some(1) => {
+                        return Err(Error::NoRemote(format!(
+                            "the ferry on {} refused the session: {}",
+                            self.host,
+                            or_unknown(&tail)
+                        )))
+                    }
                     Some(c) => format!(
                         "connection to {} lost; the remote side exited with status {c}: {}",
                         self.host,

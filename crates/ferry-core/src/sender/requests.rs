@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::stats::Stats;
 
 use super::prehash::worth_prehashing;
-use super::resume::{held_of, Resuming};
+use super::resume::{held_of, interleave, Resuming};
 use super::{DeltaJob, Held, Job, SrcFile, Table};
 
 /// Largest signature accepted from a receiver, in blocks (24 bytes each).
@@ -253,7 +253,11 @@ impl<'s> Requests<'s> {
         let Some(jobs) = self.jobs.as_ref() else {
             return Err(Error::Protocol("request after the end of requests".into()));
         };
-        for seg in range {
+        // Held segments are only read and hashed here, missing ones go out
+        // on the link: alternated, the workers do both at once.
+        let (held, missing): (Vec<u64>, Vec<u64>) =
+            range.partition(|&s| held_of(&part.kept, s) != Held::Missing);
+        for seg in interleave(&missing, &held) {
             let _ = jobs.send(Job {
                 id: file,
                 file: f.clone(),

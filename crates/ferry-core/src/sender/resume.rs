@@ -66,6 +66,16 @@ fn next_range(
     Ok(())
 }
 
+/// `a` and `b` alternated, the rest of the longer one after.
+pub(super) fn interleave(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    for i in 0..a.len().max(b.len()) {
+        out.extend(a.get(i));
+        out.extend(b.get(i));
+    }
+    out
+}
+
 /// What the part's kept list says of segment `seg`.
 pub(super) fn held_of(kept: &[(u64, [u8; 32])], seg: u64) -> Held {
     match kept.binary_search_by_key(&seg, |k| k.0) {
@@ -74,9 +84,11 @@ pub(super) fn held_of(kept: &[(u64, [u8; 32])], seg: u64) -> Held {
     }
 }
 
-/// A segment the receiver holds with digest `have`: read and digested;
-/// nothing is sent but its `SegmentDone` when the digests agree, else it
-/// goes whole.
+/// A segment the receiver holds with digest `have` (zeros: a digest it
+/// did not record): read and digested; nothing is sent but its
+/// `SegmentDone` unless the receiver's digest is known and differs, when
+/// it goes whole. The receiver reads its copy back and checks it against
+/// that `SegmentDone`.
 pub(super) fn send_held_segment(
     job: &Job,
     file: &dyn Source,
@@ -87,7 +99,7 @@ pub(super) fn send_held_segment(
     let res =
         scan::scan_segment::<LinkError>(file, job.file.size, job.seg, true, buf, &mut |_| Ok(()));
     match res {
-        Ok(d) if d == have => Ok(Ok(d)),
+        Ok(d) if d == have || have == [0; 32] => Ok(Ok(d)),
         Ok(_) => whole::send_whole_segment(job, file, true, tx, buf),
         Err(ScanError::Emit(e)) => Err(e.into()),
         Err(ScanError::Io(e)) => Ok(Err(e)),
@@ -109,6 +121,13 @@ mod tests {
             next_range(8, 12, 20, Some(7)).is_err(),
             "below the last part"
         );
+    }
+
+    #[test]
+    fn missing_and_held_segments_alternate() {
+        assert_eq!(interleave(&[5, 6, 7], &[0, 1]), [5, 0, 6, 1, 7]);
+        assert_eq!(interleave(&[], &[0, 1]), [0, 1]);
+        assert_eq!(interleave(&[3], &[]), [3]);
     }
 
     #[test]

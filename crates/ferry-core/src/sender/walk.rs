@@ -132,12 +132,15 @@ impl Walker<'_> {
         top: bool,
     ) -> Result<()> {
         let ft = meta.file_type();
+        let name = rel.rsplit(|&b| b == b'/').next().unwrap_or(&rel);
         if !top
-            && self
+            && (self
                 .opts
                 .excludes
                 .excluded(Path::new(std::ffi::OsStr::from_bytes(&rel)), ft.is_dir())
+                || crate::journal::is_reserved(name))
         {
+            // Excluded, or partial state of an interrupted run here.
             return Ok(());
         }
         if let Some(names) = &mut self.names {

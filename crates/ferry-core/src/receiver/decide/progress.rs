@@ -196,9 +196,11 @@ pub(crate) fn copy_writes(in_place: bool, off: u64, boff: u64) -> bool {
 }
 
 /// A `Zero` op writes zeros unless the file is a new temporary file,
-/// created sized and full of holes.
-pub(crate) fn zeros_written(temp: bool) -> bool {
-    !temp
+/// created sized and full of holes. A partial file being resumed is a
+/// temporary file, but its segments that were not kept hold whatever the
+/// interrupted run (or anyone since) left there: zeros must be written.
+pub(crate) fn zeros_written(temp: bool, resumed: bool) -> bool {
+    !temp || resumed
 }
 
 /// Segments one writer may have open at once. A sender has one segment

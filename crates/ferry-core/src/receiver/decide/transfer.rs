@@ -53,6 +53,12 @@ pub(crate) fn use_partial(w: Write, partial: bool, whole_only: bool, size: u64) 
     w == Write::Temp && partial && !whole_only && size >= super::super::partial::MIN_SIZE
 }
 
+/// Keep a journal for a block device written in place (with
+/// `--partial-dir`): as [`use_partial`], for a device.
+pub(crate) fn device_journal(w: Write, partial: bool, whole_only: bool, size: u64) -> bool {
+    w == Write::Device && partial && !whole_only && size >= super::super::partial::MIN_SIZE
+}
+
 /// Whether a delta is possible at all: an old regular file of `old_size`
 /// bytes (`None`: none) with something in it, a new file with something
 /// in it, and not a device.
@@ -334,6 +340,11 @@ mod tests {
         for w in [Write::InPlace, Write::Device, Write::Stream] {
             assert!(!use_partial(w, true, false, big), "{w:?}");
         }
+        assert!(device_journal(Write::Device, true, false, big));
+        assert!(!device_journal(Write::Device, false, false, big));
+        assert!(!device_journal(Write::Device, true, true, big));
+        assert!(!device_journal(Write::Device, true, false, big - 1));
+        assert!(!device_journal(Write::Temp, true, false, big));
     }
 
     #[test]

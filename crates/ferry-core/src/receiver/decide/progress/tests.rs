@@ -183,8 +183,12 @@ fn copy_onto_itself_in_place_writes_nothing() {
     assert!(!copy_writes(true, 4096, 4096));
     assert!(copy_writes(true, 4096, 0));
     assert!(copy_writes(false, 4096, 4096));
-    assert!(zeros_written(false));
-    assert!(!zeros_written(true));
+    assert!(zeros_written(false, false));
+    assert!(!zeros_written(true, false));
+    assert!(
+        zeros_written(true, true),
+        "a resumed partial holds old bytes"
+    );
 }
 
 #[test]
