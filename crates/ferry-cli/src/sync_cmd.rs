@@ -173,9 +173,10 @@ pub fn run(a: SyncArgs) -> i32 {
             }
         };
         let done = stats.reconnects.load(Ordering::Relaxed);
-        match &res {
-            Err(e) if retry_after(e, done, a.retries).is_some() => {
-                let wait = retry_after(e, done, a.retries).unwrap_or_default();
+        let reached = stats.sessions.load(Ordering::Relaxed) > 0;
+        let wait = retry_after(e_of(&res), done, a.retries, reached);
+        match (&res, wait) {
+            (Err(e), Some(wait)) => {
                 if !a.quiet {
                     errln!(
                         "ferry: {e}; reconnecting in {} (retry {} of {})",
@@ -269,11 +270,19 @@ impl Carried {
 }
 
 /// How long to wait before reconnecting after `e`, when `done` retries
-/// were made of the `allowed`: `None` when `e` is not one a new connection
-/// could fix, or none are left. 1 s, doubling, at most 30 s.
-pub fn retry_after(e: &Error, done: u64, allowed: u32) -> Option<Duration> {
-    (e.retryable() && done < allowed as u64)
+/// were made of the `allowed` and the peer was `reached` at least once in
+/// this run: `None` when there is no error, when `e` is not one a new
+/// connection could fix, when none are left, or when the peer was never
+/// reached (a wrong host, a refused login: trying again would only delay
+/// the same answer). 1 s, doubling, at most 30 s.
+pub fn retry_after(e: Option<&Error>, done: u64, allowed: u32, reached: bool) -> Option<Duration> {
+    let e = e?;
+    (e.retryable() && reached && done < allowed as u64)
         .then(|| Duration::from_secs((1u64 << done.min(5)).min(30)))
+}
+
+fn e_of<T>(r: &Result<T, Error>) -> Option<&Error> {
+    r.as_ref().err()
 }
 
 /// One line: what the run did. Sizes and rates in binary units; the rate
@@ -330,4 +339,35 @@ pub fn summary(r: &ferry_core::Report, dry_run: bool) -> String {
         human::rate(r.bytes_written, r.seconds),
         human::bytes(r.bytes_wire),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_link::LinkError;
+
+    #[test]
+    fn only_a_dropped_link_of_a_run_that_reached_its_peer_is_retried() {
+        let dropped = Error::Link(LinkError::Closed);
+        let s = |n| Some(Duration::from_secs(n));
+        assert_eq!(retry_after(Some(&dropped), 0, 3, true), s(1));
+        assert_eq!(retry_after(Some(&dropped), 2, 3, true), s(4));
+        assert_eq!(retry_after(Some(&dropped), 3, 3, true), None, "none left");
+        assert_eq!(retry_after(Some(&dropped), 9, 20, true), s(30), "capped");
+        assert_eq!(
+            retry_after(Some(&dropped), 0, 3, false),
+            None,
+            "never reached"
+        );
+        assert_eq!(retry_after(Some(&dropped), 0, 0, true), None, "--retries 0");
+        assert_eq!(retry_after(None, 0, 3, true), None, "no error");
+        for e in [
+            Error::Usage("bad".into()),
+            Error::Protocol("garbage".into()),
+            Error::Interrupted,
+            Error::NoRemote("no ferry there".into()),
+        ] {
+            assert_eq!(retry_after(Some(&e), 0, 3, true), None, "{e}");
+        }
+    }
 }

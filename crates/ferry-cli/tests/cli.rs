@@ -177,6 +177,15 @@ fn interrupted_run_exits_130_and_leaves_no_temp_files() {
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(stderr(&out).contains("interrupted"));
     assert_eq!(fs::read(&dst).unwrap(), b"old");
+    // Temporary files are gone; the partial file and its journal stay for
+    // the next run, which resumes and leaves nothing.
+    assert!(
+        only_partial_state(&temp_files(&dstdir)),
+        "{:?}",
+        temp_files(&dstdir)
+    );
+    let j = ferry_ok(&["sync", p(&src), p(&dst)]);
+    assert!(fs::read(&dst).unwrap() == fs::read(&src).unwrap(), "{j}");
     assert!(temp_files(&dstdir).is_empty(), "{:?}", temp_files(&dstdir));
 }
 

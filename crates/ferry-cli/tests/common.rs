@@ -284,3 +284,15 @@ impl SshServer {
         self.child.id()
     }
 }
+
+/// Whether every path is partial state of an interrupted run
+/// (`.NAME.ferry-partial`, `.NAME.ferry-journal`), kept by design.
+pub fn only_partial_state(paths: &[PathBuf]) -> bool {
+    paths.iter().all(|p| {
+        let n = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        n.starts_with('.') && (n.ends_with(".ferry-partial") || n.ends_with(".ferry-journal"))
+    })
+}

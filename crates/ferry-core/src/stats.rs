@@ -43,6 +43,9 @@ pub struct Stats {
     pub bytes_resumed: AtomicU64,
     /// Times the run reconnected after the link dropped (`--retries`).
     pub reconnects: AtomicU64,
+    /// Sessions that got as far as the peer's `Hello` (kept over
+    /// reconnects): a run that never reached its peer is not retried.
+    pub sessions: AtomicU64,
     /// Human-readable lines for entries that failed (capped).
     pub errors: Mutex<Vec<String>>,
     /// What a dry run would do, or what a real run did when itemising,
@@ -120,7 +123,8 @@ impl Stats {
     }
 
     /// Start counting afresh for another attempt at the same run (after a
-    /// reconnect): every counter but `reconnects` goes back to zero, and
+    /// reconnect): every counter but `reconnects` and `sessions` goes back
+    /// to zero, and
     /// the error lines of the attempt that failed are dropped (what still
     /// fails will fail again). The caller keeps what the attempt did.
     pub fn restart(&self) {

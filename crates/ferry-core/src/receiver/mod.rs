@@ -99,6 +99,7 @@ pub fn run_receiver(
         tx, rx, received, ..
     } = ep;
     crate::hello(&tx, &rx)?;
+    Stats::add(&stats.sessions, 1);
     // From here on a silent peer is a dead one (not during an ssh login).
     rx.set_idle_timeout(opts.timeout);
     let setup = match Setup::open(dest, opts) {

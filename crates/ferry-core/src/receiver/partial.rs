@@ -365,37 +365,91 @@ impl Partial {
     }
 }
 
-/// Resume `d`: ask for it with [`WantMode::Resume`], and offer at once
-/// the segments the journal names, with the digests it recorded (the
-/// sender sends the segments it lacks meanwhile, and checks the others;
-/// each one it confirms is read back here and digested before it counts:
-/// [`Partial::verify_kept`]).
+/// Resume `d`: ask for it with [`WantMode::Resume`], and offer the
+/// segments the journal names. Those it recorded a digest for go at once,
+/// with that digest (the sender sends the segments it lacks meanwhile, and
+/// checks the others; each one it confirms is read back here and digested
+/// before it counts: [`Partial::verify_kept`]). Those it recorded none for
+/// (a local run digests nothing) are digested here first, and offered only
+/// if they read back at all, with the digest found: a partial file changed
+/// since costs those segments, not the whole file.
 pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
-    let Some(p) = &d.partial else {
+    let (Some(p), Some(written)) = (&d.partial, d.file.as_file()) else {
         return Err(io::Error::other("resume without a partial file"));
     };
     let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
     let id = d.entry.id;
+    let size = d.entry.size;
     tx.send(Message::Want {
         file: id,
         mode: WantMode::Resume,
     })
     .map_err(link)?;
-    let nseg = layout::segment_count(d.entry.size);
-    for (k, chunk) in p.offer.chunks(HAVE_PART).enumerate() {
-        let last = (k + 1) * HAVE_PART >= p.offer.len();
-        let upto = match (last, chunk.last()) {
-            (false, Some(&(seg, _))) => seg + 1,
-            _ => nseg,
+    let nseg = layout::segment_count(size);
+    let reopened = reader_for(written)?;
+    let file = reopened.as_ref().unwrap_or(written);
+    let mut part = Vec::new();
+    let mut hashed = 0;
+    for (n, &(seg, recorded)) in p.offer.iter().enumerate() {
+        let digest = if recorded == [0; 32] {
+            hashed += 1;
+            segment_digest(file, size, seg).op("read partial file")?
+        } else {
+            recorded
         };
-        tx.send(Message::Have(ferry_link::HavePart {
-            file: id,
-            upto,
-            kept: chunk.to_vec(),
-        }))
-        .map_err(link)?;
+        part.push((seg, digest));
+        // Parts go as soon as hashing has something to say; the last one
+        // reaches the file's end.
+        if n + 1 < p.offer.len() && (part.len() == HAVE_PART || hashed == HASHED_PART) {
+            hashed = 0;
+            send_have(tx, id, seg + 1, &mut part).map_err(link)?;
+        }
     }
-    Ok(())
+    send_have(tx, id, nseg, &mut part).map_err(link)
+}
+
+/// Segments digested before a `Have` part goes.
+const HASHED_PART: usize = 8;
+
+fn send_have(
+    tx: &MsgTx,
+    file: u32,
+    upto: u64,
+    part: &mut Vec<(u64, [u8; 32])>,
+) -> std::result::Result<(), ferry_link::LinkError> {
+    tx.send(Message::Have(ferry_link::HavePart {
+        file,
+        upto,
+        kept: std::mem::take(part),
+    }))
+}
+
+/// A second descriptor of `written`'s inode that may read, when `written`
+/// may not (a device is opened for writing only).
+fn reader_for(written: &File) -> io::Result<Option<File>> {
+    if rustix::fs::fcntl_getfl(written)
+        .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
+    {
+        use std::os::fd::AsRawFd;
+        return File::open(format!("/proc/self/fd/{}", written.as_raw_fd())).map(Some);
+    }
+    Ok(None)
+}
+
+/// The segment digest of segment `seg` of a file of `size` bytes, as it
+/// reads back from `file`.
+fn segment_digest(file: &File, size: u64, seg: u64) -> io::Result<[u8; 32]> {
+    let (start, end) = layout::segment_range(size, seg);
+    let mut h = SegmentHasher::new(layout::grid_block(size));
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = start;
+    while off < end {
+        let n = ((end - off) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], off)?;
+        h.data(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(h.finish().0)
 }
 
 impl Partial {
@@ -413,29 +467,8 @@ impl Partial {
         seg: u64,
         want: &[u8; 32],
     ) -> io::Result<bool> {
-        // A device is open for writing only: read it through a second
-        // descriptor of the same inode.
-        let reopened;
-        let file = if rustix::fs::fcntl_getfl(written)
-            .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
-        {
-            use std::os::fd::AsRawFd;
-            reopened = File::open(format!("/proc/self/fd/{}", written.as_raw_fd()))?;
-            &reopened
-        } else {
-            written
-        };
-        let (start, end) = layout::segment_range(size, seg);
-        let mut h = SegmentHasher::new(layout::grid_block(size));
-        let mut buf = vec![0u8; 1 << 20];
-        let mut off = start;
-        while off < end {
-            let n = ((end - off) as usize).min(buf.len());
-            file.read_exact_at(&mut buf[..n], off)?;
-            h.data(&buf[..n]);
-            off += n as u64;
-        }
-        Ok(h.finish().0 == *want)
+        let reopened = reader_for(written)?;
+        Ok(segment_digest(reopened.as_ref().unwrap_or(written), size, seg)? == *want)
     }
 }
 

@@ -94,6 +94,11 @@ fn push_pass(
     ep.tx = sending_link(ep.tx, &ep.link_rate, &opts);
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = sender::run_sender(ep, &specs, &opts, stats, true);
+    // Counted even when the attempt fails (a reconnect adds them up).
+    let wire = sent.get() + recv.get();
+    stats
+        .bytes_wire
+        .store(wire, std::sync::atomic::Ordering::Relaxed);
     let report = remote.finish(res)?;
     fill(stats, &report);
     finish_report(stats, sent.get() + recv.get(), start)
@@ -137,6 +142,10 @@ fn pull_pass(
     let (remote, ep) = spawn(host, ropts, &args, stats)?;
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = receiver::run_receiver(ep, &dest, &opts, stats);
+    let wire = sent.get() + recv.get();
+    stats
+        .bytes_wire
+        .store(wire, std::sync::atomic::Ordering::Relaxed);
     remote.finish(res)?;
     finish_report(stats, sent.get() + recv.get(), start)
 }
