@@ -240,19 +240,7 @@ def delivered(d: str) -> int:
     file's allocated size, at most its length. ferry's partial file is as
     long as the source from the start but sparse until written; rsync's
     temporary file grows as it is written."""
-    total = 0
-    try:
-        with os.scandir(d) as it:
-            for e in it:
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    total += min(st.st_size, st.st_blocks * 512)
-    except OSError:
-        pass
-    return total
+    return sum(min(v["size"], v["allocated"]) for v in left_behind(d).values() if v["regular"])
 
 
 def left_behind(d: str) -> dict:
@@ -265,7 +253,8 @@ def left_behind(d: str) -> dict:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                out[e.name] = {"size": st.st_size, "allocated": st.st_blocks * 512}
+                out[e.name] = {"size": st.st_size, "allocated": st.st_blocks * 512,
+                               "regular": stat.S_ISREG(st.st_mode)}
     except OSError:
         pass
     return out
