@@ -124,7 +124,20 @@ fn a_flipped_bit_never_gives_exit_0_with_wrong_data() {
                     } else {
                         (slash(new), format!("localhost:{}", dst.display()))
                     };
-                    let mut args = vec!["sync", "-q", "-e", &rsh, "--remote-ferry", p(bin)];
+                    // One attempt per run: a damaged frame is an error a
+                    // reconnect could fix, and each retry would wait its
+                    // backoff (what this loop checks is one attempt's
+                    // outcome).
+                    let mut args = vec![
+                        "sync",
+                        "-q",
+                        "--retries",
+                        "0",
+                        "-e",
+                        &rsh,
+                        "--remote-ferry",
+                        p(bin),
+                    ];
                     if seed % 3 == 0 {
                         args.push("--delta");
                     }
