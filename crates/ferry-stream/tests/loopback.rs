@@ -161,6 +161,10 @@ fn truncated_stream_is_detected() {
     let (r, mut w, _) =
         ferry_channel::establish(s.try_clone().expect("clone"), s, &psk, Role::Initiator)
             .expect("hs");
+    // START at 0 (see docs/PROTOCOL.md), then one BLOCK.
+    let mut start = vec![0x04];
+    start.extend_from_slice(&0u64.to_le_bytes());
+    w.send_frame(&start).expect("frame");
     let mut m = vec![0x01, 0, 0];
     m.extend_from_slice(&5u32.to_le_bytes());
     m.extend_from_slice(b"hello");
