@@ -6,8 +6,8 @@
 //! receiver sends back after the stream. The harness does the real
 //! handshake as the responder, sends an OFFER of nothing (unless
 //! `flags & 4`: then the first record stands in for it; an OFFER of
-//! anything else gets START at 0 from this input, which is not a file,
-//! and a record that is not an OFFER an integrity failure), reads the
+//! anything else gets START at 0 from this input, which is not a file, a
+//! FAIL that failure, and any other record an integrity failure), reads the
 //! whole stream of a fixed [`INPUT`], then sends the records; with `flags & 2` a 45-byte ACK
 //! record gets the true count and digest written in (so the fuzzer
 //! reaches the success path); `flags & 1` leaves out the channel's end
@@ -105,8 +105,18 @@ pub fn run(data: &[u8]) {
         await_done(&done_rx, "send_over");
         let res = sender.join().expect("send_over panicked");
         threads.settle("send_over");
+        // A FAIL instead of the OFFER (the receiver could not open its
+        // output) is reported as that failure; anything else as garbage.
+        let want = if offer.len() >= 6 && offer[0] == FAIL {
+            match kind_of(offer[1]) {
+                ErrorKind::ConsumerExited => ErrorKind::PeerConsumerExited,
+                k => k,
+            }
+        } else {
+            ErrorKind::Integrity
+        };
         match res {
-            Err(e) => assert_eq!(e.kind, ErrorKind::Integrity, "{e}"),
+            Err(e) => assert_eq!(e.kind, want, "{e}"),
             Ok(s) => panic!("success after a first reply that is not an OFFER: {s:?}"),
         }
         return;

@@ -109,6 +109,11 @@ pub fn stream_control(v: &mut Vec<Seed>) {
         ("offer_nothing", 6, vec![empty_offer(), ack(i32::MIN)]),
         ("offer_a_prefix", 6, vec![offer_of(100), ack(i32::MIN)]),
         ("offer_missing", 4, vec![ack(i32::MIN)]),
+        (
+            "fail_instead_of_offer",
+            4,
+            vec![fail(4, 141, "broken pipe")],
+        ),
     ];
     for (name, flags, recs) in seeds {
         v.push((t, name.into(), pack(&[flags], &recs)));
