@@ -334,3 +334,71 @@ fn nbd_read_ahead_over_a_slow_server_is_exact() {
     let data = (3 << 20) + 12288 + (1 << 20) - 4096 + (6 << 20) + 4096 + (1 << 19);
     assert_eq!(read, data, "bytes read from the export");
 }
+
+/// `--partial-dir` with an NBD export as destination: a copy that is
+/// killed keeps its journal there; the next run reads back what the export
+/// holds and sends only the rest, and a kept range that was changed on the
+/// export in between is caught and sent again.
+#[test]
+fn an_interrupted_copy_into_an_nbd_export_resumes_with_partial_dir() {
+    if !need(
+        "nbdkit",
+        "an_interrupted_copy_into_an_nbd_export_resumes_with_partial_dir",
+    ) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("img");
+    fs::write(&img, bytes(31, 256 << 20)).unwrap();
+    let target = d.path().join("export");
+    fs::write(&target, vec![0xee; 256 << 20]).unwrap();
+    let arg = format!("file={}", target.display());
+    let (_srv, uri) = nbdkit(d.path(), &["file", &arg]);
+    let jdir = d.path().join("journals");
+    fs::create_dir(&jdir).unwrap();
+    let journal = || {
+        fs::read_dir(&jdir)
+            .unwrap()
+            .filter_map(|x| x.ok())
+            .find(|x| x.file_name().to_string_lossy().ends_with(".ferry-journal"))
+    };
+    // 100 MiB/s: about 2.6 s for the image; killed after 1.8 s, past the
+    // first journal appends (every 64 MiB).
+    let killed = || {
+        let mut c = Command::new(ferry_bin())
+            .args(["sync", "-q", "--bwlimit", "100M", "--partial-dir", p(&jdir)])
+            .args([p(&img), &uri])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1800));
+        let _ = c.kill();
+        let _ = c.wait();
+        assert!(journal().is_some(), "no journal in --partial-dir");
+    };
+    killed();
+    let j = ferry_ok(&["sync", "--partial-dir", p(&jdir), p(&img), &uri]);
+    let resumed = j["bytes_resumed"].as_u64().unwrap();
+    assert!(resumed >= 64 << 20, "resumed only {resumed} bytes: {j}");
+    assert_eq!(
+        j["bytes_written"].as_u64().unwrap() + resumed,
+        256 << 20,
+        "{j}"
+    );
+    assert!(fs::read(&target).unwrap() == fs::read(&img).unwrap());
+    assert!(journal().is_none(), "journal left after the copy completed");
+
+    // Again into a fresh export, and the export's first MiB (in the kept
+    // range) changed behind ferry's back before the resume.
+    fs::write(&target, vec![0xee; 256 << 20]).unwrap();
+    killed();
+    let f = fs::OpenOptions::new().write(true).open(&target).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0x5a; 1 << 20], 0).unwrap();
+    drop(f);
+    let j = ferry_ok(&["sync", "--partial-dir", p(&jdir), p(&img), &uri]);
+    assert_eq!(j["files_transferred"], 1, "{j}");
+    assert!(
+        fs::read(&target).unwrap() == fs::read(&img).unwrap(),
+        "a changed kept range is sent again"
+    );
+    assert!(journal().is_none());
+}

@@ -135,4 +135,7 @@ impl Sink for NbdExport {
     fn durable(&self) -> io::Result<()> {
         self.0.flush().map_err(nbd_io)
     }
+    fn read_back_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.0.read_at(off, buf).map_err(nbd_io)
+    }
 }

@@ -17,6 +17,9 @@ pub trait Sink: Send + Sync {
     fn zero_range(&self, off: u64, len: u64) -> io::Result<()>;
     /// Make everything written so far durable (fdatasync, NBD FLUSH).
     fn durable(&self) -> io::Result<()>;
+    /// Read back `buf.len()` bytes written at `off` (a resumed transfer
+    /// verifies what an interrupted run left before it counts).
+    fn read_back_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
     /// The local file behind the sink, for what only a file can do
     /// (O_DIRECT writes, read-back verification, setting its length,
     /// metadata and times); `None` for an NBD export.
@@ -34,6 +37,9 @@ impl Sink for File {
     }
     fn durable(&self) -> io::Result<()> {
         File::sync_data(self)
+    }
+    fn read_back_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        FileExt::read_exact_at(self, buf, off)
     }
     fn as_file(&self) -> Option<&File> {
         Some(self)

@@ -84,6 +84,14 @@ impl Dispatcher<'_, '_> {
             Stats::add(&stats.files_transferred, 1);
             return Ok(());
         }
+        self.nbd_open(e, uri)
+    }
+
+    /// Connect to the export and ask for the file: resumed from the
+    /// journal in `--partial-dir`, or whole (always whole when a resume
+    /// failed verification and the file is asked for again).
+    pub(super) fn nbd_open(&mut self, e: Entry, uri: &str) -> Result<()> {
+        let stats = self.sh.stats;
         let sink = NbdExport::connect(uri).map_err(|err| Error::io(uri, err))?;
         stats
             .nbd_connections
@@ -91,16 +99,35 @@ impl Dispatcher<'_, '_> {
         if let Some(why) = decide::nbd_refusal(sink.read_only(), sink.size(), e.size) {
             return Err(Error::io(uri, io::Error::other(why)));
         }
+        let loc = Loc::shown_only(PathBuf::from(uri));
+        let whole_only = self.whole_only.contains(&e.id);
+        // An export is written in place like a device: with --partial-dir
+        // its journal is kept there, and a run cut off resumes.
+        let opts = self.sh.opts;
+        let journal = match &opts.partial_dir {
+            Some(dir)
+                if decide::device_journal(
+                    decide::Write::Device,
+                    opts.partial,
+                    whole_only,
+                    e.size,
+                ) =>
+            {
+                self.open_device_journal(&e, &loc, dir)
+            }
+            _ => None,
+        };
+        let resumed = journal.as_ref().is_some_and(|p| p.resumed);
         let nseg = layout::segment_count(e.size);
         let id = e.id;
         let d = Arc::new(DstFile {
-            delta_slot: Mutex::new(None),
-            partial: None,
+            delta_slot: Mutex::new(resumed.then(|| DeltaSlot::take(&self.sh.in_flight))),
+            partial: journal,
             _slot: Slot::take(&self.sh.in_flight),
             basis: None,
             basis_blocks: Default::default(),
             // With --verify the sender hashes even in process.
-            verify: decide::verify_segments(false, self.sh.opts.in_process, self.sh.opts.verify),
+            verify: decide::verify_segments(resumed, opts.in_process, opts.verify),
             readback: None,
             delta: AtomicBool::new(false),
             delta_cost: 0.0,
@@ -109,7 +136,7 @@ impl Dispatcher<'_, '_> {
             nseg,
             remaining: AtomicU64::new(nseg),
             failed: Mutex::new(None),
-            loc: Loc::shown_only(PathBuf::from(uri)),
+            loc,
             tmp: None,
             file: Box::new(sink),
             direct: None,
@@ -123,7 +150,15 @@ impl Dispatcher<'_, '_> {
         if nseg == 0 {
             return finalize(&d, self.sh).map_err(|err| Error::io(uri, err));
         }
-        self.files.insert(id, d);
+        self.files.insert(id, d.clone());
+        if resumed {
+            let dest = d.loc.shown.clone();
+            if let Err(err) = self.sign(SignJob::Resume { d, dest }) {
+                self.files.remove(&id);
+                return Err(Error::io(uri, err));
+            }
+            return Ok(());
+        }
         self.tx.send(Message::Want {
             file: id,
             mode: WantMode::Whole,

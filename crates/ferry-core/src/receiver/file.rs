@@ -155,28 +155,26 @@ impl Drop for DstFile {
         let Some(t) = &self.tmp else {
             // Written in place: a device's journal stays while its data
             // does, for the next run.
-            match (&self.partial, self.file.as_file(), self.failure()) {
-                (Some(p), Some(file), None) => p.flush(file),
-                (Some(p), Some(file), Some(f)) if f.keeps_partial() => p.flush(file),
-                (Some(p), _, Some(_)) => p.remove_journal(),
+            match (&self.partial, self.failure()) {
+                (Some(p), None) => p.flush(&*self.file),
+                (Some(p), Some(f)) if f.keeps_partial() => p.flush(&*self.file),
+                (Some(p), Some(_)) => p.remove_journal(),
                 _ => {}
             }
             return;
         };
-        match (&self.partial, self.file.as_file()) {
+        match &self.partial {
             // The run ends without it (cut off, stopped, a write that
             // failed, another file's fatal error): what is complete stays
             // for the next run, which verifies it again anyway. Only a
             // result that failed verification, or a source that could not
             // be read as listed, is not worth keeping.
-            (Some(p), Some(file)) if self.failure().is_none_or(|f| f.keeps_partial()) => {
-                p.flush(file)
-            }
-            (Some(p), _) => {
+            Some(p) if self.failure().is_none_or(|f| f.keeps_partial()) => p.flush(&*self.file),
+            Some(p) => {
                 let _ = t.remove_file();
                 p.remove_journal();
             }
-            (None, _) => {
+            None => {
                 let _ = t.remove_file();
                 t.unregister_temp();
             }

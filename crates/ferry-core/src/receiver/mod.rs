@@ -537,6 +537,10 @@ impl Dispatcher<'_, '_> {
             if !self.whole_only.insert(e.id) {
                 continue;
             }
+            if let Some(uri) = self.nbd.clone() {
+                self.nbd_open(e, &uri)?;
+                continue;
+            }
             let shown = self.tree.show(&e.path);
             let res = self.tree.loc(&e.path, false).and_then(|l| self.file(e, &l));
             self.outcome(res, &shown)?;

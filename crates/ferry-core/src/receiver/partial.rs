@@ -8,9 +8,10 @@
 //! file of its own instead. Both names are reached through the
 //! destination directory's handle like every other entry.
 //!
-//! A block device is written in place: there is no partial file, and its
-//! journal is kept (and locked) in the directory `--partial-dir` names,
-//! under a name made from the device's path.
+//! A block device or an NBD export is written in place: there is no
+//! partial file, and its journal is kept (and locked) in the directory
+//! `--partial-dir` names, under a name made from the device's path or the
+//! export's URI; kept segments are read back through the [`Sink`].
 
 use super::*;
 
@@ -142,7 +143,7 @@ impl Partial {
     /// digest on the file's grid, or zeros when not known). Every
     /// [`journal::SYNC_EVERY`] bytes, the data is fdatasync'd and the
     /// segments complete before that are appended to the journal.
-    pub(super) fn segment_done(&self, data: &File, seg: u64, digest: [u8; 32], len: u64) {
+    pub(super) fn segment_done(&self, data: &dyn Sink, seg: u64, digest: [u8; 32], len: u64) {
         let batch = {
             let Ok(mut w) = self.w.lock() else { return };
             w.pending.push((seg, digest));
@@ -156,7 +157,7 @@ impl Partial {
         };
         // Synced before it is recorded: a record never names data that a
         // crash could lose (and a kill loses nothing from the page cache).
-        let synced = data.sync_data().is_ok();
+        let synced = data.durable().is_ok();
         if let Ok(mut w) = self.w.lock() {
             if synced {
                 append(&mut w, &batch);
@@ -166,9 +167,9 @@ impl Partial {
     }
 
     /// Record what is complete so far (the run is ending without the file).
-    pub(super) fn flush(&self, data: &File) {
+    pub(super) fn flush(&self, data: &dyn Sink) {
         let Ok(mut w) = self.w.lock() else { return };
-        if w.pending.is_empty() || data.sync_data().is_err() {
+        if w.pending.is_empty() || data.durable().is_err() {
             return;
         }
         let batch = std::mem::take(&mut w.pending);
@@ -374,9 +375,10 @@ impl Partial {
 /// if they read back at all, with the digest found: a partial file changed
 /// since costs those segments, not the whole file.
 pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
-    let (Some(p), Some(written)) = (&d.partial, d.file.as_file()) else {
+    let Some(p) = &d.partial else {
         return Err(io::Error::other("resume without a partial file"));
     };
+    let written: &dyn Sink = &*d.file;
     let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
     let id = d.entry.id;
     let size = d.entry.size;
@@ -387,7 +389,7 @@ pub(super) fn resume_and_want(tx: &MsgTx, d: &DstFile) -> io::Result<()> {
     .map_err(link)?;
     let nseg = layout::segment_count(size);
     let reopened = reader_for(written)?;
-    let file = reopened.as_ref().unwrap_or(written);
+    let file = reopened.as_ref().map_or(written, |f| f as &dyn Sink);
     let mut part = Vec::new();
     let mut hashed = 0;
     for (n, &(seg, recorded)) in p.offer.iter().enumerate() {
@@ -425,8 +427,11 @@ fn send_have(
 }
 
 /// A second descriptor of `written`'s inode that may read, when `written`
-/// may not (a device is opened for writing only).
-fn reader_for(written: &File) -> io::Result<Option<File>> {
+/// is a file that may not (a device is opened for writing only).
+fn reader_for(written: &dyn Sink) -> io::Result<Option<File>> {
+    let Some(written) = written.as_file() else {
+        return Ok(None);
+    };
     if rustix::fs::fcntl_getfl(written)
         .is_ok_and(|f| f & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::WRONLY)
     {
@@ -438,14 +443,14 @@ fn reader_for(written: &File) -> io::Result<Option<File>> {
 
 /// The segment digest of segment `seg` of a file of `size` bytes, as it
 /// reads back from `file`.
-fn segment_digest(file: &File, size: u64, seg: u64) -> io::Result<[u8; 32]> {
+fn segment_digest(file: &dyn Sink, size: u64, seg: u64) -> io::Result<[u8; 32]> {
     let (start, end) = layout::segment_range(size, seg);
     let mut h = SegmentHasher::new(layout::grid_block(size));
     let mut buf = vec![0u8; 1 << 20];
     let mut off = start;
     while off < end {
         let n = ((end - off) as usize).min(buf.len());
-        file.read_exact_at(&mut buf[..n], off)?;
+        file.read_back_at(&mut buf[..n], off)?;
         h.data(&buf[..n]);
         off += n as u64;
     }
@@ -462,13 +467,14 @@ impl Partial {
     /// and digest it: whether it is the sender's segment (`want`).
     pub(super) fn verify_kept(
         &self,
-        written: &File,
+        written: &dyn Sink,
         size: u64,
         seg: u64,
         want: &[u8; 32],
     ) -> io::Result<bool> {
         let reopened = reader_for(written)?;
-        Ok(segment_digest(reopened.as_ref().unwrap_or(written), size, seg)? == *want)
+        let file = reopened.as_ref().map_or(written, |f| f as &dyn Sink);
+        Ok(segment_digest(file, size, seg)? == *want)
     }
 }
 

@@ -213,14 +213,14 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let (start, end) = layout::segment_range(f.entry.size, seg);
                 let st = segs.remove(&(id, seg));
                 super::readback::keep_digest(&f, seg, digest);
-                let kept = match (&st, &f.partial, f.file.as_file()) {
-                    (None, Some(p), Some(file)) if p.offered(seg) => Some((p, file)),
+                let kept = match (&st, &f.partial) {
+                    (None, Some(p)) if p.offered(seg) => Some(p),
                     _ => None,
                 };
-                if let (Some((p, file)), None) = (kept, f.failure()) {
+                if let (Some(p), None) = (kept, f.failure()) {
                     // Kept from the partial file of an interrupted run: it
                     // counts once it reads back as the sender's segment.
-                    match p.verify_kept(file, f.entry.size, seg, &digest) {
+                    match p.verify_kept(&*f.file, f.entry.size, seg, &digest) {
                         Ok(true) => {
                             Stats::add(&sh.stats.bytes_resumed, end - start);
                             Stats::add(&sh.stats.bytes_done, end - start);
@@ -270,9 +270,9 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
 /// its digest where that is one on the whole-file grid that this side
 /// checked (else zeros: the next run re-hashes it anyway).
 fn journal_segment(f: &DstFile, seg: u64, digest: [u8; 32], len: u64) {
-    if let (Some(p), Some(file), None) = (&f.partial, f.file.as_file(), f.failure()) {
+    if let (Some(p), None) = (&f.partial, f.failure()) {
         let known = f.verify && !f.delta.load(Ordering::SeqCst);
-        p.segment_done(file, seg, if known { digest } else { [0; 32] }, len);
+        p.segment_done(&*f.file, seg, if known { digest } else { [0; 32] }, len);
     }
 }
 
