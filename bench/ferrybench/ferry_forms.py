@@ -4,8 +4,8 @@ Remote forms are being built while this suite exists, so each form is
 probed once on a tiny input: a form whose subcommand is absent from
 `ferry --help`, or whose probe exits with ferry's usage code (1), is
 "n/a (not supported by this build)"; a probe that fails otherwise is
-"n/a (probe failed: ...)" with the error, loudly, but is not a failure of
-the suite. Extra flags (an ssh command, a key) are passed only when the
+broken: its rows FAIL with the error ("probe failed: ...") and the suite
+exits 1. Extra flags (an ssh command, a key) are passed only when the
 subcommand's --help mentions them, so the suite follows the CLI as it lands.
 """
 

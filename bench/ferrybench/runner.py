@@ -100,8 +100,12 @@ def record(ctx: Ctx, scen: str, case: str, t: Tool) -> dict:
 
 
 def mark_na(ctx: Ctx, scen: str, case: str, t: Tool, why: str):
+    """The tool cannot run here. A form of the measured ferry whose probe
+    failed (rather than one this build does not have) is broken: that is a
+    failure of the bench, not a row to skip."""
     r = record(ctx, scen, case, t)
-    r["status"], r["reason"] = "n/a", why
+    broken = t.kind == "ferry" and why.startswith("probe failed")
+    r["status"], r["reason"] = ("FAIL" if broken else "n/a"), why
 
 
 def ferry_json(stdout: str) -> dict | None:

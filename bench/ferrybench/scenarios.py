@@ -164,6 +164,9 @@ def scen_tree(ctx: Ctx):
     tools = [
         Tool("rsync -a (ssh)", "peer", lambda s, d: f"rsync -a -e {q(ssh)} {s}/ {ADDR_B}:{d}/",
              NS_A, needs=("rsync",)),
+        # What rsync users on a slow link type: zstd compression.
+        Tool("rsync -az --zc=zstd (ssh)", "peer",
+             lambda s, d: f"rsync -a -z --zc=zstd -e {q(ssh)} {s}/ {ADDR_B}:{d}/", NS_A, needs=("rsync",)),
         *twins(ctx, lambda f: push_rows(f, ctx.link, tree_to_b)),
         # The yardstick for the unchanged re-run: a bare login over
         # the same link, same ssh command and options. A baseline, not a peer.
@@ -196,6 +199,7 @@ def scen_bigfile(ctx: Ctx):
         return lambda s, d: f"rsync -a {flags}-e {q(ssh)} {s} {ADDR_B}:{d}"
     tools = [
         Tool("rsync (delta)", "peer", rs(""), NS_A, needs=("rsync",)),
+        Tool("rsync -z --zc=zstd (delta)", "peer", rs("-z --zc=zstd "), NS_A, needs=("rsync",)),
         Tool("rsync --inplace", "peer", rs("--inplace "), NS_A, needs=("rsync",)),
         Tool("rsync --whole-file", "peer", rs("--whole-file "), NS_A, needs=("rsync",)),
         Tool("rsync --inplace --whole-file", "peer", rs("--inplace --whole-file "), NS_A, needs=("rsync",)),
@@ -297,9 +301,14 @@ def scen_sparse(ctx: Ctx):
     tools = [
         Tool("scp", "peer", lambda s, d: f"scp -q -F {q(ctx.link.ssh_config)} {s} {ADDR_B}:{d}",
              NS_A, needs=("scp",), runs=slow),
+        Tool("scp -C", "peer", lambda s, d: f"scp -C -q -F {q(ctx.link.ssh_config)} {s} {ADDR_B}:{d}",
+             NS_A, needs=("scp",), runs=slow),
         Tool("rsync --sparse (ssh)", "peer",
              lambda s, d: f"rsync -a --sparse -e {q(ssh)} {s} {ADDR_B}:{d}", NS_A, needs=("rsync",),
              runs=slow),
+        Tool("rsync -z --zc=zstd --sparse (ssh)", "peer",
+             lambda s, d: f"rsync -a -z --zc=zstd --sparse -e {q(ssh)} {s} {ADDR_B}:{d}", NS_A,
+             needs=("rsync",), runs=slow),
         Tool("nbdkit + nbdcopy", "peer", lambda s, d: f"nbdcopy nbd://{ADDR_A}:{NBD_PORT} {d}",
              NS_B, servers=nbd_server, needs=("nbdkit", "nbdcopy")),
         Tool("nbdkit + qemu-img convert", "peer",
@@ -325,7 +334,7 @@ def scen_sparse(ctx: Ctx):
                        "(started before the clock, like nbdkit for the peers); ferry reads the export "
                        "`nbd+unix:///?socket=SOCK` and pushes it to a file in B.")
     if slow:
-        ctx.note("sparse", "scp and rsync --sparse ran once (runs column): at an image over 1 GiB on "
+        ctx.note("sparse", "scp, scp -C and the rsync rows ran once (runs column): at an image over 1 GiB on "
                            "100 Mbit/s one run takes minutes; the other tools ran the full count.")
 
 
@@ -345,6 +354,9 @@ def scen_stream(ctx: Ctx):
         Tool("zstd -1 | mbuffer | zstd -d", "peer",
              lambda s, d: f"cat {s} | zstd -1 -q -c | {MBUF} -O {ADDR_B}:{MBUF_PORT}",
              NS_A, servers=mbuf_server("| zstd -d -q -c > "), needs=("mbuffer", "zstd")),
+        Tool("zstd -1 | ssh 'zstd -d > out'", "peer",
+             lambda s, d: f"cat {s} | zstd -1 -q -c | {ssh} {ADDR_B} {q('zstd -d -q -c > ' + d)}",
+             NS_A, needs=("ssh", "zstd")),
         *twins(ctx, lambda f: [
             Tool("ferry pipe (ssh)", "ferry",
                  lambda s, d: f.pipe_cmd(f"cat {s}", link, f"sh -c {q('cat > ' + d)}"),

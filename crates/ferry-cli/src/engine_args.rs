@@ -35,9 +35,40 @@ pub struct EngineArgs {
     /// Show what would change; change nothing.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
-    /// Skip paths matching this gitignore-style pattern (repeatable).
-    #[arg(long, value_name = "PATTERN")]
+    /// Skip paths matching PATTERN (rsync's patterns; repeatable). All
+    /// include and exclude rules are tried in the order given, across
+    /// --exclude, --include, their -from files and --filter: the first
+    /// that matches decides, and what none matches is included.
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
     pub exclude: Vec<String>,
+    /// Do not skip paths matching PATTERN (a rule that comes before the
+    /// --exclude it makes an exception to).
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
+    pub include: Vec<String>,
+    /// Read exclude patterns from FILE, one per line (`-`: stdin; blank
+    /// lines and lines starting with # or ; are skipped).
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<String>,
+    /// Read include patterns from FILE, one per line.
+    #[arg(long, value_name = "FILE")]
+    pub include_from: Vec<String>,
+    /// A filter rule as rsync writes it: `- PATTERN`, `+ PATTERN`,
+    /// `. FILE` or `merge FILE` (rules from FILE), `!` (clear the rules
+    /// so far). Other rsync rule kinds are refused.
+    #[arg(short = 'f', long, value_name = "RULE", allow_hyphen_values = true)]
+    pub filter: Vec<String>,
+    /// With --delete (which it implies): delete excluded entries at the
+    /// destination too, instead of protecting them.
+    #[arg(long)]
+    pub delete_excluded: bool,
+    /// Delete at most N entries; the rest stay and the run ends with exit
+    /// 2 (0: delete nothing, only report).
+    #[arg(long, value_name = "N")]
+    pub max_delete: Option<u64>,
+    /// The include/exclude options in command-line order (filled from the
+    /// parsed matches: see [`EngineArgs::order_rules`]).
+    #[arg(skip)]
+    pub rule_order: Vec<crate::filter_args::RuleArg>,
     /// Update changed files in place instead of temp file + rename.
     #[arg(long)]
     pub inplace: bool,
@@ -50,10 +81,10 @@ pub struct EngineArgs {
     /// and partial state left by earlier runs is removed.
     #[arg(long)]
     pub no_partial: bool,
-    /// Keep the journal of a block device written in place in DIR (on the
-    /// receiving host), so that an interrupted copy onto a device resumes
-    /// too: the segments it names are re-hashed on the device and sent
-    /// only if they differ.
+    /// Keep the journal of a block device or NBD export written in place
+    /// in DIR (on the receiving host), so that an interrupted copy onto it
+    /// resumes too: the segments it names are read back and sent only if
+    /// they differ.
     #[arg(long, value_name = "DIR")]
     pub partial_dir: Option<std::path::PathBuf>,
     /// Copy extended attributes.
@@ -95,9 +126,16 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
+    /// Record the order of the include/exclude options, from `m`: the
+    /// matches of the command these arguments were parsed for.
+    pub fn order_rules(&mut self, m: &clap::ArgMatches) {
+        self.rule_order = crate::filter_args::in_order(m);
+    }
+
     /// The engine's options; a bad exclude pattern is a usage error.
     pub fn options(&self) -> Result<SyncOptions, String> {
-        let excludes = Excludes::new(&self.exclude).map_err(|e| e.to_string())?;
+        let rules = crate::filter_args::rules(&self.rule_order)?;
+        let excludes = Excludes::from_rules(&rules).map_err(|e| e.to_string())?;
         let timeout = match self.timeout {
             None => None,
             // 0 means no timeout, as in rsync.
@@ -111,7 +149,9 @@ impl EngineArgs {
         };
         Ok(SyncOptions {
             checksum: self.checksum,
-            delete: self.delete,
+            delete: self.delete || self.delete_excluded,
+            delete_excluded: self.delete_excluded,
+            max_delete: self.max_delete,
             force: self.force,
             ignore_errors: self.ignore_errors,
             fsync: !self.no_fsync,

@@ -8,15 +8,17 @@ mod out;
 mod demo;
 mod docs_cmd;
 mod engine_args;
+mod filter_args;
 mod human;
 mod keygen_cmd;
 mod progress;
+mod rsync_codes;
 mod rsync_flags;
 mod serve_cmd;
 mod stream_cmd;
 mod sync_cmd;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Exit codes, documented in `ferry --help` and README.md.
 pub mod exit {
@@ -46,7 +48,9 @@ Exit codes:
        returns the remote command's own exit status
   7    (send, recv, pipe) authentication failed: the peer holds another key
   130  interrupted (temporary files were removed; partial files of large
-       files are kept, and the next run resumes them)";
+       files are kept, and the next run resumes them)
+sync --rsync-exit-codes uses rsync's numbers instead: 23 partial, 11 I/O,
+12 protocol or link lost, 30 timeout, 20 interrupted, 1 usage.";
 
 #[derive(Parser)]
 #[command(
@@ -107,8 +111,23 @@ fn raise_open_file_limit() {
     }
 }
 
+/// Parse the command line; the include/exclude options also get their
+/// order, which only the matches know.
+fn parse() -> Result<Cli, clap::Error> {
+    let m = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&m)?;
+    if let Some((_, sub)) = m.subcommand() {
+        match &mut cli.cmd {
+            Cmd::Sync(a) => a.engine.order_rules(sub),
+            Cmd::Serve(a) => a.engine.order_rules(sub),
+            _ => {}
+        }
+    }
+    Ok(cli)
+}
+
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(c) => c,
         Err(e) => {
             use clap::error::{ContextKind, ContextValue, ErrorKind};
@@ -134,7 +153,7 @@ fn main() {
     let _ = ctrlc::set_handler(|| {
         ferry_core::fsutil::remove_temp_files();
         errln!("ferry: interrupted");
-        std::process::exit(exit::INTERRUPTED);
+        std::process::exit(rsync_codes::interrupted());
     });
     let code = match cli.cmd {
         Cmd::Sync(a) => sync_cmd::run(a),

@@ -2,31 +2,114 @@
 //! names what ferry does instead. People type rsync's flags from habit;
 //! clap's generic "unexpected argument" with a tip about `--` helps nobody.
 
+use clap::Args;
+
+/// rsync's everyday flags, accepted with rsync's meaning. Most name what
+/// ferry always does; they are taken so that an rsync command line works
+/// as it is.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "rsync compatibility")]
+pub struct RsyncArgs {
+    /// Archive mode (-rlptgoD): what ferry always does. Owner and group
+    /// are set when ferry runs as root, as with rsync.
+    #[arg(short = 'a', long)]
+    pub archive: bool,
+    /// Recurse into directories: always.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Copy symlinks as symlinks: always.
+    #[arg(short = 'l', long)]
+    pub links: bool,
+    /// Keep permissions: always.
+    #[arg(short = 'p', long)]
+    pub perms: bool,
+    /// Keep modification times (to the nanosecond): always.
+    #[arg(short = 't', long)]
+    pub times: bool,
+    /// Keep the group: as root, always.
+    #[arg(short = 'g', long)]
+    pub group: bool,
+    /// Keep the owner: as root, always.
+    #[arg(short = 'o', long)]
+    pub owner: bool,
+    /// Keep device and special files (--devices --specials): always.
+    #[arg(short = 'D')]
+    pub devices_specials: bool,
+    /// Keep hard links: always.
+    #[arg(short = 'H', long)]
+    pub hard_links: bool,
+    /// Keep holes: always (all-zero blocks become holes too).
+    #[arg(short = 'S', long)]
+    pub sparse: bool,
+    /// Owner and group by number: what ferry does.
+    #[arg(long)]
+    pub numeric_ids: bool,
+    /// Compress across a link: ferry compresses when it pays (the default
+    /// --compress auto); -z is taken as that.
+    #[arg(short = 'z')]
+    pub z: bool,
+    /// --partial --progress (partial files are kept by default).
+    #[arg(short = 'P')]
+    pub partial_progress: bool,
+    /// Sizes in human units: always.
+    #[arg(short = 'h', long)]
+    pub human_readable: bool,
+    /// progress2 (or progress): show whole-transfer progress; other
+    /// --info flags are refused.
+    #[arg(long, value_name = "FLAGS")]
+    pub info: Option<String>,
+    /// Print rsync-style transfer statistics at the end.
+    #[arg(long)]
+    pub stats: bool,
+    /// Exit with rsync's numbers (23 partial, 11 file I/O, 12 protocol or
+    /// link lost, 30 timeout, 20 interrupted, 1 usage) for scripts that
+    /// test them.
+    #[arg(long)]
+    pub rsync_exit_codes: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+}
+
+impl RsyncArgs {
+    /// Whether progress was asked for the rsync way (-P, --info=progress2).
+    pub fn progress(&self) -> Result<bool, String> {
+        let info = match self.info.as_deref() {
+            None => false,
+            Some(v) => {
+                for f in v.split(',') {
+                    match f {
+                        "progress" | "progress1" | "progress2" => {}
+                        "progress0" | "" => {}
+                        other => {
+                            return Err(format!(
+                                "--info={other}: ferry takes --info=progress2 only (-v lists changes, --json prints statistics)"
+                            ))
+                        }
+                    }
+                }
+                v.split(',')
+                    .any(|f| f.starts_with("progress") && f != "progress0")
+            }
+        };
+        Ok(info || self.partial_progress)
+    }
+}
+
 /// What to tell someone who typed `flag` (as clap reports it: `-a`,
 /// `--archive`), if it is an rsync flag ferry does not take.
 pub fn advice(flag: &str) -> Option<&'static str> {
     let default = "is what ferry does by default: leave it out";
     Some(match flag {
-        "-a" | "--archive" => {
-            "rsync's -a (permissions, times, symlinks, owners as root) is what ferry does by default: leave it out (-H hard links too)"
+        "--no-perms" | "--no-p" | "--no-times" | "--no-t" | "--no-owner" | "--no-o"
+        | "--no-group" | "--no-g" | "--no-links" | "--no-l" | "--no-recursive" | "--no-r"
+        | "--no-D" | "--no-devices" | "--no-specials" | "--no-H" | "--no-hard-links" => {
+            "ferry always keeps this (as rsync -a does) and cannot turn it off yet"
         }
-        "-r" | "--recursive" => "directories are always copied whole: leave -r out",
-        "-l" | "--links" => "symlinks are always copied as symlinks: leave -l out",
-        "-p" | "--perms" => "permissions are always copied: leave -p out",
-        "-t" | "--times" => "modification times (to the nanosecond) are always copied: leave -t out",
-        "-o" | "--owner" | "-g" | "--group" | "--numeric-ids" => {
-            "owner and group are copied by number when ferry runs as root: leave it out"
+        "--zc" | "--compress-choice" | "--zl" | "--compress-level" => {
+            "choose with --compress zstd[:LEVEL]|lz4|none (ferry's --compress takes the mode)"
         }
-        "-H" | "--hard-links" => "hard links are always kept: leave -H out",
-        "-S" | "--sparse" => "holes and all-zero blocks are always kept as holes: leave -S out",
-        "-z" | "--compress" | "--zc" | "--compress-choice" | "--zl" | "--compress-level" => {
-            "across a link ferry compresses when it pays (--compress auto); choose with --compress zstd[:LEVEL]|lz4|none"
-        }
-        "-P" => "ferry keeps and resumes partial files by default (--partial): use --progress for progress",
-        "--info" => "use --progress for progress, -v to list changes, --json for statistics",
-        "-i" | "--itemize-changes" => "use -v to list each change",
-        "--stats" => "ferry always prints a summary line; --json prints every counter",
-        "-h" | "--human-readable" => "sizes are always printed in human units",
+        "-i" | "--itemize-changes" | "--out-format" => "use -v to list each change",
         "--delete-after" | "--delete-before" | "--delete-during" | "--delete-delay" => {
             "use --delete: ferry deletes only after the whole list has arrived"
         }
@@ -34,10 +117,25 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         "--append" | "--append-verify" => {
             "not supported: ferry sends only the changed parts of a file anyway (--delta)"
         }
-        "-u" | "--update" | "-x" | "--one-file-system" | "-R" | "--relative" | "--exclude-from"
-        | "--include" | "--include-from" | "--filter" | "-f" | "-A" | "--acls" | "--files-from"
-        | "--link-dest" | "--backup" | "-b" | "--chmod" | "--chown" | "--max-size"
-        | "--min-size" | "--remove-source-files" | "--existing" | "--ignore-existing" => {
+        "-u"
+        | "--update"
+        | "-x"
+        | "--one-file-system"
+        | "-R"
+        | "--relative"
+        | "-A"
+        | "--acls"
+        | "--files-from"
+        | "--link-dest"
+        | "--backup"
+        | "-b"
+        | "--chmod"
+        | "--chown"
+        | "--max-size"
+        | "--min-size"
+        | "--remove-source-files"
+        | "--existing"
+        | "--ignore-existing" => {
             "ferry does not take this rsync option yet (see ferry sync --help)"
         }
         _ => return None,
@@ -56,10 +154,10 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in ["-a", "--archive", "-z", "-P", "--stats", "-r"] {
+        for f in ["--no-perms", "--zc", "-i", "--append", "-A", "-u"] {
             assert!(super::advice(f).is_some(), "{f}");
         }
-        assert!(super::unknown_option("--stats").contains("--json"));
+        assert!(super::unknown_option("-i").contains("-v"));
         assert!(super::unknown_option("--frobnicate").contains("unknown option --frobnicate"));
     }
 }

@@ -27,7 +27,7 @@ pub struct ServeArgs {
     #[arg(long)]
     direct: bool,
     #[command(flatten)]
-    engine: EngineArgs,
+    pub engine: EngineArgs,
     #[arg(last = true, required = true)]
     paths: Vec<String>,
 }
@@ -72,25 +72,34 @@ mod tests {
             delete: true,
             checksum: true,
             delta: ferry_core::DeltaMode::Delta,
-            excludes: ferry_core::Excludes::new(&["*.tmp".into(), "--odd".into()]).unwrap(),
+            excludes: ferry_core::Excludes::from_rules(&[
+                ferry_core::FilterRule::exclude("*.tmp"),
+                ferry_core::FilterRule::include("--odd"),
+                ferry_core::FilterRule::exclude("* x "),
+            ])
+            .unwrap(),
+            delete_excluded: true,
+            max_delete: Some(7),
             sig_cache: Some("/var/cache/x y".into()),
             bwlimit: Some(2_000_123),
             ..Default::default()
         };
         let args = ferry_core::remote::serve_args(&opts, false, true, &["/dst dir".into()]);
-        let w =
-            Wrap::try_parse_from(std::iter::once("x".to_string()).chain(args.into_iter().skip(1)))
-                .unwrap();
+        use clap::{CommandFactory, FromArgMatches};
+        let m = Wrap::command()
+            .try_get_matches_from(std::iter::once("x".to_string()).chain(args.into_iter().skip(1)))
+            .unwrap();
+        let mut w = Wrap::from_arg_matches(&m).unwrap();
+        w.a.engine.order_rules(&m);
+        let got = w.a.engine.options().unwrap();
+        assert_eq!(got.excludes.rules(), opts.excludes.rules());
+        assert!(got.delete_excluded && got.max_delete == Some(7));
         assert!(
             w.a.receive
                 && w.a.file_or_dir
                 && w.a.engine.delete
                 && w.a.engine.checksum
                 && w.a.engine.delta
-        );
-        assert_eq!(
-            w.a.engine.exclude,
-            vec!["*.tmp".to_string(), "--odd".to_string()]
         );
         assert_eq!(w.a.paths, vec!["/dst dir".to_string()]);
         assert_eq!(

@@ -46,12 +46,13 @@ and sends only the rest. --no-partial removes them instead. With --retries
 too when a dead link could stay silent rather than fail.";
 
 #[derive(Args, Debug)]
+#[command(disable_help_flag = true)]
 pub struct SyncArgs {
     /// Sources, then the destination (at least two paths).
     #[arg(required = true, num_args = 2.., value_name = "PATH")]
     paths: Vec<String>,
     #[command(flatten)]
-    engine: EngineArgs,
+    pub engine: EngineArgs,
     /// Remote shell for host:path endpoints (split on spaces), like rsync's -e.
     #[arg(
         short = 'e',
@@ -87,6 +88,8 @@ pub struct SyncArgs {
     /// Print nothing but errors.
     #[arg(short = 'q', long)]
     quiet: bool,
+    #[command(flatten)]
+    rsync: crate::rsync_flags::RsyncArgs,
 }
 
 #[derive(Serialize)]
@@ -123,8 +126,17 @@ pub fn run(a: SyncArgs) -> i32 {
         errln!("ferry: either the sources or the destination may be remote (host:path), not both, and not a mix");
         return exit::USAGE;
     }
+    let rsync_codes = a.rsync.rsync_exit_codes;
+    crate::rsync_codes::set(rsync_codes);
     let opts = match a.engine.options() {
         Ok(o) => o,
+        Err(e) => {
+            errln!("ferry: {e}");
+            return exit::USAGE;
+        }
+    };
+    let progress_asked = match a.rsync.progress() {
+        Ok(p) => a.progress || p,
         Err(e) => {
             errln!("ferry: {e}");
             return exit::USAGE;
@@ -158,7 +170,7 @@ pub fn run(a: SyncArgs) -> i32 {
     let bar_in_the_way = listing && std::io::stdout().is_terminal();
     let progress = Progress::start(
         SyncMeter(stats.clone()),
-        a.progress,
+        progress_asked,
         a.quiet || a.json || bar_in_the_way,
     );
     // What attempts that then failed did (files committed, bytes written
@@ -230,9 +242,12 @@ pub fn run(a: SyncArgs) -> i32 {
             Err(e) => errln!("ferry: cannot encode statistics: {e}"),
         }
     } else if !a.quiet && !fatal {
+        if a.rsync.stats {
+            outln!("{}", crate::rsync_codes::stats_block(&report));
+        }
         outln!("{}", summary(&report, a.engine.dry_run));
     }
-    code
+    crate::rsync_codes::code(code, e_of(&res))
 }
 
 /// The work of attempts that failed: what they committed stays done, so

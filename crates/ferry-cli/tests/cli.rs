@@ -222,26 +222,6 @@ fn pipe_whose_ssh_fails_exits_6() {
     }
 }
 
-/// rsync's flags get one line that names what ferry does instead.
-#[test]
-fn rsync_flags_get_one_line_of_advice() {
-    for (flags, word) in [
-        ("-avz", "by default"),
-        ("--stats", "--json"),
-        ("-P", "--progress"),
-        ("--info=progress2", "--progress"),
-    ] {
-        let out = ferry(&["sync", flags, "a", "b"]);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{flags}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{flags}: {err}");
-        assert!(err.contains(word), "{flags}: {err}");
-        assert!(!err.contains("'--'"), "{flags}: {err}");
-    }
-    let out = ferry(&["sync", "--help"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: ferry sync [OPTIONS] SRC... DST"));
-}
-
 /// Counts that match the lines listed, singulars, directories apart,
 /// binary units, and a dry run without a rate.
 #[test]

@@ -1,5 +1,16 @@
-//! `--exclude PATTERN`: gitignore-style globs matched against paths relative
-//! to each source root (and, for `--delete`, to the destination root).
+//! Include and exclude rules (`--exclude`, `--include`, `--filter` and
+//! their `-from` files), with rsync's meaning: the rules are tried in the
+//! order given and the first one whose pattern matches decides; a path no
+//! rule matches is included. Patterns are rsync's: a leading `/` anchors
+//! to the root of the transfer, a trailing `/` matches only directories,
+//! `*` stays within one name, `**` crosses `/`, `dir/***` is the directory
+//! and everything in it, and a pattern with a `/` inside it that is not
+//! anchored matches the end of the path. Paths are relative to each source
+//! root (and, for `--delete`, to the destination root); an excluded
+//! directory is not entered.
+//!
+//! The rules are compiled to one gitignore matcher (the `ignore` crate),
+//! whose last matching line wins: the rules go in reversed.
 
 use std::path::Path;
 
@@ -7,39 +18,187 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use crate::error::{Error, Result};
 
-/// A compiled set of exclude patterns.
+/// One rule: a pattern and whether a match includes or excludes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub include: bool,
+    pub pattern: String,
+}
+
+impl Rule {
+    pub fn exclude(p: &str) -> Rule {
+        Rule {
+            include: false,
+            pattern: p.to_string(),
+        }
+    }
+    pub fn include(p: &str) -> Rule {
+        Rule {
+            include: true,
+            pattern: p.to_string(),
+        }
+    }
+    /// The rule as `--filter` writes it: `- PATTERN` or `+ PATTERN`.
+    pub fn to_filter(&self) -> String {
+        format!("{} {}", if self.include { '+' } else { '-' }, self.pattern)
+    }
+}
+
+/// One line of a `--filter` rule or a merge file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterLine {
+    Rule(Rule),
+    /// `. FILE` / `merge FILE`: the rules in FILE, here.
+    Merge(String),
+    /// `!`: forget the rules so far.
+    Clear,
+    /// A blank line or a comment (`#` or `;` first).
+    Nothing,
+}
+
+/// Parse one filter rule in rsync's syntax: `- PAT`, `+ PAT`, `exclude
+/// PAT`, `include PAT`, `. FILE`, `merge FILE`, `!` (also `-, PAT`-style
+/// short forms without modifiers). Rules ferry does not implement
+/// (protect, hide, show, risk, per-directory merges, modifiers) are a
+/// usage error naming the rule, never silently ignored.
+pub fn parse_filter(line: &str) -> Result<FilterLine> {
+    let t = line.trim_end_matches(['\r', '\n']);
+    if t.trim().is_empty() || t.starts_with('#') || t.starts_with(';') {
+        return Ok(FilterLine::Nothing);
+    }
+    if t.trim() == "!" || t.trim() == "clear" {
+        return Ok(FilterLine::Clear);
+    }
+    let (word, rest) = match t.split_once([' ', '_']) {
+        Some((w, r)) => (w, r),
+        None => (t, ""),
+    };
+    let bad = |why: &str| Err(Error::Usage(format!("--filter {line:?}: {why}")));
+    // `-,` style modifiers follow the rule's letter after a comma.
+    let (name, mods) = word.split_once(',').unwrap_or((word, ""));
+    if !mods.is_empty() {
+        return bad("rule modifiers are not supported (ferry takes - + . merge !)");
+    }
+    let pat = rest.to_string();
+    match name {
+        "-" | "exclude" if !pat.is_empty() => Ok(FilterLine::Rule(Rule::exclude(&pat))),
+        "+" | "include" if !pat.is_empty() => Ok(FilterLine::Rule(Rule::include(&pat))),
+        "." | "merge" if !pat.is_empty() => Ok(FilterLine::Merge(pat)),
+        "-" | "exclude" | "+" | "include" | "." | "merge" => bad("the rule has no pattern"),
+        ":" | "dir-merge" => bad("per-directory merge files are not supported"),
+        "P" | "protect" | "R" | "risk" | "H" | "hide" | "S" | "show" => {
+            bad("protect/risk/hide/show rules are not supported: use - and + rules")
+        }
+        _ => bad("unknown rule (ferry takes - + . merge !)"),
+    }
+}
+
+/// An rsync pattern as a gitignore line (without the `!`).
+fn gitignore_line(p: &str) -> Vec<String> {
+    // `dir/***`: the directory and everything in it.
+    if let Some(dir) = p.strip_suffix("/***") {
+        let mut v = gitignore_line(dir);
+        v.extend(gitignore_line(&format!("{dir}/**")));
+        return v;
+    }
+    // rsync's `**` inside a name (`a/**.o`) crosses `/`; gitignore's
+    // only does as a whole component. Two lines: within one name, and
+    // across one or more directories.
+    if let Some(at) = unbounded_double_star(p) {
+        let (head, tail) = (&p[..at], &p[at + 2..]);
+        let mut v = gitignore_line(&format!("{head}*{tail}"));
+        v.extend(gitignore_line(&format!("{head}*/**/*{tail}")));
+        return v;
+    }
+    let body = p.trim_end_matches('/');
+    let inner_slash = !p.starts_with('/') && body.contains('/') && !body.starts_with("**/");
+    let mut s = String::new();
+    // gitignore anchors a pattern with an inner `/`; rsync matches it
+    // against the end of the path.
+    if inner_slash {
+        s.push_str("**/");
+    }
+    // A `#` or `!` at the start is literal in rsync.
+    if p.starts_with('#') || p.starts_with('!') {
+        s.push('\\');
+    }
+    s.push_str(p);
+    // gitignore drops trailing spaces unless escaped; rsync keeps them.
+    let spaces = s.len() - s.trim_end_matches(' ').len();
+    if spaces > 0 {
+        s.truncate(s.len() - spaces);
+        for _ in 0..spaces {
+            s.push_str("\\ ");
+        }
+    }
+    vec![s]
+}
+
+/// Where the first `**` that is not a whole path component starts.
+fn unbounded_double_star(p: &str) -> Option<usize> {
+    let b = p.as_bytes();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b'*' && b[i + 1] == b'*' {
+            let mut j = i;
+            while j < b.len() && b[j] == b'*' {
+                j += 1;
+            }
+            let before = i == 0 || b[i - 1] == b'/';
+            let after = j == b.len() || b[j] == b'/';
+            if !(before && after) {
+                return Some(i);
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// A compiled, ordered set of include and exclude rules.
 #[derive(Clone, Debug)]
 pub struct Excludes {
     set: Option<Gitignore>,
-    patterns: Vec<String>,
+    rules: Vec<Rule>,
 }
 
 impl Excludes {
-    /// Compile `patterns`; an invalid glob is a usage error.
+    /// Exclude `patterns`; an invalid glob is a usage error.
     pub fn new(patterns: &[String]) -> Result<Self> {
-        if patterns.is_empty() {
+        let rules: Vec<Rule> = patterns.iter().map(|p| Rule::exclude(p)).collect();
+        Self::from_rules(&rules)
+    }
+
+    /// Compile `rules`, first match wins; an invalid glob is a usage error.
+    pub fn from_rules(rules: &[Rule]) -> Result<Self> {
+        if rules.is_empty() {
             return Ok(Self {
                 set: None,
-                patterns: Vec::new(),
+                rules: Vec::new(),
             });
         }
         let mut b = GitignoreBuilder::new("/");
-        for p in patterns {
-            b.add_line(None, p)
-                .map_err(|e| Error::Usage(format!("--exclude {p}: {e}")))?;
+        for r in rules.iter().rev() {
+            for line in gitignore_line(&r.pattern) {
+                let line = if r.include { format!("!{line}") } else { line };
+                b.add_line(None, &line)
+                    .map_err(|e| Error::Usage(format!("pattern {:?}: {e}", r.pattern)))?;
+            }
         }
         let set = b
             .build()
-            .map_err(|e| Error::Usage(format!("--exclude: {e}")))?;
+            .map_err(|e| Error::Usage(format!("include/exclude patterns: {e}")))?;
         Ok(Self {
             set: Some(set),
-            patterns: patterns.to_vec(),
+            rules: rules.to_vec(),
         })
     }
 
-    /// The patterns as given.
-    pub fn patterns(&self) -> &[String] {
-        &self.patterns
+    /// The rules as given, in order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
     }
 
     /// True when the entry at `rel` (relative, `/`-separated) is excluded.
@@ -55,17 +214,4 @@ impl Excludes {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gitignore_semantics() {
-        let e = Excludes::new(&["*.tmp".into(), "/build/".into(), "cache".into()]).unwrap();
-        assert!(e.excluded(Path::new("a/b.tmp"), false));
-        assert!(e.excluded(Path::new("build"), true));
-        assert!(!e.excluded(Path::new("x/build"), true));
-        assert!(e.excluded(Path::new("x/cache/y"), false));
-        assert!(!e.excluded(Path::new("keep.txt"), false));
-        assert!(!Excludes::new(&[]).unwrap().excluded(Path::new("a"), false));
-    }
-}
+mod tests;

@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 pub use error::{Class, Error, Result};
-pub use exclude::Excludes;
+pub use exclude::{parse_filter, Excludes, FilterLine, Rule as FilterRule};
 pub use plan::{Dest, Plan, SourceSpec};
 pub use stats::{Report, Stats};
 
@@ -82,7 +82,14 @@ pub struct SyncOptions {
     pub xattrs: bool,
     /// Set owner and group (default when running as root).
     pub owner: bool,
+    /// Include and exclude rules, first match wins (see [`exclude`]).
     pub excludes: Excludes,
+    /// `--delete-excluded`: excluded entries at the destination are not
+    /// protected from `--delete` (which it implies).
+    pub delete_excluded: bool,
+    /// `--max-delete N`: delete at most N entries; the rest stay and the
+    /// run reports them as a failure.
+    pub max_delete: Option<u64>,
     /// Worker threads per side.
     pub threads: usize,
     pub delta: DeltaMode,
@@ -128,6 +135,8 @@ impl Default for SyncOptions {
             xattrs: false,
             owner: fsutil::is_root(),
             excludes: Excludes::new(&[]).unwrap_or_else(|_| unreachable!("empty exclude set")),
+            delete_excluded: false,
+            max_delete: None,
             threads: default_threads(),
             delta: DeltaMode::Auto,
             bwlimit: None,

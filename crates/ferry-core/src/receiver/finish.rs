@@ -24,8 +24,19 @@ impl Dispatcher<'_, '_> {
                 );
             }
             decide::Deletion::Run => {
+                let mut budget = DeleteBudget {
+                    left: opts.max_delete,
+                    skipped: 0,
+                };
                 for e in &self.dirs {
-                    self.delete_extras(&e.path);
+                    self.delete_extras(&e.path, &mut budget);
+                }
+                if budget.skipped > 0 {
+                    stats.error(format!(
+                        "deletions stopped at the --max-delete limit of {}: {} skipped",
+                        opts.max_delete.unwrap_or(0),
+                        budget.skipped
+                    ));
                 }
             }
         }
@@ -135,7 +146,7 @@ impl Dispatcher<'_, '_> {
 
     /// `--delete`: remove what the directory `rel` holds that the list
     /// does not (and the excludes do not protect).
-    pub(super) fn delete_extras(&self, rel: &[u8]) {
+    pub(super) fn delete_extras(&self, rel: &[u8], budget: &mut DeleteBudget) {
         let dir = match self.tree.loc(rel, false).and_then(|l| l.open_dir()) {
             Ok(d) => d,
             // Not there (a dry run) or not a directory: nothing to delete.
@@ -144,18 +155,29 @@ impl Dispatcher<'_, '_> {
         let Ok(entries) = crate::destdir::list(&dir) else {
             return;
         };
-        for x in decide::extras(rel, entries, &self.seen, &self.sh.opts.excludes) {
+        let opts = self.sh.opts;
+        let protect = (!opts.delete_excluded).then_some(&opts.excludes);
+        for x in decide::extras(rel, entries, &self.seen, protect) {
             self.tree.forget(&x.rel);
-            self.delete_tree(&dir, &x.name, x.rel, x.is_dir);
+            self.delete_tree(&dir, &x.name, x.rel, x.is_dir, budget);
         }
     }
 
     /// Delete `name` in `dir` and all it holds: every entry removed is
     /// listed and counted, contents before their directory, as rsync lists
     /// them. Each level is opened from its parent's handle; symlinks are
-    /// entries, never followed.
-    fn delete_tree(&self, dir: &OwnedFd, name: &OsStr, rel: Vec<u8>, is_dir: bool) {
+    /// entries, never followed. Whether it is gone (or would be, in a dry
+    /// run): not when `--max-delete` stopped it or a part of it.
+    fn delete_tree(
+        &self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        rel: Vec<u8>,
+        is_dir: bool,
+        budget: &mut DeleteBudget,
+    ) -> bool {
         let stats = self.sh.stats;
+        let mut all_gone = true;
         if is_dir {
             let sub = rustix::fs::openat(
                 dir,
@@ -169,9 +191,14 @@ impl Dispatcher<'_, '_> {
             if let Ok(sub) = sub {
                 for (child, d) in crate::destdir::list(&sub).unwrap_or_default() {
                     let crel = decide::child_rel(&rel, child.as_bytes());
-                    self.delete_tree(&sub, &child, crel, d);
+                    all_gone &= self.delete_tree(&sub, &child, crel, d, budget);
                 }
             }
+        }
+        // A directory that keeps an entry stays (and counts as skipped).
+        if !all_gone || !budget.take() {
+            budget.skipped += 1;
+            return false;
         }
         stats.change(format!(
             "delete {}{}",
@@ -180,7 +207,7 @@ impl Dispatcher<'_, '_> {
         ));
         if self.sh.opts.dry_run {
             Stats::add(&stats.files_deleted, 1);
-            return;
+            return true;
         }
         let flags = if is_dir {
             rustix::fs::AtFlags::REMOVEDIR
@@ -191,12 +218,38 @@ impl Dispatcher<'_, '_> {
             Ok(()) => {
                 Stats::add(&stats.files_deleted, 1);
                 self.sh.changed_rel(&rel);
+                true
             }
-            Err(err) => stats.error(format!(
-                "{}: delete: {}",
-                self.tree.show(&rel).display(),
-                describe(&err.into())
-            )),
+            Err(err) => {
+                stats.error(format!(
+                    "{}: delete: {}",
+                    self.tree.show(&rel).display(),
+                    describe(&err.into())
+                ));
+                false
+            }
+        }
+    }
+}
+
+/// What `--max-delete` still allows.
+pub(super) struct DeleteBudget {
+    /// Deletions left (`None`: no limit).
+    left: Option<u64>,
+    /// Entries not deleted because the limit was reached.
+    skipped: u64,
+}
+
+impl DeleteBudget {
+    /// Spend one deletion; `false` when none is left.
+    fn take(&mut self) -> bool {
+        match &mut self.left {
+            None => true,
+            Some(0) => false,
+            Some(n) => {
+                *n -= 1;
+                true
+            }
         }
     }
 }

@@ -49,8 +49,15 @@ pub(super) fn serve_args_with(
             .map(|(_, f)| f.to_string()),
     );
     a.push(format!("--threads={}", opts.threads));
-    for p in opts.excludes.patterns() {
-        a.push(format!("--exclude={p}"));
+    // One flag for every rule keeps their order.
+    for r in opts.excludes.rules() {
+        a.push(format!("--filter={}", r.to_filter()));
+    }
+    if opts.delete_excluded {
+        a.push("--delete-excluded".into());
+    }
+    if let Some(n) = opts.max_delete {
+        a.push(format!("--max-delete={n}"));
     }
     if let Some(r) = opts.bwlimit {
         // In bytes, said so: a bare number is KiB/s, as in rsync.

@@ -125,20 +125,20 @@ pub(crate) struct Extra {
 
 /// Of the entries (name, is a directory) of the destination directory
 /// `parent`, those to delete: not in the source list (`seen`, by path,
-/// whatever its kind there) and not protected by the excludes, in listing
-/// order.
+/// whatever its kind there) and not protected by the excludes (`None`:
+/// nothing is protected, `--delete-excluded`), in listing order.
 pub(crate) fn extras(
     parent: &[u8],
     listing: Vec<(OsString, bool)>,
     seen: &HashSet<Vec<u8>>,
-    excludes: &Excludes,
+    excludes: Option<&Excludes>,
 ) -> Vec<Extra> {
     listing
         .into_iter()
         .filter_map(|(name, is_dir)| {
             let rel = child_rel(parent, name.as_bytes());
             let keep = seen.contains(&rel)
-                || excludes.excluded(Path::new(OsStr::from_bytes(&rel)), is_dir);
+                || excludes.is_some_and(|x| x.excluded(Path::new(OsStr::from_bytes(&rel)), is_dir));
             (!keep).then_some(Extra { name, rel, is_dir })
         })
         .collect()
@@ -239,7 +239,7 @@ mod tests {
             b"d",
             listing(&[("zz", false), ("keep", false), ("sub", true), ("old", true)]),
             &seen,
-            &none,
+            Some(&none),
         );
         assert_eq!(rels(&got), [&b"d/zz"[..], b"d/old"]);
         assert_eq!(got[1].name, OsString::from("old"));
@@ -252,10 +252,10 @@ mod tests {
         let seen: HashSet<Vec<u8>> = [b"a/x".to_vec()].into();
         let none = Excludes::new(&[]).unwrap();
         assert_eq!(
-            rels(&extras(b"b", listing(&[("x", false)]), &seen, &none)),
+            rels(&extras(b"b", listing(&[("x", false)]), &seen, Some(&none))),
             [b"b/x"]
         );
-        assert!(extras(b"a", listing(&[("x", false)]), &seen, &none).is_empty());
+        assert!(extras(b"a", listing(&[("x", false)]), &seen, Some(&none)).is_empty());
     }
 
     #[test]
@@ -270,10 +270,18 @@ mod tests {
                 ("b", false),
             ]),
             &HashSet::new(),
-            &ex,
+            Some(&ex),
         );
         // "cache/" protects a directory only; a file of that name goes.
         assert_eq!(rels(&got), [&b"cache"[..], b"b"]);
         assert!(!got[0].is_dir);
+        // --delete-excluded: nothing is protected.
+        let all = extras(
+            b"",
+            listing(&[("a.tmp", false), ("b", false)]),
+            &HashSet::new(),
+            None,
+        );
+        assert_eq!(rels(&all), [&b"a.tmp"[..], b"b"]);
     }
 }

@@ -1,0 +1,311 @@
+//! An rsync user's command lines: rsync's everyday flags taken as typed,
+//! include/exclude rules checked against real rsync on the same tree
+//! (locally and pushed over a real sshd), `--delete-excluded`,
+//! `--max-delete`, `--stats` and `--rsync-exit-codes`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// A tree with names the rules below pick apart.
+fn tree(root: &Path) {
+    for d in ["a/b", "a/x", "keep/deep", "x", "logs", "b"] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for f in [
+        "top.txt",
+        "top.log",
+        "a/one.txt",
+        "a/one.o",
+        "a/special.o",
+        "a/b/two.txt",
+        "a/x/y",
+        "x/y",
+        "keep/k.bin",
+        "keep/deep/k.txt",
+        "logs/l.log",
+        "b/bee.txt",
+        "#hash",
+        "sp ace ",
+    ] {
+        fs::write(root.join(f), f.as_bytes()).unwrap();
+    }
+}
+
+/// Every path under `root`, relative, directories with a trailing `/`.
+fn listing(root: &Path) -> BTreeSet<String> {
+    fn walk(root: &Path, rel: &str, out: &mut BTreeSet<String>) {
+        for e in fs::read_dir(root.join(rel)).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            let r = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            if e.file_type().unwrap().is_dir() {
+                out.insert(format!("{r}/"));
+                walk(root, &r, out);
+            } else {
+                out.insert(r);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(root, "", &mut out);
+    out
+}
+
+/// The rule sets tried, as command-line words (a `{rules}` word names the
+/// rule file, `{merge}` the merge file).
+const CASES: &[&[&str]] = &[
+    &["--include", "*/", "--include", "*.txt", "--exclude", "*"],
+    &["--exclude", "b/", "--exclude", "/top.log"],
+    &["--filter", "+ keep/***", "--filter", "- *"],
+    &["--exclude", "x/y"],
+    &["--exclude", "/a/*.o"],
+    &["--exclude", "*.o", "--include", "special.o"],
+    &["--include", "special.o", "--exclude", "*.o"],
+    &["--exclude-from", "{rules}"],
+    &["--filter", ". {merge}", "--exclude", "logs"],
+    &["-f", "- *.log", "-f", "!", "--exclude", "*.bin"],
+    &["--exclude", "#hash", "--exclude", "sp ace "],
+    &["--exclude", "+ *.txt", "--exclude", "*"],
+    &["--exclude", "/a/**.o"],
+    &["--include", "*/", "--include", "keep/**", "--exclude", "*"],
+];
+
+fn words(case: &[&str], rules: &Path, merge: &Path) -> Vec<String> {
+    case.iter()
+        .map(|w| w.replace("{rules}", p(rules)).replace("{merge}", p(merge)))
+        .collect()
+}
+
+fn rule_files(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let rules = d.join("rules");
+    fs::write(&rules, "# comment\n; another\n\n*.log\n+ special.o\n*.o\n").unwrap();
+    let merge = d.join("merge");
+    fs::write(&merge, "+ /a/\n+ /a/one.*\n- /a/*\n").unwrap();
+    (rules, merge)
+}
+
+#[test]
+fn include_exclude_rules_select_what_rsync_selects() {
+    if !need("rsync", "include_exclude_rules_select_what_rsync_selects") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let (rules, merge) = rule_files(d.path());
+    for (i, case) in CASES.iter().enumerate() {
+        let w = words(case, &rules, &merge);
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        let st = Command::new("rsync")
+            .arg("-a")
+            .args(&w)
+            .arg(slash(&src))
+            .arg(&by_rsync)
+            .status()
+            .unwrap();
+        assert!(st.success(), "rsync {w:?}");
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        let mut args: Vec<&str> = vec!["sync", "-a"];
+        args.extend(w.iter().map(|s| s.as_str()));
+        let s = slash(&src);
+        args.extend([s.as_str(), p(&by_ferry)]);
+        ferry_ok(&args);
+        assert_eq!(listing(&by_ferry), listing(&by_rsync), "rules {w:?}");
+    }
+}
+
+/// The rules reach the remote side in order: a push over ssh with
+/// `--delete` keeps what the rules protect, as rsync does.
+#[test]
+fn rules_cross_ssh_in_order_and_protect_from_delete() {
+    if !need("rsync", "rules_cross_ssh_in_order_and_protect_from_delete") {
+        return;
+    }
+    let Some(srv) = SshServer::start("rules_cross_ssh_in_order_and_protect_from_delete") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let (rules, merge) = rule_files(d.path());
+    let bin = ferry_bin();
+    let rsh = srv.rsh();
+    for (i, case) in CASES.iter().enumerate() {
+        let w = words(case, &rules, &merge);
+        // Both destinations start with the same extra entries.
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        for dst in [&by_rsync, &by_ferry] {
+            fs::create_dir_all(dst.join("a")).unwrap();
+            fs::write(dst.join("extra.log"), b"x").unwrap();
+            fs::write(dst.join("a/extra.o"), b"x").unwrap();
+            fs::write(dst.join("extra.txt"), b"x").unwrap();
+        }
+        let st = Command::new("rsync")
+            .args(["-a", "--delete"])
+            .args(&w)
+            .arg(slash(&src))
+            .arg(&by_rsync)
+            .status()
+            .unwrap();
+        assert!(st.success(), "rsync {w:?}");
+        let dst = srv.remote(&by_ferry);
+        let mut args: Vec<&str> = vec!["sync", "-e", &rsh, "--remote-ferry", p(&bin)];
+        args.extend(["-a", "--delete"]);
+        args.extend(w.iter().map(|s| s.as_str()));
+        let s = slash(&src);
+        args.extend([s.as_str(), dst.as_str()]);
+        ferry_ok(&args);
+        assert_eq!(listing(&by_ferry), listing(&by_rsync), "rules {w:?}");
+    }
+}
+
+#[test]
+fn delete_excluded_and_max_delete() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("keep"), b"k").unwrap();
+    let dst = d.path().join("dst");
+    let extras = |dst: &Path| {
+        fs::create_dir_all(dst.join("old/sub")).unwrap();
+        for f in ["e1", "e2", "e3", "old/sub/e4", "scratch.tmp"] {
+            fs::write(dst.join(f), b"x").unwrap();
+        }
+    };
+    extras(&dst);
+    // Protected by the exclude; the rest goes.
+    let j = ferry_ok(&[
+        "sync",
+        "--delete",
+        "--exclude",
+        "*.tmp",
+        &slash(&src),
+        p(&dst),
+    ]);
+    assert_eq!(j["files_deleted"], 6, "{j}");
+    assert!(dst.join("scratch.tmp").exists());
+    // --delete-excluded (implying --delete) removes it too.
+    extras(&dst);
+    let j = ferry_ok(&[
+        "sync",
+        "--delete-excluded",
+        "--exclude",
+        "*.tmp",
+        &slash(&src),
+        p(&dst),
+    ]);
+    assert_eq!(j["files_deleted"], 7, "{j}");
+    assert!(!dst.join("scratch.tmp").exists());
+    assert_eq!(listing(&dst), listing(&src));
+    // --max-delete 2: two go, the rest stay, one error line, exit 2.
+    extras(&dst);
+    let out = ferry(&[
+        "sync",
+        "--delete",
+        "--max-delete",
+        "2",
+        "--json",
+        &slash(&src),
+        p(&dst),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["files_deleted"], 2, "{j}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--max-delete limit of 2: 5 skipped"), "{err}");
+    assert_eq!(
+        listing(&dst).len(),
+        listing(&src).len() + 5,
+        "{:?}",
+        listing(&dst)
+    );
+    // A directory whose contents stay is not removed (nor an error).
+    assert!(!err.contains("Directory not empty"), "{err}");
+    // --max-delete 0 deletes nothing; with rsync's numbers a partial
+    // transfer is 23.
+    let out = ferry(&[
+        "sync",
+        "--delete",
+        "--max-delete",
+        "0",
+        "--rsync-exit-codes",
+        &slash(&src),
+        p(&dst),
+    ]);
+    assert_eq!(out.status.code(), Some(23));
+    assert_eq!(listing(&dst).len(), listing(&src).len() + 5);
+}
+
+/// Command lines as rsync users type them run as typed.
+#[test]
+fn rsync_command_lines_run_as_typed() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    for (i, flags) in [
+        &["-avz"][..],
+        &["-a", "-v", "-h", "-P"],
+        &["-rlptgoD", "-H", "-S", "--numeric-ids"],
+        &["-avhP", "--info=progress2"],
+        &["-aHz", "--stats"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dst = d.path().join(format!("dst{i}"));
+        let mut args = vec!["sync"];
+        args.extend_from_slice(flags);
+        let s = slash(&src);
+        args.extend([s.as_str(), p(&dst)]);
+        let out = ferry(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {err}");
+        assert_same_tree(&src, &dst);
+        if flags.contains(&"--stats") {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.contains("Number of files: 23 (reg: 14, dir: 9)"),
+                "{text}"
+            );
+            assert!(
+                text.contains("Number of regular files transferred: 14"),
+                "{text}"
+            );
+        }
+    }
+    // `--help` still helps; `-h` alone is rsync's human-readable.
+    let out = ferry(&["sync", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("rsync compatibility") && text.contains("--include"),
+        "{text}"
+    );
+    // What ferry does not take is refused in one line naming the way.
+    for (flags, word) in [
+        ("-i", "-v"),
+        ("--no-perms", "cannot turn it off"),
+        ("--info=stats2", "progress2"),
+        ("-A", "does not take"),
+        ("--filter=P keep", "protect"),
+    ] {
+        let out = ferry(&["sync", flags, "a", "b"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{flags}: {err}");
+        assert!(err.contains(word), "{flags}: {err}");
+    }
+    // A usage error is 1 either way.
+    let out = ferry(&["sync", "--rsync-exit-codes", "-A", "a", "b"]);
+    assert_eq!(out.status.code(), Some(1));
+}
