@@ -57,6 +57,15 @@ pub struct EngineArgs {
     /// so far). Other rsync rule kinds are refused.
     #[arg(short = 'f', long, value_name = "RULE", allow_hyphen_values = true)]
     pub filter: Vec<String>,
+    /// Copy only the paths FILE lists, one per line, relative to the one
+    /// source directory (whatever its trailing slash), with the
+    /// directories leading to them; a listed directory's contents only
+    /// with an explicit -r, as in rsync. `-` reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<String>,
+    /// rsync's -r was given (for --files-from; set by `sync`).
+    #[arg(skip)]
+    pub recursive: bool,
     /// With --delete (which it implies): delete excluded entries at the
     /// destination too, instead of protecting them.
     #[arg(long)]
@@ -134,7 +143,11 @@ impl EngineArgs {
 
     /// The engine's options; a bad exclude pattern is a usage error.
     pub fn options(&self) -> Result<SyncOptions, String> {
-        let rules = crate::filter_args::rules(&self.rule_order)?;
+        let mut rules = crate::filter_args::rules(&self.rule_order)?;
+        if let Some(f) = &self.files_from {
+            let listed = crate::filter_args::files_from(std::path::Path::new(f), self.recursive)?;
+            rules.extend(listed);
+        }
         let excludes = Excludes::from_rules(&rules).map_err(|e| e.to_string())?;
         let timeout = match self.timeout {
             None => None,

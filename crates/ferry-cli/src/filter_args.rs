@@ -65,6 +65,58 @@ pub fn rules(args: &[RuleArg]) -> Result<Vec<FilterRule>, String> {
     Ok(out)
 }
 
+/// `--files-from FILE`: only the paths FILE lists (relative to the source
+/// directory; blank lines and lines starting with `#` or `;` skipped), with
+/// the directories that lead to them; a listed directory's contents only
+/// when `recursive` (rsync's `-r` given explicitly: `-a` does not imply it
+/// here, as in rsync). As rules: each leading directory and each path
+/// included, anchored and with its wildcards escaped, then `- *`.
+pub fn files_from(file: &Path, recursive: bool) -> Result<Vec<FilterRule>, String> {
+    let mut out = Vec::new();
+    let mut dirs = std::collections::HashSet::new();
+    for l in read_lines(file)? {
+        if l.trim().is_empty() || l.starts_with('#') || l.starts_with(';') {
+            continue;
+        }
+        let parts: Vec<&str> = l
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        if parts.contains(&"..") {
+            return Err(format!("{}: {l:?}: .. is not allowed", file.display()));
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let mut at = String::new();
+        for (i, c) in parts.iter().enumerate() {
+            at.push('/');
+            at.push_str(&escape(c));
+            if i + 1 < parts.len() && dirs.insert(at.clone()) {
+                out.push(FilterRule::include(&format!("{at}/")));
+            }
+        }
+        out.push(FilterRule::include(&at));
+        if recursive {
+            out.push(FilterRule::include(&format!("{at}/***")));
+        }
+    }
+    out.push(FilterRule::exclude("*"));
+    Ok(out)
+}
+
+/// A name as a pattern that matches only itself.
+fn escape(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s
+}
+
 /// An `--exclude`/`--include` pattern: `+ ` and `- ` in front choose the
 /// rule's kind, as in rsync.
 fn simple(p: &str, include: bool) -> FilterRule {
@@ -151,5 +203,32 @@ mod tests {
         let e = rules(&[RuleArg::Filter(format!("merge {}", looped.display()))]).unwrap_err();
         assert!(e.contains("deeper"), "{e}");
         assert!(rules(&[RuleArg::Filter("P x".into())]).is_err());
+    }
+
+    #[test]
+    fn files_from_lists_paths_and_their_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let list = d.path().join("list");
+        std::fs::write(&list, "a/b/c.txt\n# no\n./a/d\n/x*y\n\n").unwrap();
+        let got: Vec<String> = files_from(&list, false)
+            .unwrap()
+            .iter()
+            .map(|r| r.to_filter())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "+ /a/",
+                "+ /a/b/",
+                "+ /a/b/c.txt",
+                "+ /a/d",
+                "+ /x\\*y",
+                "- *"
+            ]
+        );
+        let rec = files_from(&list, true).unwrap();
+        assert!(rec.iter().any(|r| r.to_filter() == "+ /a/d/***"));
+        std::fs::write(&list, "a/../../etc\n").unwrap();
+        assert!(files_from(&list, false).is_err());
     }
 }

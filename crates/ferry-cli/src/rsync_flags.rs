@@ -125,7 +125,6 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         | "--relative"
         | "-A"
         | "--acls"
-        | "--files-from"
         | "--link-dest"
         | "--backup"
         | "-b"

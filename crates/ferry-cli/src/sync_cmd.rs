@@ -111,12 +111,24 @@ pub fn class_code(c: Class) -> i32 {
     }
 }
 
-pub fn run(a: SyncArgs) -> i32 {
+pub fn run(mut a: SyncArgs) -> i32 {
     let mut paths = a.paths.clone();
     let Some(dest) = paths.pop() else {
         errln!("ferry: need at least one source and a destination");
         return exit::USAGE;
     };
+    if a.engine.files_from.is_some() {
+        // The listed paths are relative to the one source directory,
+        // with or without its trailing slash (as in rsync).
+        let [src] = &mut paths[..] else {
+            errln!("ferry: --files-from takes exactly one source directory");
+            return exit::USAGE;
+        };
+        if !src.ends_with('/') {
+            src.push('/');
+        }
+        a.engine.recursive = a.rsync.recursive;
+    }
     let remote_dest = ferry_core::remote::parse_remote(&dest);
     let remote_srcs: Vec<_> = paths
         .iter()

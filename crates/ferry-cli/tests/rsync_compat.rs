@@ -309,3 +309,35 @@ fn rsync_command_lines_run_as_typed() {
     let out = ferry(&["sync", "--rsync-exit-codes", "-A", "a", "b"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `--files-from`: what rsync copies from the same list, with and without
+/// an explicit -r, whatever the source's trailing slash.
+#[test]
+fn files_from_copies_what_rsync_copies() {
+    if !need("rsync", "files_from_copies_what_rsync_copies") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let list = d.path().join("list");
+    fs::write(&list, "a/one.txt\n# not this\n./keep\nx/y\n/a/b/two.txt\n#hash\n").unwrap();
+    for (i, flags) in [&["-a"][..], &["-a", "-r"]].iter().enumerate() {
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        let st = Command::new("rsync")
+            .args(*flags)
+            .arg(format!("--files-from={}", list.display()))
+            .arg(&src)
+            .arg(&by_rsync)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        let mut args = vec!["sync"];
+        args.extend_from_slice(flags);
+        let ff = format!("--files-from={}", list.display());
+        args.extend([ff.as_str(), p(&src), p(&by_ferry)]);
+        ferry_ok(&args);
+        assert_eq!(listing(&by_ferry), listing(&by_rsync), "{flags:?}");
+    }
+}
