@@ -13,6 +13,7 @@
 //! - [`netns`]: a link that goes down for 5 s in a pair of network
 //!   namespaces (needs root, `ip`, `tc`, sshd).
 //! - [`errors`]: errors a retry cannot fix are not retried.
+//! - [`tree`]: a tree of small files killed half way needs no journal.
 //! - here: tampered journals and partials, a changed source, `--no-partial`.
 //!
 //! `FERRY_RESUME_KILLS=N` sets the kills per kind (the issue asks 50; the
@@ -29,6 +30,8 @@ mod kills;
 mod netns;
 #[path = "resume/procs.rs"]
 mod procs;
+#[path = "resume/tree.rs"]
+mod tree;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

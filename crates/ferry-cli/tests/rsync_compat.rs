@@ -321,7 +321,11 @@ fn files_from_copies_what_rsync_copies() {
     let src = d.path().join("src");
     tree(&src);
     let list = d.path().join("list");
-    fs::write(&list, "a/one.txt\n# not this\n./keep\nx/y\n/a/b/two.txt\n#hash\n").unwrap();
+    fs::write(
+        &list,
+        "a/one.txt\n# not this\n./keep\nx/y\n/a/b/two.txt\n#hash\n",
+    )
+    .unwrap();
     for (i, flags) in [&["-a"][..], &["-a", "-r"]].iter().enumerate() {
         let by_rsync = d.path().join(format!("rsync{i}"));
         let st = Command::new("rsync")
