@@ -49,19 +49,21 @@ pub fn rules(args: &[RuleArg]) -> Result<Vec<FilterRule>, String> {
     let mut out = Vec::new();
     for a in args {
         match a {
-            RuleArg::Exclude(p) => out.push(simple(p, false)),
-            RuleArg::Include(p) => out.push(simple(p, true)),
+            RuleArg::Exclude(p) => simple(p, false, &mut out),
+            RuleArg::Include(p) => simple(p, true, &mut out),
             RuleArg::ExcludeFrom(f) | RuleArg::IncludeFrom(f) => {
                 let include = matches!(a, RuleArg::IncludeFrom(_));
                 for l in read_lines(f)? {
                     if !(l.trim().is_empty() || l.starts_with('#') || l.starts_with(';')) {
-                        out.push(simple(&l, include));
+                        simple(&l, include, &mut out);
                     }
                 }
             }
             RuleArg::Filter(r) => filter(r, &mut out, 0)?,
         }
     }
+    // An empty pattern matches nothing (rsync ignores it too).
+    out.retain(|r| !r.pattern.is_empty());
     Ok(out)
 }
 
@@ -118,14 +120,19 @@ fn escape(name: &str) -> String {
 }
 
 /// An `--exclude`/`--include` pattern: `+ ` and `- ` in front choose the
-/// rule's kind, as in rsync.
-fn simple(p: &str, include: bool) -> FilterRule {
-    match (p.strip_prefix("+ "), p.strip_prefix("- ")) {
+/// rule's kind, and `!` alone clears the rules so far, as in rsync.
+fn simple(p: &str, include: bool, out: &mut Vec<FilterRule>) {
+    let rule = match (p.strip_prefix("+ "), p.strip_prefix("- ")) {
+        _ if p == "!" => {
+            out.clear();
+            return;
+        }
         (Some(x), _) => FilterRule::include(x),
         (_, Some(x)) => FilterRule::exclude(x),
         _ if include => FilterRule::include(p),
         _ => FilterRule::exclude(p),
-    }
+    };
+    out.push(rule);
 }
 
 fn filter(rule: &str, out: &mut Vec<FilterRule>, depth: usize) -> Result<(), String> {
@@ -195,6 +202,14 @@ mod tests {
         );
         let cleared = rules(&[RuleArg::Exclude("x".into()), RuleArg::Filter("!".into())]);
         assert!(cleared.unwrap().is_empty());
+        let cleared = rules(&[
+            RuleArg::Exclude("a".into()),
+            RuleArg::Exclude("!".into()),
+            RuleArg::Exclude("b".into()),
+            RuleArg::Include(String::new()),
+        ]);
+        let left: Vec<String> = cleared.unwrap().iter().map(|r| r.to_filter()).collect();
+        assert_eq!(left, ["- b"]);
         let missing = rules(&[RuleArg::IncludeFrom(d.path().join("nope"))]).unwrap_err();
         assert!(missing.contains("nope"), "{missing}");
         // A merge file that merges itself stops at the depth limit.

@@ -120,6 +120,11 @@ mod tests {
         assert_eq!(rsync_number(exit::CONNECTION, false), 12);
         assert_eq!(rsync_number(exit::CONNECTION, true), 30);
         assert_eq!(rsync_number(exit::INTERRUPTED, false), 20);
+        // Mapping twice changes nothing.
+        for c in [0, 1, 2, 3, 4, 5, 6, 7, 130] {
+            let once = rsync_number(c, false);
+            assert_eq!(rsync_number(once, false), once, "{c}");
+        }
         assert_eq!(n(1234567), "1,234,567");
         assert_eq!(n(12), "12");
     }

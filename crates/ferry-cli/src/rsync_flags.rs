@@ -10,8 +10,9 @@ use clap::Args;
 #[derive(Args, Debug, Clone, Default)]
 #[command(next_help_heading = "rsync compatibility")]
 pub struct RsyncArgs {
-    /// Archive mode (-rlptgoD): what ferry always does. Owner and group
-    /// are set when ferry runs as root, as with rsync.
+    /// Archive mode (-rlptgo): what ferry always does. Owner and group
+    /// are set when ferry runs as root, as with rsync. rsync's -a also
+    /// has -D: ferry skips device and special files (each named with -v).
     #[arg(short = 'a', long)]
     pub archive: bool,
     /// Recurse into directories: always.
@@ -32,9 +33,6 @@ pub struct RsyncArgs {
     /// Keep the owner: as root, always.
     #[arg(short = 'o', long)]
     pub owner: bool,
-    /// Keep device and special files (--devices --specials): always.
-    #[arg(short = 'D')]
-    pub devices_specials: bool,
     /// Keep hard links: always.
     #[arg(short = 'H', long)]
     pub hard_links: bool,
@@ -105,6 +103,9 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         | "--no-group" | "--no-g" | "--no-links" | "--no-l" | "--no-recursive" | "--no-r"
         | "--no-D" | "--no-devices" | "--no-specials" | "--no-H" | "--no-hard-links" => {
             "ferry always keeps this (as rsync -a does) and cannot turn it off yet"
+        }
+        "-D" | "--devices" | "--specials" => {
+            "ferry skips device and special files (each is named with -v); a block device can be a source or destination of its own"
         }
         "--zc" | "--compress-choice" | "--zl" | "--compress-level" => {
             "choose with --compress zstd[:LEVEL]|lz4|none (ferry's --compress takes the mode)"

@@ -111,7 +111,14 @@ pub fn class_code(c: Class) -> i32 {
     }
 }
 
-pub fn run(mut a: SyncArgs) -> i32 {
+pub fn run(a: SyncArgs) -> i32 {
+    crate::rsync_codes::set(a.rsync.rsync_exit_codes);
+    // Every way out, early ones included, in rsync's numbers when asked
+    // (a number already mapped maps to itself).
+    crate::rsync_codes::code(run_inner(a), None)
+}
+
+fn run_inner(mut a: SyncArgs) -> i32 {
     let mut paths = a.paths.clone();
     let Some(dest) = paths.pop() else {
         errln!("ferry: need at least one source and a destination");
@@ -138,9 +145,7 @@ pub fn run(mut a: SyncArgs) -> i32 {
         errln!("ferry: either the sources or the destination may be remote (host:path), not both, and not a mix");
         return exit::USAGE;
     }
-    let rsync_codes = a.rsync.rsync_exit_codes;
-    crate::rsync_codes::set(rsync_codes);
-    let opts = match a.engine.options() {
+    let mut opts = match a.engine.options() {
         Ok(o) => o,
         Err(e) => {
             errln!("ferry: {e}");
@@ -211,6 +216,11 @@ pub fn run(mut a: SyncArgs) -> i32 {
                 }
                 std::thread::sleep(wait);
                 earlier.take(&stats);
+                // --max-delete counts the deletions of every attempt.
+                opts.max_delete = a
+                    .engine
+                    .max_delete
+                    .map(|m| m.saturating_sub(earlier.deleted()));
                 stats.restart();
                 Stats::add(&stats.reconnects, 1);
             }
@@ -224,6 +234,7 @@ pub fn run(mut a: SyncArgs) -> i32 {
         Ok(_) => exit::OK,
         Err(e) => class_code(e.class()),
     };
+    let code = crate::rsync_codes::code(code, e_of(&res));
     for line in &report.notices {
         errln!("ferry: note: {line}");
     }
@@ -259,7 +270,7 @@ pub fn run(mut a: SyncArgs) -> i32 {
         }
         outln!("{}", summary(&report, a.engine.dry_run));
     }
-    crate::rsync_codes::code(code, e_of(&res))
+    code
 }
 
 /// The work of attempts that failed: what they committed stays done, so
@@ -287,6 +298,11 @@ impl Carried {
         for (c, a) in self.0.iter_mut().zip(Self::counters(s)) {
             *c += a.load(Ordering::Relaxed);
         }
+    }
+
+    /// Entries the failed attempts deleted.
+    fn deleted(&self) -> u64 {
+        self.0[2]
     }
 
     fn give(&self, s: &Stats) {

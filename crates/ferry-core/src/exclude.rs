@@ -93,7 +93,25 @@ pub fn parse_filter(line: &str) -> Result<FilterLine> {
     }
 }
 
-/// An rsync pattern as a gitignore line (without the `!`).
+/// An rsync pattern as gitignore lines (without the `!`), any of which
+/// matches what the pattern matches.
+fn gitignore_lines(p: &str) -> Vec<String> {
+    // rsync reads `\` as an escape only in a pattern with wildcards.
+    let mut p = if p.contains(['*', '?', '[']) {
+        p.to_string()
+    } else {
+        p.replace('\\', "\\\\")
+    };
+    // rsync's `/**/` stands for at least one directory; gitignore's also
+    // for none. A leading unanchored `**/` is the same in both.
+    while let Some(at) = p.find("/**/") {
+        p.replace_range(at..at + 4, "/*/\u{0}/");
+    }
+    let p = p.replace('\u{0}', "**");
+    gitignore_line(&p)
+}
+
+/// [`gitignore_lines`] once its escapes and `/**/` are settled.
 fn gitignore_line(p: &str) -> Vec<String> {
     // `dir/***`: the directory and everything in it.
     if let Some(dir) = p.strip_suffix("/***") {
@@ -122,7 +140,15 @@ fn gitignore_line(p: &str) -> Vec<String> {
     if p.starts_with('#') || p.starts_with('!') {
         s.push('\\');
     }
-    s.push_str(p);
+    // Braces are literal in rsync, alternatives in gitignore.
+    let mut escaped = false;
+    for c in p.chars() {
+        if !escaped && matches!(c, '{' | '}') {
+            s.push('\\');
+        }
+        escaped = !escaped && c == '\\';
+        s.push(c);
+    }
     // gitignore drops trailing spaces unless escaped; rsync keeps them.
     let spaces = s.len() - s.trim_end_matches(' ').len();
     if spaces > 0 {
@@ -139,7 +165,9 @@ fn unbounded_double_star(p: &str) -> Option<usize> {
     let b = p.as_bytes();
     let mut i = 0;
     while i + 1 < b.len() {
-        if b[i] == b'*' && b[i + 1] == b'*' {
+        if b[i] == b'\\' {
+            i += 2;
+        } else if b[i] == b'*' && b[i + 1] == b'*' {
             let mut j = i;
             while j < b.len() && b[j] == b'*' {
                 j += 1;
@@ -181,7 +209,7 @@ impl Excludes {
         }
         let mut b = GitignoreBuilder::new("/");
         for r in rules.iter().rev() {
-            for line in gitignore_line(&r.pattern) {
+            for line in gitignore_lines(&r.pattern) {
                 let line = if r.include { format!("!{line}") } else { line };
                 b.add_line(None, &line)
                     .map_err(|e| Error::Usage(format!("pattern {:?}: {e}", r.pattern)))?;

@@ -132,3 +132,36 @@ fn double_star_inside_a_name_crosses_directories() {
     assert!(e.excluded(Path::new("srcx/y"), false));
     assert!(e.excluded(Path::new("src"), true));
 }
+
+/// Found by review, each checked against rsync 3.5.
+#[test]
+fn braces_backslashes_and_inner_double_stars_as_rsync_has_them() {
+    // Braces are literal.
+    let e = ex(&[Rule::exclude("*.{o,a}")]);
+    assert!(e.excluded(Path::new("x.{o,a}"), false));
+    assert!(!e.excluded(Path::new("a.o"), false));
+    assert!(Excludes::from_rules(&[Rule::exclude("{{x}}")]).is_ok());
+    assert!(Excludes::from_rules(&[Rule::exclude("a}")]).is_ok());
+    // A backslash without wildcards is a plain character.
+    let e = ex(&[Rule::exclude("foo\\bar"), Rule::exclude("dir\\")]);
+    assert!(e.excluded(Path::new("foo\\bar"), false));
+    assert!(!e.excluded(Path::new("foobar"), false));
+    assert!(e.excluded(Path::new("dir\\"), false));
+    // With wildcards it escapes: `a\**` is a name starting with `a*`.
+    let e = ex(&[Rule::exclude("a\\**")]);
+    assert!(e.excluded(Path::new("a*x"), false));
+    assert!(!e.excluded(Path::new("ab"), false));
+    // `/**/` stands for at least one directory.
+    let e = ex(&[Rule::exclude("/**/foo")]);
+    assert!(!e.excluded(Path::new("foo"), false));
+    assert!(e.excluded(Path::new("a/foo"), false));
+    assert!(e.excluded(Path::new("a/b/foo"), false));
+    let e = ex(&[Rule::exclude("a/**/b")]);
+    assert!(!e.excluded(Path::new("a/b"), false));
+    assert!(!e.excluded(Path::new("c/a/b"), false));
+    assert!(e.excluded(Path::new("a/x/b"), false));
+    assert!(e.excluded(Path::new("c/a/x/y/b"), false));
+    // A leading unanchored `**/` matches at the top too.
+    let e = ex(&[Rule::exclude("**/foo")]);
+    assert!(e.excluded(Path::new("x/foo"), false));
+}

@@ -31,7 +31,7 @@ impl Dispatcher<'_, '_> {
                 for e in &self.dirs {
                     self.delete_extras(&e.path, &mut budget);
                 }
-                if budget.skipped > 0 {
+                if budget.skipped > 0 && opts.max_delete.is_some() {
                     stats.error(format!(
                         "deletions stopped at the --max-delete limit of {}: {} skipped",
                         opts.max_delete.unwrap_or(0),
@@ -157,7 +157,9 @@ impl Dispatcher<'_, '_> {
         };
         let opts = self.sh.opts;
         let protect = (!opts.delete_excluded).then_some(&opts.excludes);
-        for x in decide::extras(rel, entries, &self.seen, protect) {
+        let mut extras = decide::extras(rel, entries, &self.seen, protect);
+        extras.sort_by(|a, b| a.name.cmp(&b.name));
+        for x in extras {
             self.tree.forget(&x.rel);
             self.delete_tree(&dir, &x.name, x.rel, x.is_dir, budget);
         }
@@ -167,7 +169,9 @@ impl Dispatcher<'_, '_> {
     /// listed and counted, contents before their directory, as rsync lists
     /// them. Each level is opened from its parent's handle; symlinks are
     /// entries, never followed. Whether it is gone (or would be, in a dry
-    /// run): not when `--max-delete` stopped it or a part of it.
+    /// run): not when an entry in it is protected by the rules (as rsync,
+    /// the directory then stays), `--max-delete` stopped it, or deleting
+    /// failed.
     fn delete_tree(
         &self,
         dir: &OwnedFd,
@@ -177,6 +181,7 @@ impl Dispatcher<'_, '_> {
         budget: &mut DeleteBudget,
     ) -> bool {
         let stats = self.sh.stats;
+        let opts = self.sh.opts;
         let mut all_gone = true;
         if is_dir {
             let sub = rustix::fs::openat(
@@ -189,14 +194,25 @@ impl Dispatcher<'_, '_> {
                 rustix::fs::Mode::empty(),
             );
             if let Ok(sub) = sub {
-                for (child, d) in crate::destdir::list(&sub).unwrap_or_default() {
+                let mut children = crate::destdir::list(&sub).unwrap_or_default();
+                // In name order: which entries a --max-delete limit spares
+                // does not depend on the directory's hash order.
+                children.sort();
+                for (child, d) in children {
                     let crel = decide::child_rel(&rel, child.as_bytes());
-                    all_gone &= self.delete_tree(&sub, &child, crel, d, budget);
+                    let protected = !opts.delete_excluded
+                        && opts
+                            .excludes
+                            .excluded(Path::new(OsStr::from_bytes(&crel)), d);
+                    all_gone &= !protected && self.delete_tree(&sub, &child, crel, d, budget);
                 }
             }
         }
-        // A directory that keeps an entry stays (and counts as skipped).
-        if !all_gone || !budget.take() {
+        // A directory that keeps an entry stays.
+        if !all_gone {
+            return false;
+        }
+        if !budget.take() {
             budget.skipped += 1;
             return false;
         }
