@@ -99,6 +99,10 @@ pub struct EngineArgs {
     /// Copy extended attributes.
     #[arg(short = 'X', long)]
     pub xattrs: bool,
+    /// Copy POSIX ACLs (access and default), by numeric ids. A receiver
+    /// that is not root can set ACLs only on files it owns.
+    #[arg(short = 'A', long)]
+    pub acls: bool,
     /// Always send whole files, never deltas.
     #[arg(short = 'W', long, conflicts_with = "delta")]
     pub whole_file: bool,
@@ -172,6 +176,7 @@ impl EngineArgs {
             dry_run: self.dry_run,
             inplace: self.inplace,
             xattrs: self.xattrs,
+            acls: self.acls,
             excludes,
             threads: self
                 .threads

@@ -124,8 +124,6 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         | "--one-file-system"
         | "-R"
         | "--relative"
-        | "-A"
-        | "--acls"
         | "--link-dest"
         | "--backup"
         | "-b"
@@ -154,7 +152,7 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in ["--no-perms", "--zc", "-i", "--append", "-A", "-u"] {
+        for f in ["--no-perms", "--zc", "-i", "--append", "-D", "-u"] {
             assert!(super::advice(f).is_some(), "{f}");
         }
         assert!(super::unknown_option("-i").contains("-v"));

@@ -344,7 +344,7 @@ fn rsync_command_lines_run_as_typed() {
         ("-i", "-v"),
         ("--no-perms", "cannot turn it off"),
         ("--info=stats2", "progress2"),
-        ("-A", "does not take"),
+        ("-u", "does not take"),
         ("-D", "skips device"),
         ("--filter=P keep", "protect"),
     ] {
@@ -355,8 +355,11 @@ fn rsync_command_lines_run_as_typed() {
         assert!(err.contains(word), "{flags}: {err}");
     }
     // A usage error is 1 either way.
-    let out = ferry(&["sync", "--rsync-exit-codes", "-A", "a", "b"]);
+    let out = ferry(&["sync", "--rsync-exit-codes", "-u", "a", "b"]);
     assert_eq!(out.status.code(), Some(1));
+    // A missing source is ferry's I/O error: 11 in rsync's numbers.
+    let out = ferry(&["sync", "--rsync-exit-codes", "/nonexistent/a", "b"]);
+    assert_eq!(out.status.code(), Some(11));
 }
 
 /// `--files-from`: what rsync copies from the same list, with and without
@@ -393,4 +396,76 @@ fn files_from_copies_what_rsync_copies() {
         ferry_ok(&args);
         assert_eq!(listing(&by_ferry), listing(&by_rsync), "{flags:?}");
     }
+}
+
+/// `-A`: access and default ACLs arrive as they are (numeric ids), also
+/// over ssh; without it the copy has none, as with rsync.
+#[test]
+fn acls_are_copied_with_dash_capital_a() {
+    if !need("setfacl", "acls_are_copied_with_dash_capital_a") {
+        return;
+    }
+    let Some(srv) = SshServer::start("acls_are_copied_with_dash_capital_a") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("dir")).unwrap();
+    fs::write(src.join("f"), b"acl").unwrap();
+    fs::write(src.join("dir/g"), b"plain").unwrap();
+    let setfacl = |args: &[&str], path: &Path| {
+        let st = Command::new("setfacl")
+            .args(args)
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(st.success(), "setfacl {args:?}");
+    };
+    setfacl(&["-m", "u:65534:rw,g:65534:r"], &src.join("f"));
+    setfacl(
+        &["-m", "u:65534:rwx", "-d", "-m", "u:65534:rx"],
+        &src.join("dir"),
+    );
+    // Everything getfacl says of each path, but its name.
+    let acls = |root: &Path| -> Vec<String> {
+        ["f", "dir", "dir/g"]
+            .iter()
+            .map(|rel| {
+                let out = Command::new("getfacl")
+                    .args(["-n", "-p"])
+                    .arg(root.join(rel))
+                    .output()
+                    .unwrap();
+                let text = String::from_utf8_lossy(&out.stdout);
+                text.lines()
+                    .filter(|l| !l.starts_with("# file:"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .collect()
+    };
+    let want = acls(&src);
+    assert!(want[0].contains("user:65534:rw-") && want[1].contains("default:user:65534:r-x"));
+    let local = d.path().join("local");
+    ferry_ok(&["sync", "-aA", &slash(&src), p(&local)]);
+    assert_eq!(acls(&local), want);
+    let pushed = d.path().join("pushed");
+    let bin = ferry_bin();
+    let rsh = srv.rsh();
+    let dst = srv.remote(&pushed);
+    ferry_ok(&[
+        "sync",
+        "-e",
+        &rsh,
+        "--remote-ferry",
+        p(&bin),
+        "-aA",
+        &slash(&src),
+        &dst,
+    ]);
+    assert_eq!(acls(&pushed), want);
+    // Without -A: no ACL beyond the mode.
+    let plain = d.path().join("plain");
+    ferry_ok(&["sync", "-a", &slash(&src), p(&plain)]);
+    assert!(!acls(&plain)[0].contains("65534"), "{}", acls(&plain)[0]);
 }

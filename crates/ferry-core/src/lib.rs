@@ -80,6 +80,9 @@ pub struct SyncOptions {
     pub inplace: bool,
     /// Copy extended attributes.
     pub xattrs: bool,
+    /// Copy POSIX ACLs (`-A`): the `system.posix_acl_*` attributes, also
+    /// without `xattrs`.
+    pub acls: bool,
     /// Set owner and group (default when running as root).
     pub owner: bool,
     /// Include and exclude rules, first match wins (see [`exclude`]).
@@ -133,6 +136,7 @@ impl Default for SyncOptions {
             dry_run: false,
             inplace: false,
             xattrs: false,
+            acls: false,
             owner: fsutil::is_root(),
             excludes: Excludes::new(&[]).unwrap_or_else(|_| unreachable!("empty exclude set")),
             delete_excluded: false,
@@ -147,6 +151,14 @@ impl Default for SyncOptions {
             partial: true,
             partial_dir: None,
         }
+    }
+}
+
+impl SyncOptions {
+    /// Whether the receiver applies the attributes an entry carries
+    /// (the sender sends only those `xattrs` and `acls` ask for).
+    pub fn meta_xattrs(&self) -> bool {
+        self.xattrs || self.acls
     }
 }
 

@@ -278,7 +278,7 @@ impl Dispatcher<'_, '_> {
 
     pub(super) fn link_meta(&self, e: &Entry, p: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
-        let steps = decide::meta_for_new(EntryKind::Symlink, opts.owner, opts.xattrs, false);
+        let steps = decide::meta_for_new(EntryKind::Symlink, opts.owner, opts.meta_xattrs(), false);
         if steps.owner {
             p.chown(e.uid, e.gid)?;
         }
@@ -547,7 +547,7 @@ impl Dispatcher<'_, '_> {
     /// Bring an unchanged file's metadata in line with the source.
     pub(super) fn fix_meta(&self, e: &Entry, dest: &Loc, old: &decide::Stat) -> io::Result<()> {
         let opts = self.sh.opts;
-        let steps = decide::meta_fixes(e, old, opts.owner, opts.xattrs);
+        let steps = decide::meta_fixes(e, old, opts.owner, opts.meta_xattrs());
         if steps.mode {
             dest.chmod(e.mode).op("set permissions of")?;
         }

@@ -317,7 +317,7 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         let steps = decide::meta_for_new(
             EntryKind::File,
             sh.opts.owner,
-            sh.opts.xattrs,
+            sh.opts.meta_xattrs(),
             !e.xattrs.is_empty(),
         );
         if steps.owner {

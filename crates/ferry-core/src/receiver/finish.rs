@@ -47,7 +47,7 @@ impl Dispatcher<'_, '_> {
             let steps = decide::meta_for_new(
                 EntryKind::Dir,
                 opts.owner,
-                opts.xattrs,
+                opts.meta_xattrs(),
                 !e.xattrs.is_empty(),
             );
             let r = self.tree.loc(&e.path, false).and_then(|dir| {

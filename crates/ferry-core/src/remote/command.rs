@@ -37,6 +37,7 @@ pub(super) fn serve_args_with(
         (opts.dry_run, "--dry-run"),
         (opts.inplace, "--inplace"),
         (opts.xattrs, "--xattrs"),
+        (opts.acls, "--acls"),
         (opts.delta == DeltaMode::Delta, "--delta"),
         (opts.delta == DeltaMode::Whole, "--whole-file"),
         (!opts.direct_io, "--buffered-io"),

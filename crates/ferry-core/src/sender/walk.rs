@@ -165,8 +165,13 @@ impl Walker<'_> {
             mtime_nsec: meta.mtime_nsec() as u32,
             ..Default::default()
         };
-        if self.opts.xattrs {
+        if self.opts.xattrs || self.opts.acls {
             e.xattrs = fsutil::read_xattrs(path).map_err(|err| Error::io(path, err))?;
+            if !self.opts.xattrs {
+                // -A alone: the ACLs, which Linux keeps as these attributes.
+                e.xattrs
+                    .retain(|(k, _)| k.starts_with(b"system.posix_acl_"));
+            }
         }
         if ft.is_dir() {
             e.kind = Some(EntryKind::Dir);
