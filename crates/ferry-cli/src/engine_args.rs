@@ -70,6 +70,19 @@ pub struct EngineArgs {
     /// destination too, instead of protecting them.
     #[arg(long)]
     pub delete_excluded: bool,
+    /// Skip files that are newer at the destination (equal times are
+    /// updated), as rsync's -u.
+    #[arg(short = 'u', long)]
+    pub update: bool,
+    /// Leave every file that exists at the destination alone.
+    #[arg(long)]
+    pub ignore_existing: bool,
+    /// Do not transfer files smaller than SIZE (bytes; K M G or KB MB GB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_file_size)]
+    pub min_size: Option<u64>,
+    /// Do not transfer files larger than SIZE.
+    #[arg(long, value_name = "SIZE", value_parser = parse_file_size)]
+    pub max_size: Option<u64>,
     /// Delete at most N entries; the rest stay and the run ends with exit
     /// 2 (0: delete nothing, only report).
     #[arg(long, value_name = "N")]
@@ -169,6 +182,12 @@ impl EngineArgs {
             delete: self.delete || self.delete_excluded,
             delete_excluded: self.delete_excluded,
             max_delete: self.max_delete,
+            skip: ferry_core::SkipRules {
+                update: self.update,
+                ignore_existing: self.ignore_existing,
+                min_size: self.min_size,
+                max_size: self.max_size,
+            },
             force: self.force,
             ignore_errors: self.ignore_errors,
             fsync: !self.no_fsync,
@@ -199,6 +218,11 @@ impl EngineArgs {
             ..SyncOptions::default()
         })
     }
+}
+
+/// `--min-size`, `--max-size`: rsync's units, a bare number in bytes.
+fn parse_file_size(s: &str) -> Result<u64, String> {
+    crate::human::parse_size(s, 1)
 }
 
 /// `--bwlimit`: rsync's units (a bare number is KiB/s); 0 is no limit,

@@ -118,9 +118,7 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         "--append" | "--append-verify" => {
             "not supported: ferry sends only the changed parts of a file anyway (--delta)"
         }
-        "-u"
-        | "--update"
-        | "-x"
+        "-x"
         | "--one-file-system"
         | "-R"
         | "--relative"
@@ -129,11 +127,8 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         | "-b"
         | "--chmod"
         | "--chown"
-        | "--max-size"
-        | "--min-size"
         | "--remove-source-files"
-        | "--existing"
-        | "--ignore-existing" => {
+        | "--existing" => {
             "ferry does not take this rsync option yet (see ferry sync --help)"
         }
         _ => return None,
@@ -152,7 +147,7 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in ["--no-perms", "--zc", "-i", "--append", "-D", "-u"] {
+        for f in ["--no-perms", "--zc", "-i", "--append", "-D", "-x"] {
             assert!(super::advice(f).is_some(), "{f}");
         }
         assert!(super::unknown_option("-i").contains("-v"));

@@ -80,6 +80,13 @@ mod tests {
             .unwrap(),
             delete_excluded: true,
             max_delete: Some(7),
+            acls: true,
+            skip: ferry_core::SkipRules {
+                update: true,
+                ignore_existing: true,
+                min_size: Some(3),
+                max_size: Some(4 << 20),
+            },
             sig_cache: Some("/var/cache/x y".into()),
             bwlimit: Some(2_000_123),
             ..Default::default()
@@ -93,7 +100,8 @@ mod tests {
         w.a.engine.order_rules(&m);
         let got = w.a.engine.options().unwrap();
         assert_eq!(got.excludes.rules(), opts.excludes.rules());
-        assert!(got.delete_excluded && got.max_delete == Some(7));
+        assert!(got.delete_excluded && got.max_delete == Some(7) && got.acls);
+        assert_eq!(got.skip, opts.skip);
         assert!(
             w.a.receive
                 && w.a.file_or_dir

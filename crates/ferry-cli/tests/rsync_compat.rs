@@ -344,7 +344,7 @@ fn rsync_command_lines_run_as_typed() {
         ("-i", "-v"),
         ("--no-perms", "cannot turn it off"),
         ("--info=stats2", "progress2"),
-        ("-u", "does not take"),
+        ("--backup", "does not take"),
         ("-D", "skips device"),
         ("--filter=P keep", "protect"),
     ] {
@@ -355,7 +355,7 @@ fn rsync_command_lines_run_as_typed() {
         assert!(err.contains(word), "{flags}: {err}");
     }
     // A usage error is 1 either way.
-    let out = ferry(&["sync", "--rsync-exit-codes", "-u", "a", "b"]);
+    let out = ferry(&["sync", "--rsync-exit-codes", "-b", "a", "b"]);
     assert_eq!(out.status.code(), Some(1));
     // A missing source is ferry's I/O error: 11 in rsync's numbers.
     let out = ferry(&["sync", "--rsync-exit-codes", "/nonexistent/a", "b"]);
@@ -468,4 +468,83 @@ fn acls_are_copied_with_dash_capital_a() {
     let plain = d.path().join("plain");
     ferry_ok(&["sync", "-a", &slash(&src), p(&plain)]);
     assert!(!acls(&plain)[0].contains("65534"), "{}", acls(&plain)[0]);
+}
+
+/// `-u`, `--ignore-existing`, `--min-size`, `--max-size`: the files each
+/// leaves alone are the ones rsync leaves alone (contents compared).
+#[test]
+fn update_ignore_existing_and_sizes_leave_what_rsync_leaves() {
+    if !need(
+        "rsync",
+        "update_ignore_existing_and_sizes_leave_what_rsync_leaves",
+    ) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    // name, source size, source mtime, destination mtime (None: absent)
+    let files: &[(&str, usize, i64, Option<i64>)] = &[
+        ("newer-at-dst", 5, 1000, Some(2000)),
+        ("older-at-dst", 5, 3000, Some(1000)),
+        ("same-time", 50, 2000, Some(2000)),
+        ("big", 5000, 3000, Some(1000)),
+        ("new", 5, 1000, None),
+    ];
+    for &(name, size, mtime, _) in files {
+        fs::write(src.join(name), vec![b's'; size]).unwrap();
+        set_mtime(&src.join(name), mtime);
+    }
+    let cases: &[&[&str]] = &[
+        &["-u"],
+        &["--ignore-existing"],
+        &["--min-size=10"],
+        &["--max-size=1K"],
+        &["-u", "--max-size", "100"],
+    ];
+    let contents = |root: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = fs::read_dir(root)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    for (i, flags) in cases.iter().enumerate() {
+        let mut got = Vec::new();
+        for who in ["rsync", "ferry"] {
+            let dst = d.path().join(format!("{who}{i}"));
+            fs::create_dir(&dst).unwrap();
+            for &(name, _, _, at_dst) in files {
+                if let Some(t) = at_dst {
+                    fs::write(dst.join(name), b"old copy").unwrap();
+                    set_mtime(&dst.join(name), t);
+                }
+            }
+            if who == "rsync" {
+                let st = Command::new("rsync")
+                    .arg("-a")
+                    .args(*flags)
+                    .arg(slash(&src))
+                    .arg(&dst)
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+            } else {
+                let mut v = vec!["sync", "-a"];
+                v.extend_from_slice(flags);
+                let s = slash(&src);
+                v.extend([s.as_str(), p(&dst)]);
+                ferry_ok(&v);
+            }
+            got.push(contents(&dst));
+        }
+        assert_eq!(got[1], got[0], "{flags:?}");
+    }
 }

@@ -90,6 +90,9 @@ pub struct SyncOptions {
     /// `--delete-excluded`: excluded entries at the destination are not
     /// protected from `--delete` (which it implies).
     pub delete_excluded: bool,
+    /// rsync's options that leave some files alone (`--update`,
+    /// `--ignore-existing`, `--min-size`, `--max-size`).
+    pub skip: SkipRules,
     /// `--max-delete N`: delete at most N entries; the rest stay and the
     /// run reports them as a failure.
     pub max_delete: Option<u64>,
@@ -141,6 +144,7 @@ impl Default for SyncOptions {
             excludes: Excludes::new(&[]).unwrap_or_else(|_| unreachable!("empty exclude set")),
             delete_excluded: false,
             max_delete: None,
+            skip: SkipRules::default(),
             threads: default_threads(),
             delta: DeltaMode::Auto,
             bwlimit: None,
@@ -152,6 +156,20 @@ impl Default for SyncOptions {
             partial_dir: None,
         }
     }
+}
+
+/// Files a sync leaves as the destination has them, whatever their
+/// content (see `receiver::decide::leave_alone`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SkipRules {
+    /// `--update`: a destination file newer than the source stays.
+    pub update: bool,
+    /// `--ignore-existing`: whatever exists at the destination stays.
+    pub ignore_existing: bool,
+    /// `--min-size`: smaller files are not transferred.
+    pub min_size: Option<u64>,
+    /// `--max-size`: larger files are not transferred.
+    pub max_size: Option<u64>,
 }
 
 impl SyncOptions {

@@ -293,6 +293,9 @@ impl Dispatcher<'_, '_> {
         let stats = self.sh.stats;
         let meta = dest.stat()?;
         let old = meta.as_ref().map(decide::Stat::of);
+        if decide::leave_alone(&opts.skip, e.size, (e.mtime, e.mtime_nsec), old.as_ref()) {
+            return Ok(());
+        }
         let at = decide::file_at(old.map(|s| s.kind));
         let mut old_meta = None;
         match (at, meta, old) {

@@ -38,6 +38,8 @@ pub(super) fn serve_args_with(
         (opts.inplace, "--inplace"),
         (opts.xattrs, "--xattrs"),
         (opts.acls, "--acls"),
+        (opts.skip.update, "--update"),
+        (opts.skip.ignore_existing, "--ignore-existing"),
         (opts.delta == DeltaMode::Delta, "--delta"),
         (opts.delta == DeltaMode::Whole, "--whole-file"),
         (!opts.direct_io, "--buffered-io"),
@@ -59,6 +61,12 @@ pub(super) fn serve_args_with(
     }
     if let Some(n) = opts.max_delete {
         a.push(format!("--max-delete={n}"));
+    }
+    if let Some(n) = opts.skip.min_size {
+        a.push(format!("--min-size={n}B"));
+    }
+    if let Some(n) = opts.skip.max_size {
+        a.push(format!("--max-size={n}B"));
     }
     if let Some(r) = opts.bwlimit {
         // In bytes, said so: a bare number is KiB/s, as in rsync.

@@ -18,11 +18,13 @@
 mod cleanup;
 mod compare;
 mod progress;
+mod skip;
 mod transfer;
 
 pub(crate) use cleanup::*;
 pub(crate) use compare::*;
 pub(crate) use progress::*;
+pub(crate) use skip::*;
 pub(crate) use transfer::*;
 
 /// Entries and [`Stat`]s built by hand for the tests of every module.

@@ -1,0 +1,81 @@
+//! rsync's options that leave a destination file alone whatever its
+//! content: `--update`, `--ignore-existing`, `--min-size`, `--max-size`.
+
+use super::{Kind, Stat};
+use crate::SkipRules;
+
+/// Whether the file entry of `size` bytes and modification time `mtime`
+/// is left as the destination has it (`old`: what is there, if anything):
+/// not written, its metadata not touched, never deleted for it.
+pub(crate) fn leave_alone(
+    rules: &SkipRules,
+    size: u64,
+    mtime: (i64, u32),
+    old: Option<&Stat>,
+) -> bool {
+    if rules.min_size.is_some_and(|m| size < m) || rules.max_size.is_some_and(|m| size > m) {
+        return true;
+    }
+    match old {
+        None => false,
+        Some(_) if rules.ignore_existing => true,
+        // Newer at the destination; an equal time is updated (rsync:
+        // a size that differs is still sent).
+        Some(o) if rules.update && o.kind == Kind::File => (o.mtime, o.mtime_nsec) > mtime,
+        Some(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(mtime: i64) -> Stat {
+        Stat {
+            kind: Kind::File,
+            size: 5,
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            mtime,
+            mtime_nsec: 0,
+            dev: 1,
+            ino: 2,
+        }
+    }
+
+    #[test]
+    fn what_each_rule_leaves_alone() {
+        let none = SkipRules::default();
+        assert!(!leave_alone(&none, 5, (10, 0), Some(&file(20))));
+        let u = SkipRules {
+            update: true,
+            ..Default::default()
+        };
+        assert!(leave_alone(&u, 5, (10, 0), Some(&file(20))));
+        assert!(
+            !leave_alone(&u, 5, (20, 0), Some(&file(20))),
+            "equal: updated"
+        );
+        assert!(!leave_alone(&u, 5, (30, 0), Some(&file(20))));
+        assert!(!leave_alone(&u, 5, (10, 0), None));
+        let mut dir = file(20);
+        dir.kind = Kind::Dir;
+        assert!(!leave_alone(&u, 5, (10, 0), Some(&dir)), "-u is for files");
+        let ie = SkipRules {
+            ignore_existing: true,
+            ..Default::default()
+        };
+        assert!(leave_alone(&ie, 5, (30, 0), Some(&file(20))));
+        assert!(!leave_alone(&ie, 5, (30, 0), None));
+        let sized = SkipRules {
+            min_size: Some(10),
+            max_size: Some(100),
+            ..Default::default()
+        };
+        assert!(leave_alone(&sized, 9, (0, 0), None));
+        assert!(!leave_alone(&sized, 10, (0, 0), None));
+        assert!(!leave_alone(&sized, 100, (0, 0), None));
+        assert!(leave_alone(&sized, 101, (0, 0), None));
+    }
+}
