@@ -179,6 +179,10 @@ fn read_lines(f: &Path) -> Result<Vec<String>, String> {
 mod tests {
     use super::*;
 
+    fn texts(r: Result<Vec<FilterRule>, String>) -> Vec<String> {
+        r.unwrap().iter().map(|r| r.to_filter()).collect()
+    }
+
     #[test]
     fn options_keep_their_order_and_files_are_read() {
         let d = tempfile::tempdir().unwrap();
@@ -191,11 +195,7 @@ mod tests {
             RuleArg::ExcludeFrom(ex.clone()),
             RuleArg::Filter(format!(". {}", merge.display())),
         ];
-        let got: Vec<String> = rules(&args)
-            .unwrap()
-            .iter()
-            .map(|r| r.to_filter())
-            .collect();
+        let got = texts(rules(&args));
         assert_eq!(
             got,
             ["+ a", "- *.o", "+ keep.o", "- build/", "+ *.c", "- *"]
@@ -208,8 +208,7 @@ mod tests {
             RuleArg::Exclude("b".into()),
             RuleArg::Include(String::new()),
         ]);
-        let left: Vec<String> = cleared.unwrap().iter().map(|r| r.to_filter()).collect();
-        assert_eq!(left, ["- b"]);
+        assert_eq!(texts(cleared), ["- b"]);
         let missing = rules(&[RuleArg::IncludeFrom(d.path().join("nope"))]).unwrap_err();
         assert!(missing.contains("nope"), "{missing}");
         // A merge file that merges itself stops at the depth limit.
@@ -225,11 +224,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let list = d.path().join("list");
         std::fs::write(&list, "a/b/c.txt\n# no\n./a/d\n/x*y\n\n").unwrap();
-        let got: Vec<String> = files_from(&list, false)
-            .unwrap()
-            .iter()
-            .map(|r| r.to_filter())
-            .collect();
+        let got = texts(files_from(&list, false));
         assert_eq!(
             got,
             [

@@ -37,6 +37,28 @@ fn tree(root: &Path) {
     }
 }
 
+/// `rsync ARGS SRC DST`: it must succeed when `strict` (else only its
+/// copy counts).
+fn rsync(args: &[&str], src: &str, dst: &Path, strict: bool) {
+    let out = Command::new("rsync")
+        .args(args)
+        .arg(src)
+        .arg(dst)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!strict || out.status.success(), "rsync {args:?}: {err}");
+}
+
+/// `ferry sync PRE ARGS SRC DST --json`, which must succeed.
+fn ferry_sync(pre: &[&str], args: &[&str], src: &str, dst: &str) -> serde_json::Value {
+    let mut v = vec!["sync"];
+    v.extend_from_slice(pre);
+    v.extend_from_slice(args);
+    v.extend([src, dst]);
+    ferry_ok(&v)
+}
+
 /// Every path under `root`, relative, directories with a trailing `/`.
 fn listing(root: &Path) -> BTreeSet<String> {
     fn walk(root: &Path, rel: &str, out: &mut BTreeSet<String>) {
@@ -105,21 +127,12 @@ fn include_exclude_rules_select_what_rsync_selects() {
     let (rules, merge) = rule_files(d.path());
     for (i, case) in CASES.iter().enumerate() {
         let w = words(case, &rules, &merge);
-        let by_rsync = d.path().join(format!("rsync{i}"));
-        let st = Command::new("rsync")
-            .arg("-a")
-            .args(&w)
-            .arg(slash(&src))
-            .arg(&by_rsync)
-            .status()
-            .unwrap();
-        assert!(st.success(), "rsync {w:?}");
-        let by_ferry = d.path().join(format!("ferry{i}"));
-        let mut args: Vec<&str> = vec!["sync", "-a"];
+        let mut args = vec!["-a"];
         args.extend(w.iter().map(|s| s.as_str()));
-        let s = slash(&src);
-        args.extend([s.as_str(), p(&by_ferry)]);
-        ferry_ok(&args);
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        rsync(&args, &slash(&src), &by_rsync, true);
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        ferry_sync(&[], &args, &slash(&src), p(&by_ferry));
         assert_eq!(listing(&by_ferry), listing(&by_rsync), "rules {w:?}");
     }
 }
@@ -151,21 +164,16 @@ fn rules_cross_ssh_in_order_and_protect_from_delete() {
             fs::write(dst.join("a/extra.o"), b"x").unwrap();
             fs::write(dst.join("extra.txt"), b"x").unwrap();
         }
-        let st = Command::new("rsync")
-            .args(["-a", "--delete"])
-            .args(&w)
-            .arg(slash(&src))
-            .arg(&by_rsync)
-            .status()
-            .unwrap();
-        assert!(st.success(), "rsync {w:?}");
-        let dst = srv.remote(&by_ferry);
-        let mut args: Vec<&str> = vec!["sync", "-e", &rsh, "--remote-ferry", p(&bin)];
-        args.extend(["-a", "--delete"]);
+        let mut args = vec!["-a", "--delete"];
         args.extend(w.iter().map(|s| s.as_str()));
-        let s = slash(&src);
-        args.extend([s.as_str(), dst.as_str()]);
-        ferry_ok(&args);
+        rsync(&args, &slash(&src), &by_rsync, true);
+        let dst = srv.remote(&by_ferry);
+        ferry_sync(
+            &["-e", &rsh, "--remote-ferry", p(&bin)],
+            &args,
+            &slash(&src),
+            &dst,
+        );
         assert_eq!(listing(&by_ferry), listing(&by_rsync), "rules {w:?}");
     }
 }
@@ -196,18 +204,9 @@ fn delete_keeps_excluded_entries_inside_deleted_directories() {
         if who == "rsync" {
             // rsync says it cannot delete the non-empty directory: exit 0
             // all the same on 3.x, or 23 on some; its copy is what counts.
-            let _ = Command::new("rsync")
-                .args(args)
-                .arg(slash(&src))
-                .arg(&dst)
-                .output()
-                .unwrap();
+            rsync(&args, &slash(&src), &dst, false);
         } else {
-            let mut v = vec!["sync"];
-            v.extend(args);
-            let s = slash(&src);
-            v.extend([s.as_str(), p(&dst)]);
-            ferry_ok(&v);
+            ferry_sync(&[], &args, &slash(&src), p(&dst));
         }
         got.push(listing(&dst));
     }
@@ -379,21 +378,13 @@ fn files_from_copies_what_rsync_copies() {
     )
     .unwrap();
     for (i, flags) in [&["-a"][..], &["-a", "-r"]].iter().enumerate() {
-        let by_rsync = d.path().join(format!("rsync{i}"));
-        let st = Command::new("rsync")
-            .args(*flags)
-            .arg(format!("--files-from={}", list.display()))
-            .arg(&src)
-            .arg(&by_rsync)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let by_ferry = d.path().join(format!("ferry{i}"));
-        let mut args = vec!["sync"];
-        args.extend_from_slice(flags);
         let ff = format!("--files-from={}", list.display());
-        args.extend([ff.as_str(), p(&src), p(&by_ferry)]);
-        ferry_ok(&args);
+        let mut args = flags.to_vec();
+        args.push(&ff);
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        rsync(&args, p(&src), &by_rsync, true);
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        ferry_sync(&[], &args, p(&src), p(&by_ferry));
         assert_eq!(listing(&by_ferry), listing(&by_rsync), "{flags:?}");
     }
 }
@@ -527,21 +518,12 @@ fn update_ignore_existing_and_sizes_leave_what_rsync_leaves() {
                     set_mtime(&dst.join(name), t);
                 }
             }
+            let mut args = vec!["-a"];
+            args.extend_from_slice(flags);
             if who == "rsync" {
-                let st = Command::new("rsync")
-                    .arg("-a")
-                    .args(*flags)
-                    .arg(slash(&src))
-                    .arg(&dst)
-                    .status()
-                    .unwrap();
-                assert!(st.success());
+                rsync(&args, &slash(&src), &dst, true);
             } else {
-                let mut v = vec!["sync", "-a"];
-                v.extend_from_slice(flags);
-                let s = slash(&src);
-                v.extend([s.as_str(), p(&dst)]);
-                ferry_ok(&v);
+                ferry_sync(&[], &args, &slash(&src), p(&dst));
             }
             got.push(contents(&dst));
         }
