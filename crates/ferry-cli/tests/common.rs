@@ -269,6 +269,15 @@ impl Drop for SshServer {
     }
 }
 
+/// A ferry run with `args`, SIGKILLed after `ms` milliseconds (what it
+/// leaves is the point).
+pub fn killed_after(args: &[&str], ms: u64) {
+    let mut c = Command::new(ferry_bin()).args(args).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
 pub fn which(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])

@@ -365,14 +365,19 @@ fn an_interrupted_copy_into_an_nbd_export_resumes_with_partial_dir() {
     // 100 MiB/s: about 2.6 s for the image; killed after 1.8 s, past the
     // first journal appends (every 64 MiB).
     let killed = || {
-        let mut c = Command::new(ferry_bin())
-            .args(["sync", "-q", "--bwlimit", "100M", "--partial-dir", p(&jdir)])
-            .args([p(&img), &uri])
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(1800));
-        let _ = c.kill();
-        let _ = c.wait();
+        killed_after(
+            &[
+                "sync",
+                "-q",
+                "--bwlimit",
+                "100M",
+                "--partial-dir",
+                p(&jdir),
+                p(&img),
+                &uri,
+            ],
+            1800,
+        );
         assert!(journal().is_some(), "no journal in --partial-dir");
     };
     killed();

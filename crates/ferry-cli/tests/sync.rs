@@ -395,14 +395,19 @@ fn an_interrupted_copy_onto_a_device_resumes_with_partial_dir() {
     fs::create_dir(&jdir).unwrap();
     // 100 MiB/s: about 2.6 s for the image; killed after 1.8 s, past the
     // first journal appends (every 64 MiB).
-    let mut c = std::process::Command::new(ferry_bin())
-        .args(["sync", "-q", "--bwlimit", "100M", "--partial-dir", p(&jdir)])
-        .args([p(&img), &dev])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1800));
-    let _ = c.kill();
-    let _ = c.wait();
+    killed_after(
+        &[
+            "sync",
+            "-q",
+            "--bwlimit",
+            "100M",
+            "--partial-dir",
+            p(&jdir),
+            p(&img),
+            &dev,
+        ],
+        1800,
+    );
     let journal = jdir.join(format!("{}.ferry-journal", dev.replace('/', "_")));
     assert!(journal.exists(), "no journal in --partial-dir");
     let j = ferry_ok(&["sync", "--partial-dir", p(&jdir), p(&img), &dev]);
