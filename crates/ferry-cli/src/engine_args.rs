@@ -70,6 +70,14 @@ pub struct EngineArgs {
     /// destination too, instead of protecting them.
     #[arg(long)]
     pub delete_excluded: bool,
+    /// Keep each file a run replaces or deletes beside it as NAME~ (an
+    /// older backup of that name replaced); names ending in the suffix are
+    /// not deleted by --delete. Not with --inplace.
+    #[arg(short = 'b', long)]
+    pub backup: bool,
+    /// The backups' suffix (default `~`).
+    #[arg(long, value_name = "SUFFIX", allow_hyphen_values = true)]
+    pub suffix: Option<String>,
     /// Skip files that are newer at the destination (equal times are
     /// updated), as rsync's -u.
     #[arg(short = 'u', long)]
@@ -177,11 +185,22 @@ impl EngineArgs {
                 return Err("--timeout takes a number of seconds, at least 2 (0: none)".into())
             }
         };
+        let backup = match (self.backup, &self.suffix) {
+            (false, _) => None,
+            (true, _) if self.inplace => {
+                return Err("--backup with --inplace: ferry backs up by a hard link before the rename that --inplace does without".into())
+            }
+            (true, Some(s)) if s.is_empty() || s.contains('/') => {
+                return Err(format!("--suffix {s:?}: a suffix is not empty and has no /"))
+            }
+            (true, s) => Some(s.clone().unwrap_or_else(|| "~".into())),
+        };
         Ok(SyncOptions {
             checksum: self.checksum,
             delete: self.delete || self.delete_excluded,
             delete_excluded: self.delete_excluded,
             max_delete: self.max_delete,
+            backup,
             skip: ferry_core::SkipRules {
                 update: self.update,
                 ignore_existing: self.ignore_existing,

@@ -81,6 +81,7 @@ mod tests {
             delete_excluded: true,
             max_delete: Some(7),
             acls: true,
+            backup: Some(".bak".into()),
             skip: ferry_core::SkipRules {
                 update: true,
                 ignore_existing: true,
@@ -102,6 +103,7 @@ mod tests {
         assert_eq!(got.excludes.rules(), opts.excludes.rules());
         assert!(got.delete_excluded && got.max_delete == Some(7) && got.acls);
         assert_eq!(got.skip, opts.skip);
+        assert_eq!(got.backup, opts.backup);
         assert!(
             w.a.receive
                 && w.a.file_or_dir

@@ -343,7 +343,7 @@ fn rsync_command_lines_run_as_typed() {
         ("-i", "-v"),
         ("--no-perms", "cannot turn it off"),
         ("--info=stats2", "progress2"),
-        ("--backup", "does not take"),
+        ("--backup-dir=x", "does not take"),
         ("-D", "skips device"),
         ("--filter=P keep", "protect"),
     ] {
@@ -354,7 +354,7 @@ fn rsync_command_lines_run_as_typed() {
         assert!(err.contains(word), "{flags}: {err}");
     }
     // A usage error is 1 either way.
-    let out = ferry(&["sync", "--rsync-exit-codes", "-b", "a", "b"]);
+    let out = ferry(&["sync", "--rsync-exit-codes", "--link-dest=x", "a", "b"]);
     assert_eq!(out.status.code(), Some(1));
     // A missing source is ferry's I/O error: 11 in rsync's numbers.
     let out = ferry(&["sync", "--rsync-exit-codes", "/nonexistent/a", "b"]);
@@ -528,5 +528,82 @@ fn update_ignore_existing_and_sizes_leave_what_rsync_leaves() {
             got.push(contents(&dst));
         }
         assert_eq!(got[1], got[0], "{flags:?}");
+    }
+}
+
+/// `-b` (and `--suffix`): replaced and deleted files are kept as rsync
+/// keeps them, older backups replaced, backups never deleted; locally and
+/// pushed over ssh.
+#[test]
+fn backups_are_kept_as_rsync_keeps_them() {
+    if !need("rsync", "backups_are_kept_as_rsync_keeps_them") {
+        return;
+    }
+    let Some(srv) = SshServer::start("backups_are_kept_as_rsync_keeps_them") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("a"), b"new a").unwrap();
+    fs::write(src.join("sub/b"), b"new b").unwrap();
+    std::os::unix::fs::symlink("a", src.join("link")).unwrap();
+    // Same sizes as the old copies: times far apart make them changed.
+    set_mtime(&src.join("a"), 2000);
+    set_mtime(&src.join("sub/b"), 2000);
+    let contents = |root: &Path| -> Vec<(String, String)> {
+        listing(root)
+            .into_iter()
+            .map(|rel| {
+                let p = root.join(&rel);
+                let what = match fs::symlink_metadata(&p) {
+                    Ok(m) if m.is_symlink() => {
+                        format!("-> {}", fs::read_link(&p).unwrap().display())
+                    }
+                    Ok(m) if m.is_file() => String::from_utf8_lossy(&fs::read(&p).unwrap()).into(),
+                    _ => String::new(),
+                };
+                (rel, what)
+            })
+            .collect()
+    };
+    let bin = ferry_bin();
+    let rsh = srv.rsh();
+    for (i, flags) in [
+        &["-a", "-b", "--delete"][..],
+        &["-a", "--backup", "--suffix=.bak", "--delete"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut got = Vec::new();
+        for who in ["rsync", "ferry", "ferry-ssh"] {
+            let dst = d.path().join(format!("{who}{i}"));
+            fs::create_dir_all(dst.join("sub")).unwrap();
+            fs::write(dst.join("a"), b"old a").unwrap();
+            fs::write(dst.join("a~"), b"older a").unwrap();
+            fs::write(dst.join("a.bak"), b"older a").unwrap();
+            fs::write(dst.join("sub/b"), b"old b").unwrap();
+            fs::write(dst.join("gone"), b"deleted").unwrap();
+            fs::write(dst.join("link"), b"a file where the link goes").unwrap();
+            match who {
+                "rsync" => rsync(flags, &slash(&src), &dst, true),
+                "ferry" => {
+                    ferry_sync(&[], flags, &slash(&src), p(&dst));
+                }
+                _ => {
+                    let remote = srv.remote(&dst);
+                    ferry_sync(
+                        &["-e", &rsh, "--remote-ferry", p(&bin)],
+                        flags,
+                        &slash(&src),
+                        &remote,
+                    );
+                }
+            }
+            got.push(contents(&dst));
+        }
+        assert_eq!(got[1], got[0], "{flags:?}");
+        assert_eq!(got[2], got[0], "{flags:?} over ssh");
     }
 }

@@ -90,6 +90,9 @@ pub struct SyncOptions {
     /// `--delete-excluded`: excluded entries at the destination are not
     /// protected from `--delete` (which it implies).
     pub delete_excluded: bool,
+    /// `--backup`: the suffix of the backups of replaced and deleted
+    /// entries, kept beside them (`None`: no backups).
+    pub backup: Option<String>,
     /// rsync's options that leave some files alone (`--update`,
     /// `--ignore-existing`, `--min-size`, `--max-size`).
     pub skip: SkipRules,
@@ -145,6 +148,7 @@ impl Default for SyncOptions {
             delete_excluded: false,
             max_delete: None,
             skip: SkipRules::default(),
+            backup: None,
             threads: default_threads(),
             delta: DeltaMode::Auto,
             bwlimit: None,

@@ -266,6 +266,7 @@ impl Dispatcher<'_, '_> {
         if let Err(err) = self
             .link_meta(e, &tmp)
             .op("set metadata of")
+            .and_then(|_| super::backup::keep_replaced(self.sh.opts, dest).op("back up"))
             .and_then(|_| tmp.rename_to(dest).op("rename into place"))
         {
             let _ = tmp.remove_file();

@@ -98,6 +98,7 @@ impl Dispatcher<'_, '_> {
         let r = tmp
             .hard_link_to(&target)
             .op("link")
+            .and_then(|_| super::backup::keep_replaced(self.sh.opts, &dest).op("back up"))
             .and_then(|_| tmp.rename_to(&dest).op("rename into place"));
         if r.is_err() {
             let _ = tmp.remove_file();
@@ -158,6 +159,7 @@ impl Dispatcher<'_, '_> {
         let opts = self.sh.opts;
         let protect = (!opts.delete_excluded).then_some(&opts.excludes);
         let mut extras = decide::extras(rel, entries, &self.seen, protect);
+        extras.retain(|x| !super::backup::is_backup(opts, &x.name));
         extras.sort_by(|a, b| a.name.cmp(&b.name));
         for x in extras {
             self.tree.forget(&x.rel);
@@ -200,10 +202,11 @@ impl Dispatcher<'_, '_> {
                 children.sort();
                 for (child, d) in children {
                     let crel = decide::child_rel(&rel, child.as_bytes());
-                    let protected = !opts.delete_excluded
+                    let protected = (!opts.delete_excluded
                         && opts
                             .excludes
-                            .excluded(Path::new(OsStr::from_bytes(&crel)), d);
+                            .excluded(Path::new(OsStr::from_bytes(&crel)), d))
+                        || super::backup::is_backup(opts, &child);
                     all_gone &= !protected && self.delete_tree(&sub, &child, crel, d, budget);
                 }
             }
@@ -230,17 +233,22 @@ impl Dispatcher<'_, '_> {
         } else {
             rustix::fs::AtFlags::empty()
         };
-        match rustix::fs::unlinkat(dir, name, flags) {
+        let res = match (&opts.backup, is_dir) {
+            (Some(suffix), false) => super::backup::keep_deleted(dir, name, suffix),
+            _ => rustix::fs::unlinkat(dir, name, flags).map_err(io::Error::from),
+        };
+        match res {
             Ok(()) => {
                 Stats::add(&stats.files_deleted, 1);
                 self.sh.changed_rel(&rel);
-                true
+                // A backup stays in the directory, which stays too.
+                opts.backup.is_none() || is_dir
             }
             Err(err) => {
                 stats.error(format!(
                     "{}: delete: {}",
                     self.tree.show(&rel).display(),
-                    describe(&err.into())
+                    describe(&err)
                 ));
                 false
             }

@@ -30,6 +30,7 @@ use crate::plan::Dest;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
+mod backup;
 mod decide;
 mod entries;
 mod file;

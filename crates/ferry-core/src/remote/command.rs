@@ -62,6 +62,10 @@ pub(super) fn serve_args_with(
     if let Some(n) = opts.max_delete {
         a.push(format!("--max-delete={n}"));
     }
+    if let Some(s) = &opts.backup {
+        a.push("--backup".into());
+        a.push(format!("--suffix={s}"));
+    }
     if let Some(n) = opts.skip.min_size {
         a.push(format!("--min-size={n}B"));
     }
