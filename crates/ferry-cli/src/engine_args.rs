@@ -78,6 +78,12 @@ pub struct EngineArgs {
     /// The backups' suffix (default `~`).
     #[arg(long, value_name = "SUFFIX", allow_hyphen_values = true)]
     pub suffix: Option<String>,
+    /// Change the permissions the copy gets, as rsync's --chmod:
+    /// comma-separated clauses, each `D` (directories) or `F` (files) or
+    /// neither, then an octal mode or chmod's symbolic form (`u+rwX`,
+    /// `go-w`, `a=r`). Repeatable; applied in order.
+    #[arg(long, value_name = "CLAUSES")]
+    pub chmod: Vec<String>,
     /// Skip files that are newer at the destination (equal times are
     /// updated), as rsync's -u.
     #[arg(short = 'u', long)]
@@ -201,6 +207,7 @@ impl EngineArgs {
             delete_excluded: self.delete_excluded,
             max_delete: self.max_delete,
             backup,
+            chmod: ferry_core::chmod::Chmod::parse(&self.chmod).map_err(|e| e.to_string())?,
             skip: ferry_core::SkipRules {
                 update: self.update,
                 ignore_existing: self.ignore_existing,

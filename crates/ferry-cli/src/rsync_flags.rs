@@ -124,7 +124,6 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         | "--relative"
         | "--link-dest"
         | "--backup-dir"
-        | "--chmod"
         | "--chown"
         | "--remove-source-files"
         | "--existing" => {

@@ -82,6 +82,7 @@ mod tests {
             max_delete: Some(7),
             acls: true,
             backup: Some(".bak".into()),
+            chmod: ferry_core::chmod::Chmod::parse(&["D755,F644".into(), "u+X".into()]).unwrap(),
             skip: ferry_core::SkipRules {
                 update: true,
                 ignore_existing: true,
@@ -104,6 +105,7 @@ mod tests {
         assert!(got.delete_excluded && got.max_delete == Some(7) && got.acls);
         assert_eq!(got.skip, opts.skip);
         assert_eq!(got.backup, opts.backup);
+        assert_eq!(got.chmod, opts.chmod);
         assert!(
             w.a.receive
                 && w.a.file_or_dir

@@ -607,3 +607,49 @@ fn backups_are_kept_as_rsync_keeps_them() {
         assert_eq!(got[2], got[0], "{flags:?} over ssh");
     }
 }
+
+/// `--chmod`: every path gets the mode rsync gives it.
+#[test]
+fn chmod_gives_the_modes_rsync_gives() {
+    use std::os::unix::fs::PermissionsExt;
+    if !need("rsync", "chmod_gives_the_modes_rsync_gives") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("d/e")).unwrap();
+    for (f, mode) in [
+        ("x", 0o755),
+        ("r", 0o600),
+        ("d/w", 0o666),
+        ("d/e/s", 0o4750),
+    ] {
+        fs::write(src.join(f), f).unwrap();
+        fs::set_permissions(src.join(f), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    fs::set_permissions(src.join("d"), fs::Permissions::from_mode(0o700)).unwrap();
+    let modes = |root: &Path| -> Vec<(String, u32)> {
+        listing(root)
+            .into_iter()
+            .map(|rel| {
+                let m = fs::symlink_metadata(root.join(&rel)).unwrap();
+                (rel, m.permissions().mode() & 0o7777)
+            })
+            .collect()
+    };
+    for (i, spec) in ["D750,F640", "go-w,a+X", "u=rwX,g=rX,o=", "Fu+x,Do+t", "a-s"]
+        .iter()
+        .enumerate()
+    {
+        let arg = format!("--chmod={spec}");
+        let args = ["-a", arg.as_str()];
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        rsync(&args, &slash(&src), &by_rsync, true);
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        ferry_sync(&[], &args, &slash(&src), p(&by_ferry));
+        assert_eq!(modes(&by_ferry), modes(&by_rsync), "{spec}");
+        // A re-run changes nothing.
+        let j = ferry_sync(&[], &args, &slash(&src), p(&by_ferry));
+        assert_eq!(j["files_transferred"], 0, "{spec}: {j}");
+    }
+}

@@ -11,6 +11,7 @@
 //! [`Error`] with an exit [`Class`], and exposes live counters in [`Stats`]
 //! for whoever wants to draw progress.
 
+pub mod chmod;
 mod destdir;
 mod direct;
 mod early;
@@ -90,6 +91,8 @@ pub struct SyncOptions {
     /// `--delete-excluded`: excluded entries at the destination are not
     /// protected from `--delete` (which it implies).
     pub delete_excluded: bool,
+    /// `--chmod`: permission changes the sender applies to what it lists.
+    pub chmod: chmod::Chmod,
     /// `--backup`: the suffix of the backups of replaced and deleted
     /// entries, kept beside them (`None`: no backups).
     pub backup: Option<String>,
@@ -149,6 +152,7 @@ impl Default for SyncOptions {
             max_delete: None,
             skip: SkipRules::default(),
             backup: None,
+            chmod: chmod::Chmod::default(),
             threads: default_threads(),
             delta: DeltaMode::Auto,
             bwlimit: None,

@@ -62,6 +62,9 @@ pub(super) fn serve_args_with(
     if let Some(n) = opts.max_delete {
         a.push(format!("--max-delete={n}"));
     }
+    for c in opts.chmod.texts() {
+        a.push(format!("--chmod={c}"));
+    }
     if let Some(s) = &opts.backup {
         a.push("--backup".into());
         a.push(format!("--suffix={s}"));

@@ -165,6 +165,9 @@ impl Walker<'_> {
             mtime_nsec: meta.mtime_nsec() as u32,
             ..Default::default()
         };
+        if !ft.is_symlink() && !self.opts.chmod.is_empty() {
+            e.mode = self.opts.chmod.apply(e.mode, ft.is_dir());
+        }
         if self.opts.xattrs || self.opts.acls {
             e.xattrs = fsutil::read_xattrs(path).map_err(|err| Error::io(path, err))?;
             if !self.opts.xattrs {
