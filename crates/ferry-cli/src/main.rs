@@ -11,6 +11,7 @@ mod engine_args;
 mod filter_args;
 mod human;
 mod keygen_cmd;
+mod log_file;
 mod progress;
 mod rsync_codes;
 mod rsync_flags;

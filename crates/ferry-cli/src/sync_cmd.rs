@@ -88,6 +88,10 @@ pub struct SyncArgs {
     /// Print nothing but errors.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Append what the run does (each change, errors, the summary) to
+    /// FILE, each line stamped with the time and the process id.
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     rsync: crate::rsync_flags::RsyncArgs,
 }
@@ -175,13 +179,35 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     } else {
         None
     };
+    let log = match a.log_file.as_deref().map(crate::log_file::LogFile::open) {
+        None => None,
+        Some(Ok(l)) => Some(Arc::new(l)),
+        Some(Err(e)) => {
+            errln!(
+                "ferry: --log-file {}: {e}",
+                a.log_file.unwrap_or_default().display()
+            );
+            return exit::USAGE;
+        }
+    };
+    if let Some(l) = &log {
+        l.line(&format!("sync {}", a.paths.join(" ")));
+    }
     let stats = Arc::new(Stats::default());
     let start = std::time::Instant::now();
     // -v and -n list each change as it happens, not at the end.
     let listing = (a.engine.dry_run || a.verbose) && !a.json;
-    if listing {
-        let prefix = if a.engine.dry_run { "would " } else { "" };
-        stats.on_change(move |line| outln!("{prefix}{line}"));
+    let prefix = if a.engine.dry_run { "would " } else { "" };
+    if listing || log.is_some() {
+        let log = log.clone();
+        stats.on_change(move |line| {
+            if listing {
+                outln!("{prefix}{line}");
+            }
+            if let Some(l) = &log {
+                l.line(&format!("{prefix}{line}"));
+            }
+        });
     }
     // A bar redrawn on the terminal the list is printed to would tear it.
     let bar_in_the_way = listing && std::io::stdout().is_terminal();
@@ -240,6 +266,19 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     }
     for line in &report.errors {
         errln!("ferry: {line}");
+    }
+    if let Some(l) = &log {
+        for line in &report.notices {
+            l.line(&format!("note: {line}"));
+        }
+        for line in &report.errors {
+            l.line(&format!("error: {line}"));
+        }
+        match &res {
+            Err(e) if !matches!(e, Error::Partial { .. }) => l.line(&format!("error: {e}")),
+            _ => l.line(&summary(&report, a.engine.dry_run)),
+        }
+        l.line(&format!("exit {code}"));
     }
     // A fatal error is the run's last word: no summary of a run that did
     // not finish (--json still gets its object, with the exit code).

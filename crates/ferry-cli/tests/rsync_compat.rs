@@ -653,3 +653,50 @@ fn chmod_gives_the_modes_rsync_gives() {
         assert_eq!(j["files_transferred"], 0, "{spec}: {j}");
     }
 }
+
+/// `--log-file`: each change, the summary and the exit code, stamped,
+/// appended run after run.
+#[test]
+fn log_file_records_each_run() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("one"), b"1").unwrap();
+    let log = d.path().join("ferry.log");
+    let dst = d.path().join("dst");
+    let arg = format!("--log-file={}", log.display());
+    for _ in 0..2 {
+        ferry_sync(&[], &[arg.as_str()], &slash(&src), p(&dst));
+    }
+    let text = fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let pid_stamp = |l: &str| {
+        let b = l.as_bytes();
+        l.len() > 22
+            && b[4] == b'/'
+            && b[7] == b'/'
+            && b[10] == b' '
+            && b[13] == b':'
+            && l[20..].starts_with('[')
+    };
+    assert!(lines.iter().all(|l| pid_stamp(l)), "{text}");
+    assert_eq!(
+        lines.iter().filter(|l| l.ends_with("exit 0")).count(),
+        2,
+        "{text}"
+    );
+    assert!(lines.iter().any(|l| l.contains("new one")), "{text}");
+    assert!(
+        lines.iter().any(|l| l.contains("1 file, 1 directory")),
+        "{text}"
+    );
+    // An unwritable log is a usage error before anything moves.
+    let out = ferry(&[
+        "sync",
+        "--log-file=/nonexistent/dir/log",
+        &slash(&src),
+        p(&d.path().join("x")),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!d.path().join("x").exists());
+}
