@@ -78,6 +78,11 @@ pub struct EngineArgs {
     /// The backups' suffix (default `~`).
     #[arg(long, value_name = "SUFFIX", allow_hyphen_values = true)]
     pub suffix: Option<String>,
+    /// Hard-link files that DIR (an earlier copy; relative to the
+    /// destination unless absolute) holds unchanged, instead of sending
+    /// them: snapshots that share what did not change. Repeatable.
+    #[arg(long, value_name = "DIR")]
+    pub link_dest: Vec<std::path::PathBuf>,
     /// Change the permissions the copy gets, as rsync's --chmod:
     /// comma-separated clauses, each `D` (directories) or `F` (files) or
     /// neither, then an octal mode or chmod's symbolic form (`u+rwX`,
@@ -207,6 +212,7 @@ impl EngineArgs {
             delete_excluded: self.delete_excluded,
             max_delete: self.max_delete,
             backup,
+            link_dest: self.link_dest.clone(),
             chmod: ferry_core::chmod::Chmod::parse(&self.chmod).map_err(|e| e.to_string())?,
             skip: ferry_core::SkipRules {
                 update: self.update,

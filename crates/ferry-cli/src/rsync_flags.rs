@@ -122,7 +122,6 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         | "--one-file-system"
         | "-R"
         | "--relative"
-        | "--link-dest"
         | "--backup-dir"
         | "--chown"
         | "--remove-source-files"

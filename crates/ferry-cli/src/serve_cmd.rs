@@ -82,6 +82,7 @@ mod tests {
             max_delete: Some(7),
             acls: true,
             backup: Some(".bak".into()),
+            link_dest: vec!["../snap 1".into()],
             chmod: ferry_core::chmod::Chmod::parse(&["D755,F644".into(), "u+X".into()]).unwrap(),
             skip: ferry_core::SkipRules {
                 update: true,
@@ -106,6 +107,7 @@ mod tests {
         assert_eq!(got.skip, opts.skip);
         assert_eq!(got.backup, opts.backup);
         assert_eq!(got.chmod, opts.chmod);
+        assert_eq!(got.link_dest, opts.link_dest);
         assert!(
             w.a.receive
                 && w.a.file_or_dir

@@ -354,7 +354,7 @@ fn rsync_command_lines_run_as_typed() {
         assert!(err.contains(word), "{flags}: {err}");
     }
     // A usage error is 1 either way.
-    let out = ferry(&["sync", "--rsync-exit-codes", "--link-dest=x", "a", "b"]);
+    let out = ferry(&["sync", "--rsync-exit-codes", "-x", "a", "b"]);
     assert_eq!(out.status.code(), Some(1));
     // A missing source is ferry's I/O error: 11 in rsync's numbers.
     let out = ferry(&["sync", "--rsync-exit-codes", "/nonexistent/a", "b"]);
@@ -699,4 +699,76 @@ fn log_file_records_each_run() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!d.path().join("x").exists());
+}
+
+/// `--link-dest`: a second snapshot hard-links what did not change from
+/// the first, as rsync's does (the same files linked), locally and over
+/// ssh, and sends only what changed.
+#[test]
+fn link_dest_links_what_rsync_links() {
+    use std::os::unix::fs::MetadataExt;
+    if !need("rsync", "link_dest_links_what_rsync_links") {
+        return;
+    }
+    let Some(srv) = SshServer::start("link_dest_links_what_rsync_links") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let bin = ferry_bin();
+    let rsh = srv.rsh();
+    // Which files of `snap2` are the same inode as in `snap1`.
+    let linked = |snap1: &Path, snap2: &Path| -> Vec<String> {
+        listing(snap2)
+            .into_iter()
+            .filter(|rel| {
+                let (a, b) = (snap1.join(rel), snap2.join(rel));
+                !rel.ends_with('/')
+                    && fs::metadata(&a).is_ok_and(|m| m.ino() == fs::metadata(&b).unwrap().ino())
+            })
+            .collect()
+    };
+    let mut first = true;
+    let mut got = Vec::new();
+    for who in ["rsync", "ferry", "ferry-ssh"] {
+        let snap1 = d.path().join(format!("{who}-1"));
+        let snap2 = d.path().join(format!("{who}-2"));
+        let link = format!("--link-dest=../{who}-1");
+        let args = ["-a", link.as_str()];
+        match who {
+            "rsync" => {
+                rsync(&["-a"], &slash(&src), &snap1, true);
+                if first {
+                    // One change and one new file between the snapshots.
+                    fs::write(src.join("a/one.txt"), b"changed!").unwrap();
+                    fs::write(src.join("added"), b"new").unwrap();
+                    first = false;
+                }
+                rsync(&args, &slash(&src), &snap2, true);
+            }
+            "ferry" => {
+                rsync(&["-a"], &slash(&d.path().join("rsync-1")), &snap1, true);
+                let j = ferry_sync(&[], &args, &slash(&src), p(&snap2));
+                assert_eq!(j["files_transferred"], 2, "{j}");
+            }
+            _ => {
+                rsync(&["-a"], &slash(&d.path().join("rsync-1")), &snap1, true);
+                let pre = ["-e", rsh.as_str(), "--remote-ferry", p(&bin)];
+                ferry_sync(&pre, &args, &slash(&src), &srv.remote(&snap2));
+            }
+        }
+        // Link counts differ by design: the names and contents are alike.
+        assert_eq!(listing(&snap2), listing(&src), "{who}");
+        for rel in listing(&src).iter().filter(|r| !r.ends_with('/')) {
+            assert!(
+                fs::read(src.join(rel)).unwrap() == fs::read(snap2.join(rel)).unwrap(),
+                "{who}: {rel}"
+            );
+        }
+        got.push(linked(&snap1, &snap2));
+    }
+    assert!(got[0].len() >= 10, "{:?}", got[0]);
+    assert_eq!(got[1], got[0]);
+    assert_eq!(got[2], got[0]);
 }

@@ -91,6 +91,9 @@ pub struct SyncOptions {
     /// `--delete-excluded`: excluded entries at the destination are not
     /// protected from `--delete` (which it implies).
     pub delete_excluded: bool,
+    /// `--link-dest`: directories of earlier copies to hard-link unchanged
+    /// files from (relative to the destination unless absolute).
+    pub link_dest: Vec<std::path::PathBuf>,
     /// `--chmod`: permission changes the sender applies to what it lists.
     pub chmod: chmod::Chmod,
     /// `--backup`: the suffix of the backups of replaced and deleted
@@ -153,6 +156,7 @@ impl Default for SyncOptions {
             skip: SkipRules::default(),
             backup: None,
             chmod: chmod::Chmod::default(),
+            link_dest: Vec::new(),
             threads: default_threads(),
             delta: DeltaMode::Auto,
             bwlimit: None,

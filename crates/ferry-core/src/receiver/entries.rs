@@ -297,6 +297,9 @@ impl Dispatcher<'_, '_> {
         if decide::leave_alone(&opts.skip, e.size, (e.mtime, e.mtime_nsec), old.as_ref()) {
             return Ok(());
         }
+        if old.is_none() && self.link_from_earlier(&e, dest)? {
+            return Ok(());
+        }
         let at = decide::file_at(old.map(|s| s.kind));
         let mut old_meta = None;
         match (at, meta, old) {

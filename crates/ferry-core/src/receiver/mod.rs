@@ -35,6 +35,7 @@ mod decide;
 mod entries;
 mod file;
 mod finish;
+mod link_dest;
 mod partial;
 mod readback;
 mod signer;
@@ -172,6 +173,7 @@ pub fn run_receiver(
             source_unread: false,
             scanned: HashSet::new(),
             whole_only: HashSet::new(),
+            link_dests: None,
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -334,6 +336,8 @@ struct Dispatcher<'a, 'b> {
     source_unread: bool,
     /// Files asked for again whole after a delta failed: never a delta.
     whole_only: HashSet<u32>,
+    /// The `--link-dest` directories, opened at their first use.
+    link_dests: Option<Vec<DestDir>>,
 }
 
 /// How many files may be open for writing at once, from this process's

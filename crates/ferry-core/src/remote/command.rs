@@ -62,6 +62,9 @@ pub(super) fn serve_args_with(
     if let Some(n) = opts.max_delete {
         a.push(format!("--max-delete={n}"));
     }
+    for d in &opts.link_dest {
+        a.push(format!("--link-dest={}", d.display()));
+    }
     for c in opts.chmod.texts() {
         a.push(format!("--chmod={c}"));
     }
