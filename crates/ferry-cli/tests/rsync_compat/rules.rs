@@ -1,0 +1,127 @@
+//! Include and exclude rules and --files-from, against real rsync on the
+//! same tree, locally and over ssh.
+
+use super::*;
+
+/// The rule sets tried, as command-line words (a `{rules}` word names the
+/// rule file, `{merge}` the merge file).
+const CASES: &[&[&str]] = &[
+    &["--include", "*/", "--include", "*.txt", "--exclude", "*"],
+    &["--exclude", "b/", "--exclude", "/top.log"],
+    &["--filter", "+ keep/***", "--filter", "- *"],
+    &["--exclude", "x/y"],
+    &["--exclude", "/a/*.o"],
+    &["--exclude", "*.o", "--include", "special.o"],
+    &["--include", "special.o", "--exclude", "*.o"],
+    &["--exclude-from", "{rules}"],
+    &["--filter", ". {merge}", "--exclude", "logs"],
+    &["-f", "- *.log", "-f", "!", "--exclude", "*.bin"],
+    &["--exclude", "#hash", "--exclude", "sp ace "],
+    &["--exclude", "+ *.txt", "--exclude", "*"],
+    &["--exclude", "/a/**.o"],
+    &["--include", "*/", "--include", "keep/**", "--exclude", "*"],
+];
+
+fn words(case: &[&str], rules: &Path, merge: &Path) -> Vec<String> {
+    case.iter()
+        .map(|w| w.replace("{rules}", p(rules)).replace("{merge}", p(merge)))
+        .collect()
+}
+
+fn rule_files(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let rules = d.join("rules");
+    fs::write(&rules, "# comment\n; another\n\n*.log\n+ special.o\n*.o\n").unwrap();
+    let merge = d.join("merge");
+    fs::write(&merge, "+ /a/\n+ /a/one.*\n- /a/*\n").unwrap();
+    (rules, merge)
+}
+
+#[test]
+fn include_exclude_rules_select_what_rsync_selects() {
+    if !need("rsync", "include_exclude_rules_select_what_rsync_selects") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let (rules, merge) = rule_files(d.path());
+    for (i, case) in CASES.iter().enumerate() {
+        let w = words(case, &rules, &merge);
+        let mut args = vec!["-a"];
+        args.extend(w.iter().map(|s| s.as_str()));
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        rsync(&args, &slash(&src), &by_rsync, true);
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        ferry_sync(&[], &args, &slash(&src), p(&by_ferry));
+        assert_eq!(listing(&by_ferry), listing(&by_rsync), "rules {w:?}");
+    }
+}
+
+/// The rules reach the remote side in order: a push over ssh with
+/// `--delete` keeps what the rules protect, as rsync does.
+#[test]
+fn rules_cross_ssh_in_order_and_protect_from_delete() {
+    if !need("rsync", "rules_cross_ssh_in_order_and_protect_from_delete") {
+        return;
+    }
+    let Some(srv) = SshServer::start("rules_cross_ssh_in_order_and_protect_from_delete") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let (rules, merge) = rule_files(d.path());
+    let bin = ferry_bin();
+    let rsh = srv.rsh();
+    for (i, case) in CASES.iter().enumerate() {
+        let w = words(case, &rules, &merge);
+        // Both destinations start with the same extra entries.
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        for dst in [&by_rsync, &by_ferry] {
+            fs::create_dir_all(dst.join("a")).unwrap();
+            fs::write(dst.join("extra.log"), b"x").unwrap();
+            fs::write(dst.join("a/extra.o"), b"x").unwrap();
+            fs::write(dst.join("extra.txt"), b"x").unwrap();
+        }
+        let mut args = vec!["-a", "--delete"];
+        args.extend(w.iter().map(|s| s.as_str()));
+        rsync(&args, &slash(&src), &by_rsync, true);
+        let dst = srv.remote(&by_ferry);
+        ferry_sync(
+            &["-e", &rsh, "--remote-ferry", p(&bin)],
+            &args,
+            &slash(&src),
+            &dst,
+        );
+        assert_eq!(listing(&by_ferry), listing(&by_rsync), "rules {w:?}");
+    }
+}
+
+/// `--files-from`: what rsync copies from the same list, with and without
+/// an explicit -r, whatever the source's trailing slash.
+#[test]
+fn files_from_copies_what_rsync_copies() {
+    if !need("rsync", "files_from_copies_what_rsync_copies") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let list = d.path().join("list");
+    fs::write(
+        &list,
+        "a/one.txt\n# not this\n./keep\nx/y\n/a/b/two.txt\n#hash\n",
+    )
+    .unwrap();
+    for (i, flags) in [&["-a"][..], &["-a", "-r"]].iter().enumerate() {
+        let ff = format!("--files-from={}", list.display());
+        let mut args = flags.to_vec();
+        args.push(&ff);
+        let by_rsync = d.path().join(format!("rsync{i}"));
+        rsync(&args, p(&src), &by_rsync, true);
+        let by_ferry = d.path().join(format!("ferry{i}"));
+        ferry_sync(&[], &args, p(&src), p(&by_ferry));
+        assert_eq!(listing(&by_ferry), listing(&by_rsync), "{flags:?}");
+    }
+}
