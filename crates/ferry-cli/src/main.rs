@@ -5,11 +5,13 @@
 
 #[macro_use]
 mod out;
+mod daemon_cmd;
 mod demo;
 mod docs_cmd;
 mod engine_args;
 mod filter_args;
 mod human;
+mod key;
 mod keygen_cmd;
 mod log_file;
 mod progress;
@@ -89,8 +91,9 @@ enum Cmd {
     Completions(docs_cmd::CompletionsArgs),
     /// Print the man page of ferry, or of one command (roff).
     Man(docs_cmd::ManArgs),
-    /// The remote side of a sync, started over ssh (internal).
-    #[command(hide = true)]
+    /// Serve syncs: as a daemon that `ferry://HOST:PORT/PATH` clients reach
+    /// with a pre-shared key (--listen; containers, Kubernetes Jobs), or as
+    /// the remote side that ssh starts (--stdio, internal)
     Serve(serve_cmd::ServeArgs),
 }
 

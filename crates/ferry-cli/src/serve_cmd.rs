@@ -1,7 +1,8 @@
 //! `ferry serve --stdio`: the remote side of a sync, started by ssh. It
 //! speaks the protocol on stdin/stdout and never prints to stdout; errors
 //! travel to the other side in the protocol (and to stderr, which ssh
-//! passes back).
+//! passes back). `ferry serve --listen` is the daemon ([`crate::daemon_cmd`]),
+//! whose clients send the same command line as their request.
 
 use clap::Args;
 
@@ -11,8 +12,8 @@ use crate::sync_cmd::class_code;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Speak the protocol on stdin and stdout.
-    #[arg(long, required = true)]
+    /// Speak the protocol on stdin and stdout (started by ssh).
+    #[arg(long, required_unless_present = "listen")]
     stdio: bool,
     /// Be the sender: PATHS are the sources.
     #[arg(long, conflicts_with = "receive")]
@@ -27,12 +28,38 @@ pub struct ServeArgs {
     #[arg(long)]
     direct: bool,
     #[command(flatten)]
+    pub daemon: crate::daemon_cmd::DaemonArgs,
+    #[command(flatten)]
     pub engine: EngineArgs,
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "listen")]
     paths: Vec<String>,
 }
 
+impl ServeArgs {
+    /// What a `serve` command line asks for (a daemon client's request).
+    pub fn request(&self) -> Result<ferry_core::remote::daemon::Request, String> {
+        if self.send == self.receive {
+            return Err("--send or --receive is required".into());
+        }
+        Ok(ferry_core::remote::daemon::Request {
+            send: self.send,
+            file_or_dir: self.file_or_dir,
+            paths: self.paths.clone(),
+            opts: self.engine.options()?,
+        })
+    }
+}
+
 pub fn run(a: ServeArgs) -> i32 {
+    if a.daemon.listen.is_some() {
+        return match a.engine.options() {
+            Ok(o) => crate::daemon_cmd::run(&a.daemon, o.timeout, o.partial_dir),
+            Err(e) => {
+                errln!("ferry serve: {e}");
+                exit::USAGE
+            }
+        };
+    }
     if !a.send && !a.receive {
         errln!("ferry serve: --send or --receive is required");
         return exit::USAGE;

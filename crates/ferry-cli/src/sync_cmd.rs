@@ -70,6 +70,10 @@ pub struct SyncArgs {
     /// on fast or long links.
     #[arg(long)]
     direct: bool,
+    /// The key of a daemon reached at ferry://HOST:PORT/PATH (from `ferry
+    /// keygen`). Default: $FERRY_KEY_FILE, else $FERRY_KEY.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<std::path::PathBuf>,
     /// When the link drops or --timeout expires, reconnect up to N times
     /// (waiting 1, 2, 4, ... up to 30 seconds between) and go on from
     /// where it stopped: files already there are skipped, partial files
@@ -111,8 +115,34 @@ pub fn class_code(c: Class) -> i32 {
         Class::Io => exit::IO,
         Class::Protocol => exit::PROTOCOL,
         Class::Connection => exit::CONNECTION,
+        Class::Auth => exit::AUTH,
         Class::Interrupted => exit::INTERRUPTED,
     }
+}
+
+type Remotes = (
+    Option<ferry_core::remote::RemotePath>,
+    Vec<ferry_core::remote::RemotePath>,
+);
+
+/// The remote destination or sources: `host:path` (through ssh) or
+/// `ferry://host:port/path` (a daemon).
+fn remotes(paths: &[String], dest: &str) -> Result<Remotes, String> {
+    use ferry_core::remote::{daemon::parse_url, parse_remote, RemotePath};
+    let one = |p: &str| -> Result<Option<RemotePath>, String> {
+        match parse_url(p) {
+            Some(u) => Ok(Some(u?.into())),
+            None => Ok(parse_remote(p)),
+        }
+    };
+    let d = one(dest)?;
+    let mut srcs = Vec::new();
+    for p in paths {
+        if let Some(r) = one(p)? {
+            srcs.push(r);
+        }
+    }
+    Ok((d, srcs))
 }
 
 pub fn run(a: SyncArgs) -> i32 {
@@ -140,11 +170,13 @@ fn run_inner(mut a: SyncArgs) -> i32 {
         }
         a.engine.recursive = a.rsync.recursive;
     }
-    let remote_dest = ferry_core::remote::parse_remote(&dest);
-    let remote_srcs: Vec<_> = paths
-        .iter()
-        .filter_map(|p| ferry_core::remote::parse_remote(p))
-        .collect();
+    let (remote_dest, remote_srcs) = match remotes(&paths, &dest) {
+        Ok(v) => v,
+        Err(e) => {
+            errln!("ferry: {e}");
+            return exit::USAGE;
+        }
+    };
     if !remote_srcs.is_empty() && (remote_dest.is_some() || remote_srcs.len() != paths.len()) {
         errln!("ferry: either the sources or the destination may be remote (host:path), not both, and not a mix");
         return exit::USAGE;
@@ -163,10 +195,26 @@ fn run_inner(mut a: SyncArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    let daemon = remote_dest
+        .iter()
+        .chain(&remote_srcs)
+        .any(|r| r.port.is_some());
+    let key = if daemon {
+        match crate::key::read_key(a.key_file.as_deref()) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                errln!("ferry: {e}");
+                return exit::USAGE;
+            }
+        }
+    } else {
+        None
+    };
     let ropts = ferry_core::remote::RemoteOptions {
         rsh: a.rsh.clone(),
         remote_ferry: a.remote_ferry.clone(),
         direct: a.direct,
+        key,
     };
     let plan = if remote_dest.is_none() && remote_srcs.is_empty() {
         match ferry_core::plan_local(&paths, &dest, opts.force) {

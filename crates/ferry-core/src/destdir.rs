@@ -166,7 +166,7 @@ fn plain_name(n: &[u8]) -> bool {
 /// Open directory `rel` beneath `root`, refusing symlinks and `..` on the
 /// way: `openat2` where the kernel has it, else one `O_NOFOLLOW` open per
 /// component.
-fn open_beneath(root: &OwnedFd, rel: &[u8]) -> io::Result<OwnedFd> {
+pub(crate) fn open_beneath(root: &OwnedFd, rel: &[u8]) -> io::Result<OwnedFd> {
     let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     match rustix::fs::openat2(
         root,

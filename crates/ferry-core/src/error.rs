@@ -20,6 +20,8 @@ pub enum Class {
     Protocol,
     /// The link to the peer failed (could not connect, dropped).
     Connection,
+    /// The peer does not hold the key.
+    Auth,
     /// Stopped by a signal.
     Interrupted,
 }
@@ -47,6 +49,10 @@ pub enum Error {
     /// link's class, but another connection would not help.
     #[error("{0}")]
     NoRemote(String),
+    /// The peer does not hold our key (a daemon's channel handshake
+    /// failed): another try with the same key fails the same way.
+    #[error("{0}")]
+    Auth(String),
 }
 
 impl Error {
@@ -75,6 +81,7 @@ impl Error {
             | Error::Protocol(_)
             | Error::Partial { .. }
             | Error::NoRemote(_)
+            | Error::Auth(_)
             | Error::Interrupted => false,
         }
     }
@@ -104,6 +111,7 @@ impl Error {
             Error::Protocol(_) => Class::Protocol,
             Error::Partial { .. } => Class::Partial,
             Error::Interrupted => Class::Interrupted,
+            Error::Auth(_) => Class::Auth,
         }
     }
 }
@@ -114,7 +122,7 @@ pub fn fatal(e: &Error) -> Message {
         Class::Usage => FatalClass::Usage,
         Class::Partial | Class::Io => FatalClass::Io,
         Class::Protocol => FatalClass::Protocol,
-        Class::Connection => FatalClass::Connection,
+        Class::Connection | Class::Auth => FatalClass::Connection,
         Class::Interrupted => FatalClass::Interrupted,
     };
     Message::Fatal {

@@ -30,7 +30,7 @@ pub use ferry_wire::{
     announced_version, decode, encode, encoded_len, DecodeError, MAGIC, MAX_FRAME, NO_FILE,
     PROTOCOL_VERSION,
 };
-pub use ferry_wire::{codec, layout, msg};
+pub use ferry_wire::{codec, daemon, layout, msg};
 pub use msg::*;
 pub use transport::{
     in_process, stream_link, stream_link_flushed, Endpoint, Flushed, LinkError, MsgRx, MsgTx,

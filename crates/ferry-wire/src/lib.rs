@@ -6,6 +6,7 @@
 //! * [`codec`]: the hand-written, bounded binary encoding of every message
 //!   (specified in `docs/PROTOCOL.md`); the decoder never panics and never
 //!   allocates more than the frame it was given;
+//! * [`daemon`]: the preamble of a session with `ferry serve --listen`;
 //! * [`layout`]: how a file of a given size is cut into segments (the unit
 //!   of parallel work) and grid blocks (the unit of zero detection, hashing
 //!   and delta matching), and how segment digests are computed.
@@ -15,6 +16,7 @@
 //! and the engine (`ferry-core`) drive it. It must not grow any of those.
 
 pub mod codec;
+pub mod daemon;
 pub mod layout;
 pub mod msg;
 

@@ -11,7 +11,8 @@ use ferry_stream::{Mode, Options};
 #[derive(clap::Args, Debug, Clone)]
 pub struct StreamOpts {
     /// Read the pre-shared key from this file (at least 16 bytes after
-    /// trimming whitespace, e.g. 32 hex digits). Default: $FERRY_KEY.
+    /// trimming whitespace, e.g. 32 hex digits). Default: $FERRY_KEY_FILE,
+    /// else $FERRY_KEY (the key itself).
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
     /// Compression: auto (chosen per block from measured CPU and link
@@ -113,17 +114,7 @@ fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 pub(super) fn read_key(o: &StreamOpts) -> Result<Psk, String> {
-    let raw = if let Some(f) = &o.key_file {
-        std::fs::read(f).map_err(|e| format!("cannot read key file {}: {e}", f.display()))?
-    } else if let Ok(k) = std::env::var("FERRY_KEY") {
-        k.into_bytes()
-    } else {
-        return Err(
-            "no key: pass --key-file FILE or set FERRY_KEY (at least 16 bytes, e.g. 32 hex digits)"
-                .into(),
-        );
-    };
-    Psk::new(&raw).map_err(|e| e.to_string())
+    crate::key::read_key(o.key_file.as_deref())
 }
 
 pub(super) fn options(o: &StreamOpts, key: Psk) -> Result<Options, String> {

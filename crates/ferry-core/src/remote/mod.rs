@@ -15,6 +15,7 @@
 //! push, a pull or the remote side's `serve --stdio`.
 
 mod command;
+pub mod daemon;
 mod session;
 mod ssh;
 mod tcp;
@@ -27,6 +28,19 @@ pub use session::{serve_stdio, sync_pull, sync_push};
 pub struct RemotePath {
     pub host: String,
     pub path: String,
+    /// A daemon's port (`ferry://host:port/path`); `None`: reached
+    /// through ssh.
+    pub port: Option<u16>,
+}
+
+impl From<daemon::DaemonUrl> for RemotePath {
+    fn from(u: daemon::DaemonUrl) -> Self {
+        RemotePath {
+            host: u.host,
+            path: u.path,
+            port: Some(u.port),
+        }
+    }
 }
 
 /// Parse `[user@]host:path`; `None` for a local path (no `:` before the
@@ -45,6 +59,7 @@ pub fn parse_remote(s: &str) -> Option<RemotePath> {
         } else {
             path.into()
         },
+        port: None,
     })
 }
 
@@ -59,6 +74,8 @@ pub struct RemoteOptions {
     /// encrypted with a fresh key agreed over ssh (`--direct`), instead of
     /// through ssh itself.
     pub direct: bool,
+    /// The key of a daemon reached at `ferry://` (`--key-file`).
+    pub key: Option<ferry_channel::Psk>,
 }
 
 impl Default for RemoteOptions {
@@ -67,6 +84,7 @@ impl Default for RemoteOptions {
             rsh: "ssh".into(),
             remote_ferry: "ferry".into(),
             direct: false,
+            key: None,
         }
     }
 }
@@ -81,7 +99,8 @@ mod tests {
             parse_remote("me@box:/data/x"),
             Some(RemotePath {
                 host: "me@box".into(),
-                path: "/data/x".into()
+                path: "/data/x".into(),
+                port: None,
             })
         );
         assert_eq!(parse_remote("box:").unwrap().path, ".");

@@ -8,7 +8,8 @@ use std::time::Instant;
 use ferry_link::ReceiverReport;
 
 use super::command::serve_args_with;
-use super::ssh::spawn;
+use super::daemon::{daemon_connect, Request};
+use super::ssh::{spawn, Remote};
 use super::tcp::direct_accept;
 use super::{RemoteOptions, RemotePath};
 use crate::error::{Error, Result};
@@ -60,6 +61,42 @@ fn sending_link(
     tx.with_compression(opts.compress, opts.threads, link_rate.clone(), opts.bwlimit)
 }
 
+/// The other side of a push or a pull: a ferry started through ssh, or a
+/// daemon reached at `ferry://`.
+enum Peer {
+    Ssh(Remote),
+    Daemon,
+}
+
+impl Peer {
+    fn finish<T>(self, res: Result<T>) -> Result<T> {
+        match self {
+            Peer::Ssh(r) => r.finish(res),
+            Peer::Daemon => res,
+        }
+    }
+}
+
+/// Reach the other side of `at` and start `args` there.
+fn open_peer(
+    at: &RemotePath,
+    ropts: &RemoteOptions,
+    args: &[String],
+    stats: &Stats,
+) -> Result<(Peer, ferry_link::Endpoint)> {
+    let Some(port) = at.port else {
+        let (remote, ep) = spawn(&at.host, ropts, args, stats)?;
+        return Ok((Peer::Ssh(remote), ep));
+    };
+    let key = ropts.key.as_ref().ok_or_else(|| {
+        Error::Usage(
+            "a ferry:// URL needs the daemon's key: --key-file FILE (or FERRY_KEY_FILE)".into(),
+        )
+    })?;
+    let ep = daemon_connect(&at.host, port, key, args)?;
+    Ok((Peer::Daemon, ep))
+}
+
 /// Push local `sources` to `dest` on another host.
 pub fn sync_push(
     sources: &[String],
@@ -90,7 +127,7 @@ fn push_pass(
         ropts.direct,
         std::slice::from_ref(&dest.path),
     );
-    let (remote, mut ep) = spawn(&dest.host, ropts, &args, stats)?;
+    let (remote, mut ep) = open_peer(dest, ropts, &args, stats)?;
     ep.tx = sending_link(ep.tx, &ep.link_rate, &opts);
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = sender::run_sender(ep, &specs, &opts, stats, true);
@@ -124,7 +161,10 @@ fn pull_pass(
     start: Instant,
 ) -> Result<Report> {
     let host = &sources[0].host;
-    if sources.iter().any(|s| &s.host != host) {
+    if sources
+        .iter()
+        .any(|s| s.host != *host || s.port != sources[0].port)
+    {
         return Err(Error::Usage(
             "all remote sources must be on the same host".into(),
         ));
@@ -139,7 +179,7 @@ fn pull_pass(
     let mut opts = opts.clone();
     opts.expect_top = expected_names(&paths);
     let args = serve_args_with(&opts, true, false, ropts.direct, &paths);
-    let (remote, ep) = spawn(host, ropts, &args, stats)?;
+    let (remote, ep) = open_peer(&sources[0], ropts, &args, stats)?;
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
     let res = receiver::run_receiver(ep, &dest, &opts, stats);
     let wire = sent.get() + recv.get();
@@ -182,30 +222,48 @@ pub fn serve_stdio(
     paths: &[String],
     opts: &SyncOptions,
 ) -> Result<()> {
-    let (mut ep, flushed) = if direct {
+    let (ep, flushed) = if direct {
         direct_accept()?
     } else {
         ferry_link::stream_link_flushed(std::io::stdin(), std::io::stdout())
     };
+    let req = Request {
+        send,
+        file_or_dir,
+        paths: paths.to_vec(),
+        opts: opts.clone(),
+    };
+    serve_link(ep, flushed, &req).map(|_| ())
+}
+
+/// The serving side of a session on `ep`: the sender of `req.paths`, or
+/// the receiver into the one path. The report is the receiver's (the
+/// peer's, when this side sends).
+pub(super) fn serve_link(
+    mut ep: ferry_link::Endpoint,
+    flushed: ferry_link::Flushed,
+    req: &Request,
+) -> Result<ReceiverReport> {
+    let (opts, paths) = (&req.opts, &req.paths);
     let stats = Stats::default();
-    let res = if send {
+    let res = if req.send {
         ep.tx = sending_link(ep.tx, &ep.link_rate, opts);
         match plan::source_specs(paths, crate::endpoint::is_dir) {
-            Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false).map(|_| ()),
+            Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false),
             Err(e) => Err(e),
         }
     } else {
-        let [dest] = paths else {
+        let [dest] = &paths[..] else {
             return Err(Error::Usage("serve --receive takes one destination".into()));
         };
         let dest = if crate::endpoint::Kind::of(dest) == crate::endpoint::Kind::Nbd {
             Dest::Nbd(dest.clone())
-        } else if file_or_dir {
+        } else if req.file_or_dir {
             Dest::FileOrDir(dest.into())
         } else {
             Dest::Dir(dest.into())
         };
-        receiver::run_receiver(ep, &dest, opts, &stats).map(|_| ())
+        receiver::run_receiver(ep, &dest, opts, &stats)
     };
     // Our last message (the report, or the error) must leave before exit;
     // with --timeout, a peer that stopped reading is not waited for.

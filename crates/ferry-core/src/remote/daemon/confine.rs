@@ -1,0 +1,185 @@
+//! A client's path, confined to the daemon's root.
+//!
+//! The client names paths relative to the root (`ferry://host:port/a/b`
+//! asks for `a/b`; a leading `/` means the root too). They are never joined
+//! onto the root as strings: the directories leading to the last component
+//! are opened from the root's handle beneath it (`openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, see `destdir::open_beneath`),
+//! so `..`, a symlink on the way or a directory renamed meanwhile cannot
+//! lead outside; the last component is looked at without following it and
+//! refused when it is a symlink. The engine then gets a path through
+//! `/proc/self/fd/N`, which names the very directory opened (not what a
+//! path resolves to later), and the handles stay open for the session.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+/// A path the engine may use, and the handles it goes through.
+pub struct Confined {
+    pub path: String,
+    _held: Vec<OwnedFd>,
+}
+
+/// Why a client's path was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("{0:?}: `..` may not appear in a path on the daemon")]
+    DotDot(String),
+    #[error("{0:?} is a symlink; the daemon does not follow symlinks its clients name")]
+    Symlink(String),
+    #[error("{path:?}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+/// The components of `p`: `.` and empty ones dropped, `..` refused.
+pub fn components(p: &str) -> Result<Vec<&str>, ConfineError> {
+    let mut out = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(ConfineError::DotDot(p.into())),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+fn proc_fd(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// `client` (relative to the root, whose handle is `root` and whose path
+/// the operator gave as `root_path`), as a path the engine may open.
+/// `contents` (a trailing `/`): the directory itself is opened, so what is
+/// walked is what was checked. A missing last component is allowed (a
+/// destination to create); a missing directory on the way is not.
+pub fn confine(root: &OwnedFd, root_path: &str, client: &str) -> Result<Confined, ConfineError> {
+    let comps = components(client)?;
+    let slash = if client.ends_with('/') { "/" } else { "" };
+    let Some((last, dirs)) = comps.split_last() else {
+        // The root itself: the operator's own path.
+        let mut path = root_path.trim_end_matches('/').to_string();
+        if path.is_empty() {
+            path.push('/');
+        }
+        path.push_str(slash);
+        return Ok(Confined {
+            path: path.replace("//", "/"),
+            _held: Vec::new(),
+        });
+    };
+    let io = |source: io::Error| ConfineError::Io {
+        path: client.into(),
+        source,
+    };
+    let parent = if dirs.is_empty() {
+        root.try_clone().map_err(io)?
+    } else {
+        crate::destdir::open_beneath(root, dirs.join("/").as_bytes()).map_err(io)?
+    };
+    match rustix::fs::statat(
+        &parent,
+        OsStr::from_bytes(last.as_bytes()),
+        AtFlags::SYMLINK_NOFOLLOW,
+    ) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+            return Err(ConfineError::Symlink(client.into()))
+        }
+        Ok(st)
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory && !slash.is_empty() =>
+        {
+            let dir = rustix::fs::openat(
+                &parent,
+                OsStr::from_bytes(last.as_bytes()),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| io(e.into()))?;
+            return Ok(Confined {
+                path: format!("{}/", proc_fd(&dir)),
+                _held: vec![parent, dir],
+            });
+        }
+        Ok(_) => {}
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(io(e.into())),
+    }
+    Ok(Confined {
+        path: format!("{}/{last}{slash}", proc_fd(&parent)),
+        _held: vec![parent],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(d: &std::path::Path) -> OwnedFd {
+        std::fs::File::open(d).unwrap().into()
+    }
+
+    #[test]
+    fn paths_stay_beneath_the_root() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let r = t.path().join("root");
+        std::fs::create_dir_all(r.join("a/b")).unwrap();
+        std::fs::write(r.join("a/f"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), r.join("out")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), r.join("a/out")).unwrap();
+        let fd = root(&r);
+        let rs = r.to_str().unwrap();
+        // Inside: usable paths naming the same things.
+        for (p, want) in [
+            ("a/b/", "a/b"),
+            ("/a/f", "a/f"),
+            ("a/./new", "a/new"),
+            ("", ""),
+        ] {
+            let c = confine(&fd, rs, p).unwrap();
+            let got = std::fs::canonicalize(&c.path).ok();
+            if want.ends_with("new") {
+                assert!(std::path::Path::new(&c.path).parent().unwrap().is_dir());
+            } else {
+                assert_eq!(
+                    got.unwrap(),
+                    std::fs::canonicalize(r.join(want)).unwrap(),
+                    "{p}"
+                );
+            }
+        }
+        // Outside: refused, whichever way.
+        assert!(matches!(
+            confine(&fd, rs, "../x"),
+            Err(ConfineError::DotDot(_))
+        ));
+        assert!(matches!(
+            confine(&fd, rs, "a/../../x"),
+            Err(ConfineError::DotDot(_))
+        ));
+        assert!(matches!(
+            confine(&fd, rs, "out"),
+            Err(ConfineError::Symlink(_))
+        ));
+        assert!(matches!(
+            confine(&fd, rs, "out/"),
+            Err(ConfineError::Symlink(_))
+        ));
+        assert!(matches!(
+            confine(&fd, rs, "out/x"),
+            Err(ConfineError::Io { .. })
+        ));
+        assert!(matches!(
+            confine(&fd, rs, "a/out/x"),
+            Err(ConfineError::Io { .. })
+        ));
+        assert!(matches!(
+            confine(&fd, rs, "missing/x"),
+            Err(ConfineError::Io { .. })
+        ));
+    }
+}

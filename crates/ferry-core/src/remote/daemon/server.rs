@@ -1,0 +1,291 @@
+//! The daemon's listener and its sessions.
+//!
+//! Each connection gets a thread. Handshakes in progress are bounded
+//! ([`MAX_HANDSHAKES`]: a new connection beyond them cuts the oldest one
+//! short) and each is bounded in time, so strangers that connect and say
+//! nothing neither lock clients out nor grow the daemon. A client that proves the key
+//! has [`REQUEST_WAIT`] to send its request, bounded in size by the
+//! preamble's codec; then the session runs as `serve --stdio` would, with
+//! its paths confined to the root.
+
+use std::collections::VecDeque;
+use std::io::{self, BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use ferry_channel::{ChannelReader, ChannelWriter, Psk, Role};
+use ferry_link::daemon::{self as pre, Status};
+use ferry_link::direct::{handshake_tcp, HANDSHAKE_TIMEOUT};
+use ferry_link::ReceiverReport;
+
+use super::confine::{confine, Confined};
+use super::policy::{self, Refusal};
+use super::{DaemonConfig, ParseRequest, Request, Target};
+use crate::error::{Error, Result};
+
+/// Connections still in their handshake at once.
+pub const MAX_HANDSHAKES: usize = 16;
+
+/// How long a client that proved the key may take to send its request.
+pub const REQUEST_WAIT: Duration = Duration::from_secs(30);
+
+/// One session's end: who it was, what it did.
+pub struct SessionEnd {
+    pub peer: SocketAddr,
+    /// What the client asked for (`pull PATHS` or `push to PATH`, as it
+    /// named them), or `request refused` with the reason in `result`.
+    pub what: String,
+    pub result: Result<ReceiverReport>,
+}
+
+impl SessionEnd {
+    /// One line for the log: who, what, and how it ended.
+    pub fn line(&self) -> String {
+        match &self.result {
+            Ok(r) => format!(
+                "{}: {}: done: {} files, {} transferred, {} failed, {} deleted; {} bytes written",
+                self.peer,
+                self.what,
+                r.files_total,
+                r.files_transferred,
+                r.files_failed,
+                r.files_deleted,
+                r.bytes_written
+            ),
+            Err(Error::Usage(e)) | Err(Error::Peer { msg: e, .. }) if self.what == REFUSED => {
+                format!("{}: {REFUSED}: {e}", self.peer)
+            }
+            Err(e) => format!("{}: {}: failed: {e}", self.peer, self.what),
+        }
+    }
+}
+
+const REFUSED: &str = "request refused";
+
+/// Lines for the daemon's log (stderr).
+pub type Log = dyn Fn(&str) + Send + Sync;
+
+struct Shared {
+    psk: Psk,
+    cfg: DaemonConfig,
+    root: Option<OwnedFd>,
+    parse: Arc<ParseRequest>,
+    log: Arc<Log>,
+    /// Connections in their handshake, oldest first, by number.
+    handshakes: Mutex<VecDeque<(u64, TcpStream)>>,
+    sessions: AtomicUsize,
+    /// `--once`: the one session has begun.
+    taken: AtomicBool,
+    ended: mpsc::Sender<SessionEnd>,
+}
+
+/// Serve clients on `listener` until the process ends; with `cfg.once`,
+/// return the first authenticated session's end.
+pub fn serve_daemon(
+    listener: TcpListener,
+    psk: Psk,
+    cfg: DaemonConfig,
+    parse: Arc<ParseRequest>,
+    log: Arc<Log>,
+) -> Result<SessionEnd> {
+    let root = match &cfg.target {
+        Target::Root(p) => Some(
+            rustix::fs::open(
+                p,
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| Error::io_op("open", p, e.into()))?,
+        ),
+        Target::Device(_) => None,
+    };
+    let (ended, end) = mpsc::channel();
+    let once = cfg.once;
+    let say = log.clone();
+    let shared = Arc::new(Shared {
+        psk,
+        cfg,
+        root,
+        parse,
+        log,
+        handshakes: Mutex::new(VecDeque::new()),
+        sessions: AtomicUsize::new(0),
+        taken: AtomicBool::new(false),
+        ended,
+    });
+    let accepting = shared.clone();
+    std::thread::spawn(move || accept_loop(listener, accepting));
+    loop {
+        match end.recv() {
+            Ok(e) => {
+                say(&e.line());
+                if once {
+                    return Ok(e);
+                }
+            }
+            Err(_) => return Err(Error::Link(ferry_link::LinkError::Closed)),
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for (n, conn) in listener.incoming().enumerate() {
+        let s = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and the like: wait a little rather than spin.
+                (shared.log)(&format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let peer = s
+            .peer_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let id = n as u64;
+        if let (Ok(mut pending), Ok(c)) = (shared.handshakes.lock(), s.try_clone()) {
+            if pending.len() >= MAX_HANDSHAKES {
+                if let Some((_, oldest)) = pending.pop_front() {
+                    let _ = oldest.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            pending.push_back((id, c));
+        }
+        let sh = shared.clone();
+        std::thread::spawn(move || connection(s, id, peer, &sh));
+    }
+}
+
+fn connection(s: TcpStream, id: u64, peer: SocketAddr, sh: &Shared) {
+    let hs = handshake_tcp(s, &sh.psk, Role::Responder, HANDSHAKE_TIMEOUT);
+    if let Ok(mut pending) = sh.handshakes.lock() {
+        pending.retain(|(n, _)| *n != id);
+    }
+    let (session, s) = match hs {
+        Ok(v) => v,
+        Err(e) => {
+            (sh.log)(&format!("{peer}: refused: {e}"));
+            return;
+        }
+    };
+    // One handle each for reading, writing and setting timeouts.
+    let (r, ctl) = match (s.try_clone(), s.try_clone()) {
+        (Ok(r), Ok(c)) => (r, c),
+        (Err(e), _) | (_, Err(e)) => {
+            (sh.log)(&format!("{peer}: {e}"));
+            return;
+        }
+    };
+    let reader = ChannelReader::new(r, &session);
+    let mut writer = BufWriter::with_capacity(1 << 20, ChannelWriter::new(s, &session));
+    let busy = if sh.cfg.once && sh.taken.swap(true, Ordering::SeqCst) {
+        Some("this daemon serves one session (--once), and it has begun".to_string())
+    } else if sh.sessions.fetch_add(1, Ordering::SeqCst) >= sh.cfg.max_sessions {
+        sh.sessions.fetch_sub(1, Ordering::SeqCst);
+        Some(format!(
+            "busy: {} sessions under way (--max-sessions); try again later",
+            sh.cfg.max_sessions
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = busy {
+        (sh.log)(&format!("{peer}: {why}"));
+        let _ = answer(&mut writer, Status::Busy, &why);
+        return;
+    }
+    let end = session_run(&ctl, reader, writer, peer, sh);
+    sh.sessions.fetch_sub(1, Ordering::SeqCst);
+    let _ = sh.ended.send(end);
+}
+
+fn answer(w: &mut impl Write, status: Status, text: &str) -> io::Result<()> {
+    w.write_all(&pre::encode_answer(status, text))?;
+    w.flush()
+}
+
+/// A request that passed: what the engine gets, the handles its paths go
+/// through, and the paths as the client named them.
+type Checked = (Request, Vec<Confined>, Vec<String>);
+
+/// Read and check the request; `Err` with the answer to give.
+fn request(
+    reader: &mut impl Read,
+    sh: &Shared,
+) -> std::result::Result<Checked, (Status, String)> {
+    let io = |e: io::Error| (Status::Usage, format!("reading the request: {e}"));
+    let mut head = [0u8; pre::REQUEST_HEAD];
+    reader.read_exact(&mut head).map_err(io)?;
+    let n = pre::request_body_len(&head).map_err(|e| (Status::Usage, e.to_string()))?;
+    let mut body = vec![0u8; n];
+    reader.read_exact(&mut body).map_err(io)?;
+    let args = pre::decode_request_body(&body).map_err(|e| (Status::Usage, e.to_string()))?;
+    policy::check(&args).map_err(|e| (Status::Usage, e.to_string()))?;
+    let req = (sh.parse)(&args).map_err(|e| (Status::Usage, e))?;
+    let cores = crate::default_threads();
+    let mut req = policy::fit(req, &sh.cfg, cores).map_err(|e| match e {
+        Refusal::Usage(m) | Refusal::Direction(m) => (Status::Usage, m),
+    })?;
+    let mut held = Vec::new();
+    let asked = req.paths.clone();
+    if let (Target::Root(root_path), Some(root)) = (&sh.cfg.target, &sh.root) {
+        let rp = root_path.to_string_lossy();
+        for p in &mut req.paths {
+            let c = confine(root, &rp, p).map_err(|e| (Status::Io, e.to_string()))?;
+            *p = c.path.clone();
+            held.push(c);
+        }
+    }
+    Ok((req, held, asked))
+}
+
+fn session_run(
+    sock: &TcpStream,
+    mut reader: ChannelReader<TcpStream>,
+    mut writer: BufWriter<ChannelWriter<TcpStream>>,
+    peer: SocketAddr,
+    sh: &Shared,
+) -> SessionEnd {
+    let _ = sock.set_read_timeout(Some(REQUEST_WAIT));
+    let got = request(&mut reader, sh);
+    let _ = sock.set_read_timeout(None);
+    let (req, _held, asked) = match got {
+        Ok(v) => v,
+        Err((status, why)) => {
+            let _ = answer(&mut writer, status, &why);
+            let result = Err(match status {
+                Status::Io => Error::Peer {
+                    class: ferry_link::FatalClass::Io,
+                    msg: why.clone(),
+                },
+                _ => Error::Usage(why.clone()),
+            });
+            return SessionEnd {
+                peer,
+                what: REFUSED.into(),
+                result,
+            };
+        }
+    };
+    let what = if req.send {
+        format!("pull {}", asked.join(" "))
+    } else {
+        format!("push to {}", asked.join(" "))
+    };
+    (sh.log)(&format!("{peer}: {what}"));
+    if let Err(e) = answer(&mut writer, Status::Accepted, "") {
+        return SessionEnd {
+            peer,
+            what,
+            result: Err(Error::Link(ferry_link::LinkError::Io(e.to_string()))),
+        };
+    }
+    let (ep, flushed) = ferry_link::stream_link_flushed(reader, writer);
+    let result = super::super::session::serve_link(ep, flushed, &req);
+    SessionEnd { peer, what, result }
+}
