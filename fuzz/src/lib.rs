@@ -7,6 +7,7 @@
 
 pub mod channel_frames;
 pub mod channel_handshake;
+pub mod daemon_request;
 pub mod decompress;
 pub mod delta_signature;
 pub mod frame;
@@ -42,6 +43,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("sig_cache", sig_cache::run),
     ("decompress", decompress::run),
     ("journal", journal::run),
+    ("daemon_request", daemon_request::run),
 ];
 
 /// The entry point of target `name`.

@@ -49,7 +49,8 @@ Exit codes:
   5    connection error: could not reach the peer, or the link dropped
   6    (pipe) ssh failed or the remote ferry did not start; pipe otherwise
        returns the remote command's own exit status
-  7    (send, recv, pipe) authentication failed: the peer holds another key
+  7    authentication failed: the peer holds another key (send, recv,
+       pipe, and sync with a ferry:// daemon)
   130  interrupted (temporary files were removed; partial files of large
        files are kept, and the next run resumes them)
 sync --rsync-exit-codes uses rsync's numbers instead: 23 partial, 11 I/O,

@@ -421,6 +421,16 @@ fn once_exits_with_the_session_and_writes_the_termination_log() {
     assert!(stderr(&o).contains("write-only"), "{}", stderr(&o));
     assert_eq!(d.wait(Duration::from_secs(30)), Some(1));
 
+    // A pull from a --once daemon: it exits 0 once the client has all of
+    // it (the client's last message must reach it before the client exits).
+    for round in 0..3 {
+        let mut d = Daemon::start(&key, &["--root", p(&root), "--once", "--read-only"]);
+        let to = t.path().join(format!("pulled-{round}"));
+        ferry_ok(&["sync", &d.url("v/"), p(&to), "--key-file", p(&key)]);
+        assert_same_tree(&src, &to);
+        assert_eq!(d.wait(Duration::from_secs(30)), Some(0), "{}", d.log());
+    }
+
     // Read-only refuses a push.
     let d = Daemon::start(&key, &["--root", p(&root), "--read-only"]);
     let o = run(&["sync", &slash(&src), &d.url("w/"), "--key-file", p(&key)]);

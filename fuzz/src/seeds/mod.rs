@@ -29,6 +29,7 @@ pub fn all() -> Vec<Seed> {
     wire::sig_cache(&mut v);
     wire::decompress(&mut v);
     wire::journal(&mut v);
+    wire::daemon_request(&mut v);
     v
 }
 

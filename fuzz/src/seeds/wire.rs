@@ -657,3 +657,29 @@ pub fn decompress(v: &mut Vec<Seed>) {
         v.push((t, name.into(), pack(&[sel, 1], &plain)));
     }
 }
+
+pub fn daemon_request(v: &mut Vec<Seed>) {
+    use ferry_link::daemon::{encode_answer, encode_request, Status};
+    let t = "daemon_request";
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let opts = ferry_core::SyncOptions {
+        delete: true,
+        excludes: ferry_core::Excludes::from_rules(&[ferry_core::FilterRule::exclude("*.tmp")])
+            .expect("rules"),
+        ..Default::default()
+    };
+    let push = ferry_core::remote::serve_args(&opts, false, false, &["vol/".into()]);
+    let pull = ferry_core::remote::serve_args(&opts, true, false, &["a".into(), "b/".into()]);
+    for (name, a) in [
+        ("push", push),
+        ("pull", pull),
+        ("link_dest", args(&["serve", "--stdio", "--receive", "--link-dest=/etc", "--", "x"])),
+        ("merge", args(&["serve", "--stdio", "--send", "--filter=. /etc/passwd", "--", ""])),
+    ] {
+        let req = encode_request(&a).expect("seed request");
+        v.push((t, format!("{name}_wire"), [&[1u8][..], &req].concat()));
+        v.push((t, format!("{name}_body"), [&[0u8][..], &req[12..]].concat()));
+    }
+    let ans = encode_answer(Status::Io, "\"x\": no such directory");
+    v.push((t, "answer".into(), [&[3u8][..], &ans].concat()));
+}

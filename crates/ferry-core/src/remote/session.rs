@@ -65,14 +65,20 @@ fn sending_link(
 /// daemon reached at `ferry://`.
 enum Peer {
     Ssh(Remote),
-    Daemon,
+    Daemon(ferry_link::Flushed),
 }
+
+/// How long our last messages may take to leave for a daemon.
+const DAEMON_FLUSH: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Peer {
     fn finish<T>(self, res: Result<T>) -> Result<T> {
         match self {
             Peer::Ssh(r) => r.finish(res),
-            Peer::Daemon => res,
+            Peer::Daemon(flushed) => {
+                flushed.wait_for(Some(DAEMON_FLUSH));
+                res
+            }
         }
     }
 }
@@ -93,8 +99,8 @@ fn open_peer(
             "a ferry:// URL needs the daemon's key: --key-file FILE (or FERRY_KEY_FILE)".into(),
         )
     })?;
-    let ep = daemon_connect(&at.host, port, key, args)?;
-    Ok((Peer::Daemon, ep))
+    let (ep, flushed) = daemon_connect(&at.host, port, key, args)?;
+    Ok((Peer::Daemon(flushed), ep))
 }
 
 /// Push local `sources` to `dest` on another host.

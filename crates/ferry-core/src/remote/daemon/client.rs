@@ -6,7 +6,7 @@ use std::io::{BufWriter, Read, Write};
 use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Psk, Role};
 use ferry_link::daemon::{self as pre, Status};
 use ferry_link::direct::{connect, handshake_tcp, HANDSHAKE_TIMEOUT};
-use ferry_link::{Endpoint, FatalClass, LinkError};
+use ferry_link::{Endpoint, FatalClass, Flushed, LinkError};
 
 use crate::error::{Error, Result};
 
@@ -72,7 +72,14 @@ fn shown(host: &str, port: u16) -> String {
 /// Connect to the daemon at `host:port`, prove `psk`, send `args` (a
 /// `serve` command line) and read the answer: the session's endpoint when
 /// it was accepted.
-pub fn daemon_connect(host: &str, port: u16, psk: &Psk, args: &[String]) -> Result<Endpoint> {
+/// Wait on the [`Flushed`] before exiting: a daemon learns that a pull
+/// is complete from our last message.
+pub fn daemon_connect(
+    host: &str,
+    port: u16,
+    psk: &Psk,
+    args: &[String],
+) -> Result<(Endpoint, Flushed)> {
     let name = shown(host, port);
     let link = |what: String| Error::Link(LinkError::Io(what));
     let s = connect(host, port).map_err(|e| link(e.to_string()))?;
@@ -102,7 +109,7 @@ pub fn daemon_connect(host: &str, port: u16, psk: &Psk, args: &[String]) -> Resu
         .map_err(|e| link(format!("{name}: {e}")))?;
     let text = pre::answer_text(&text).map_err(proto)?;
     match status {
-        Status::Accepted => Ok(ferry_link::stream_link(reader, writer)),
+        Status::Accepted => Ok(ferry_link::stream_link_flushed(reader, writer)),
         Status::Usage => Err(Error::Usage(format!("{name} refused the session: {text}"))),
         Status::Io => Err(Error::Peer {
             class: FatalClass::Io,

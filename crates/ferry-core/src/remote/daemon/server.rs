@@ -214,10 +214,7 @@ fn answer(w: &mut impl Write, status: Status, text: &str) -> io::Result<()> {
 type Checked = (Request, Vec<Confined>, Vec<String>);
 
 /// Read and check the request; `Err` with the answer to give.
-fn request(
-    reader: &mut impl Read,
-    sh: &Shared,
-) -> std::result::Result<Checked, (Status, String)> {
+fn request(reader: &mut impl Read, sh: &Shared) -> std::result::Result<Checked, (Status, String)> {
     let io = |e: io::Error| (Status::Usage, format!("reading the request: {e}"));
     let mut head = [0u8; pre::REQUEST_HEAD];
     reader.read_exact(&mut head).map_err(io)?;
