@@ -6,7 +6,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
+use ferry_core::remote::daemon::confine::printable;
 use ferry_core::remote::daemon::{self, DaemonConfig, Request, SessionEnd, Target};
+
+/// A session's link silent this long is dead, unless `--timeout` says
+/// otherwise: a client that vanished (a partition, a killed Pod) must not
+/// hold its slot for ever.
+const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 use crate::exit;
 use crate::sync_cmd::class_code;
@@ -15,7 +21,9 @@ use crate::sync_cmd::class_code;
 pub struct DaemonArgs {
     /// Run as a daemon listening on ADDR:PORT (port 0: any free one; the
     /// "listening on" line on stderr says which). Clients connect with
-    /// `ferry sync ... ferry://HOST:PORT/PATH --key-file FILE`.
+    /// `ferry sync ... ferry://HOST:PORT/PATH --key-file FILE`. A session
+    /// whose client is silent for --timeout seconds (default 300) ends;
+    /// pushes are served one at a time, pulls side by side.
     #[arg(long, value_name = "ADDR:PORT", conflicts_with = "stdio")]
     pub listen: Option<String>,
     /// The key clients must prove (from `ferry keygen`). Default:
@@ -91,14 +99,14 @@ pub fn run(
         allow_receive: !d.read_only,
         max_sessions: if d.once { 1 } else { d.max_sessions },
         once: d.once,
-        timeout,
+        timeout: timeout.or(Some(DEFAULT_TIMEOUT)),
         partial_dir,
     };
     match listener.local_addr() {
         Ok(a) => errln!("ferry serve: listening on {a}"),
         Err(_) => errln!("ferry serve: listening on {listen}"),
     }
-    let log: Arc<daemon::Log> = Arc::new(|line: &str| errln!("ferry serve: {line}"));
+    let log: Arc<daemon::Log> = Arc::new(|line: &str| errln!("ferry serve: {}", printable(line)));
     match daemon::serve_daemon(listener, psk, cfg, Arc::new(parse_request), log) {
         Ok(end) => {
             if let Some(p) = &d.termination_log {
@@ -148,12 +156,23 @@ fn parse_request(args: &[String]) -> Result<Request, String> {
     line.a.request()
 }
 
+/// clap's error without its usage and help lines: the first line, and
+/// the indented lines that name what is missing.
 fn first_line(s: &str) -> String {
-    s.lines()
+    let mut lines = s.lines();
+    let mut out = lines
         .next()
         .unwrap_or("bad request")
         .trim_start_matches("error: ")
-        .to_string()
+        .to_string();
+    for l in lines.take_while(|l| !l.starts_with("Usage")) {
+        let l = l.trim();
+        if !l.is_empty() {
+            out.push(' ');
+            out.push_str(l);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -171,5 +190,10 @@ mod tests {
         assert!(r.send && r.opts.delete);
         assert_eq!(r.paths, vec!["a/".to_string(), "b".to_string()]);
         assert!(parse_request(&["serve".into(), "--bogus".into()]).is_err());
+        let missing = parse_request(&["serve".into(), "--send".into()]).unwrap_err();
+        assert!(
+            missing.contains("<PATHS>") && !missing.contains('\n'),
+            "{missing}"
+        );
     }
 }

@@ -4,6 +4,8 @@
 //! outside the root.
 
 mod common;
+#[path = "daemon/hostile.rs"]
+mod hostile;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -155,7 +157,7 @@ fn push_and_pull_through_a_daemon() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(d.log().contains("push to vol/"), "{}", d.log());
+    assert!(d.log().contains("push to \"vol/\""), "{}", d.log());
 }
 
 #[test]
@@ -404,7 +406,7 @@ fn once_exits_with_the_session_and_writes_the_termination_log() {
     assert_same_tree(&src, &root.join("v"));
     let line = std::fs::read_to_string(&tlog).unwrap();
     assert!(
-        line.contains("push to v/: done: 4 files") && line.contains("exit 0"),
+        line.contains("push to \"v/\": done: 4 files") && line.contains("exit 0"),
         "{line}"
     );
 

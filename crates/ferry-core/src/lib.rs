@@ -86,6 +86,15 @@ pub struct SyncOptions {
     pub acls: bool,
     /// Set owner and group (default when running as root).
     pub owner: bool,
+    /// The peer's Hello must come within this (a daemon's session: a
+    /// client that holds its slot without starting is cut off).
+    pub hello_wait: Option<std::time::Duration>,
+    /// The sender is a daemon's client, trusted with the data but not with
+    /// the host: set-user-ID and set-group-ID bits are dropped from what it
+    /// lists, and of its extended attributes only `user.*` and POSIX ACLs
+    /// are written (never `security.*`, such as file capabilities, or
+    /// `trusted.*`).
+    pub untrusted_sender: bool,
     /// Include and exclude rules, first match wins (see [`exclude`]).
     pub excludes: Excludes,
     /// `--delete-excluded`: excluded entries at the destination are not
@@ -150,6 +159,8 @@ impl Default for SyncOptions {
             xattrs: false,
             acls: false,
             owner: fsutil::is_root(),
+            hello_wait: None,
+            untrusted_sender: false,
             excludes: Excludes::new(&[]).unwrap_or_else(|_| unreachable!("empty exclude set")),
             delete_excluded: false,
             max_delete: None,
@@ -291,15 +302,32 @@ pub(crate) fn finished(stats: &Stats, start: Instant) -> Result<Report> {
     Ok(report)
 }
 
-/// Both sides open a session the same way: say Hello, check the peer's.
-/// A version mismatch is fatal and is told to the peer.
-pub(crate) fn hello(tx: &ferry_link::MsgTx, rx: &ferry_link::MsgRx) -> Result<()> {
+/// Both sides open a session the same way: say Hello, check the peer's
+/// (within `wait`, when given: keepalives alone do not count). A version
+/// mismatch is fatal and is told to the peer.
+pub(crate) fn hello(
+    tx: &ferry_link::MsgTx,
+    rx: &ferry_link::MsgRx,
+    wait: Option<std::time::Duration>,
+) -> Result<()> {
     use ferry_link::Message;
     tx.send(Message::Hello {
         version: ferry_link::announced_version(),
         features: ferry_link::features::ALL,
     })?;
-    match rx.recv()? {
+    let first = match wait {
+        None => rx.recv()?,
+        Some(d) => {
+            let (ring, wake) = crossbeam_channel::bounded(1);
+            std::thread::spawn(move || {
+                std::thread::sleep(d);
+                let _ = ring.send(());
+            });
+            rx.recv_or_wake(&wake)?
+                .ok_or(Error::Link(ferry_link::LinkError::TimedOut(d.as_secs())))?
+        }
+    };
+    match first {
         Message::Hello { version, .. } if version == ferry_link::PROTOCOL_VERSION => Ok(()),
         Message::Hello { version, .. } => {
             let msg = format!(

@@ -17,6 +17,9 @@ impl Dispatcher<'_, '_> {
         self.check
             .admit(&e)
             .map_err(|r| Error::Protocol(r.to_string()))?;
+        if self.sh.opts.untrusted_sender {
+            decide::defang(&mut e);
+        }
         if let Some(uri) = self.nbd.clone() {
             return self.nbd_entry(e, &uri);
         }

@@ -100,7 +100,7 @@ pub fn run_receiver(
     let Endpoint {
         tx, rx, received, ..
     } = ep;
-    crate::hello(&tx, &rx)?;
+    crate::hello(&tx, &rx, opts.hello_wait)?;
     Stats::add(&stats.sessions, 1);
     // From here on a silent peer is a dead one (not during an ssh login).
     rx.set_idle_timeout(opts.timeout);

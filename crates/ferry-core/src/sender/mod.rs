@@ -119,7 +119,7 @@ pub fn run_sender(
 ) -> Result<ReceiverReport> {
     let progress = progress.then_some(stats);
     let Endpoint { tx, rx, .. } = ep;
-    crate::hello(&tx, &rx)?;
+    crate::hello(&tx, &rx, opts.hello_wait)?;
     Stats::add(&stats.sessions, 1);
     // From here on a silent peer is a dead one (not during an ssh login).
     rx.set_idle_timeout(opts.timeout);

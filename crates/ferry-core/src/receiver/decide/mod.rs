@@ -17,12 +17,14 @@
 
 mod cleanup;
 mod compare;
+mod defang;
 mod progress;
 mod skip;
 mod transfer;
 
 pub(crate) use cleanup::*;
 pub(crate) use compare::*;
+pub(crate) use defang::*;
 pub(crate) use progress::*;
 pub(crate) use skip::*;
 pub(crate) use transfer::*;

@@ -35,6 +35,22 @@ pub enum ConfineError {
     Io { path: String, source: io::Error },
 }
 
+/// `s` with control characters escaped, for a log line: a client's
+/// path or argument cannot forge lines or drive a terminal.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let esc = c.is_control();
+            let e: Vec<char> = if esc {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            e
+        })
+        .collect()
+}
+
 /// The components of `p`: `.` and empty ones dropped, `..` refused.
 pub fn components(p: &str) -> Result<Vec<&str>, ConfineError> {
     let mut out = Vec::new();
@@ -55,9 +71,15 @@ fn proc_fd(fd: &OwnedFd) -> String {
 /// `client` (relative to the root, whose handle is `root` and whose path
 /// the operator gave as `root_path`), as a path the engine may open.
 /// `contents` (a trailing `/`): the directory itself is opened, so what is
-/// walked is what was checked. A missing last component is allowed (a
-/// destination to create); a missing directory on the way is not.
-pub fn confine(root: &OwnedFd, root_path: &str, client: &str) -> Result<Confined, ConfineError> {
+/// walked is what was checked. A missing last component is allowed when
+/// `may_create` (a push's destination); a missing directory on the way
+/// never is.
+pub fn confine(
+    root: &OwnedFd,
+    root_path: &str,
+    client: &str,
+    may_create: bool,
+) -> Result<Confined, ConfineError> {
     let comps = components(client)?;
     let slash = if client.ends_with('/') { "/" } else { "" };
     let Some((last, dirs)) = comps.split_last() else {
@@ -105,7 +127,7 @@ pub fn confine(root: &OwnedFd, root_path: &str, client: &str) -> Result<Confined
             });
         }
         Ok(_) => {}
-        Err(rustix::io::Errno::NOENT) => {}
+        Err(rustix::io::Errno::NOENT) if may_create => {}
         Err(e) => return Err(io(e.into())),
     }
     Ok(Confined {
@@ -140,7 +162,7 @@ mod tests {
             ("a/./new", "a/new"),
             ("", ""),
         ] {
-            let c = confine(&fd, rs, p).unwrap();
+            let c = confine(&fd, rs, p, true).unwrap();
             let got = std::fs::canonicalize(&c.path).ok();
             if want.ends_with("new") {
                 assert!(std::path::Path::new(&c.path).parent().unwrap().is_dir());
@@ -154,31 +176,31 @@ mod tests {
         }
         // Outside: refused, whichever way.
         assert!(matches!(
-            confine(&fd, rs, "../x"),
+            confine(&fd, rs, "../x", true),
             Err(ConfineError::DotDot(_))
         ));
         assert!(matches!(
-            confine(&fd, rs, "a/../../x"),
+            confine(&fd, rs, "a/../../x", true),
             Err(ConfineError::DotDot(_))
         ));
         assert!(matches!(
-            confine(&fd, rs, "out"),
+            confine(&fd, rs, "out", true),
             Err(ConfineError::Symlink(_))
         ));
         assert!(matches!(
-            confine(&fd, rs, "out/"),
+            confine(&fd, rs, "out/", true),
             Err(ConfineError::Symlink(_))
         ));
         assert!(matches!(
-            confine(&fd, rs, "out/x"),
+            confine(&fd, rs, "out/x", true),
             Err(ConfineError::Io { .. })
         ));
         assert!(matches!(
-            confine(&fd, rs, "a/out/x"),
+            confine(&fd, rs, "a/out/x", true),
             Err(ConfineError::Io { .. })
         ));
         assert!(matches!(
-            confine(&fd, rs, "missing/x"),
+            confine(&fd, rs, "missing/x", true),
             Err(ConfineError::Io { .. })
         ));
     }

@@ -86,7 +86,7 @@ pub fn check(args: &[String]) -> Result<(), Refusal> {
         }
         let name = a.split('=').next().unwrap_or(a);
         return Err(Refusal::Usage(format!(
-            "the daemon does not take {name} from a client{}",
+            "the daemon does not take {name:?} from a client{}",
             hint(name)
         )));
     }
@@ -128,6 +128,13 @@ pub fn fit(mut r: Request, cfg: &DaemonConfig, cores: usize) -> Result<Request, 
         return Err(Refusal::Usage("a push names one destination".into()));
     }
     if let Target::Device(dev) = &cfg.target {
+        if r.opts.backup.is_some() {
+            // The backup would be a file beside the device, named by the
+            // client: the operator's files are there.
+            return Err(Refusal::Usage(
+                "--backup is not available on a device daemon".into(),
+            ));
+        }
         if r.paths
             .iter()
             .any(|p| !super::confine::components(p).is_ok_and(|c| c.is_empty()))
@@ -145,6 +152,8 @@ pub fn fit(mut r: Request, cfg: &DaemonConfig, cores: usize) -> Result<Request, 
         (a, b) => a.or(b),
     };
     r.opts.threads = r.opts.threads.clamp(1, cores.max(1));
+    r.opts.untrusted_sender = true;
+    r.opts.hello_wait = Some(super::server::REQUEST_WAIT);
     Ok(r)
 }
 
@@ -229,5 +238,11 @@ mod tests {
         assert_eq!(r.paths, v(&["/dev/vdb"]));
         assert!(r.file_or_dir && r.opts.partial_dir.is_some());
         assert!(fit(req(true, &["etc/passwd"]), &d, 8).is_err());
+        let mut backup = req(false, &[""]);
+        backup.opts.backup = Some(".conf".into());
+        let mut d = cfg(Target::Device("/srv/disk.img".into()));
+        d.allow_receive = true;
+        assert!(fit(backup, &d, 8).is_err(), "a backup beside the device");
+        assert!(fit(req(false, &[""]), &d, 8).unwrap().opts.untrusted_sender);
     }
 }

@@ -13,7 +13,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use ferry_channel::{ChannelReader, ChannelWriter, Psk, Role};
@@ -21,7 +21,7 @@ use ferry_link::daemon::{self as pre, Status};
 use ferry_link::direct::{handshake_tcp, HANDSHAKE_TIMEOUT};
 use ferry_link::ReceiverReport;
 
-use super::confine::{confine, Confined};
+use super::confine::{confine, printable, Confined};
 use super::policy::{self, Refusal};
 use super::{DaemonConfig, ParseRequest, Request, Target};
 use crate::error::{Error, Result};
@@ -44,6 +44,10 @@ pub struct SessionEnd {
 impl SessionEnd {
     /// One line for the log: who, what, and how it ended.
     pub fn line(&self) -> String {
+        printable(&self.raw_line())
+    }
+
+    fn raw_line(&self) -> String {
         match &self.result {
             Ok(r) => format!(
                 "{}: {}: done: {} files, {} transferred, {} failed, {} deleted; {} bytes written",
@@ -79,6 +83,8 @@ struct Shared {
     sessions: AtomicUsize,
     /// `--once`: the one session has begun.
     taken: AtomicBool,
+    /// Pulls share the root, a push has it alone (see [`Hold`]).
+    root_lock: RwLock<()>,
     ended: mpsc::Sender<SessionEnd>,
 }
 
@@ -116,6 +122,7 @@ pub fn serve_daemon(
         handshakes: Mutex::new(VecDeque::new()),
         sessions: AtomicUsize::new(0),
         taken: AtomicBool::new(false),
+        root_lock: RwLock::new(()),
         ended,
     });
     let accepting = shared.clone();
@@ -209,13 +216,21 @@ fn answer(w: &mut impl Write, status: Status, text: &str) -> io::Result<()> {
     w.flush()
 }
 
-/// A request that passed: what the engine gets, the handles its paths go
-/// through, and the paths as the client named them.
-type Checked = (Request, Vec<Confined>, Vec<String>);
+/// A parsed request fitted to the daemon, and the paths as the client
+/// named them (for the log).
+type Parsed = (Request, Vec<String>);
 
 /// Read and check the request; `Err` with the answer to give.
-fn request(reader: &mut impl Read, sh: &Shared) -> std::result::Result<Checked, (Status, String)> {
-    let io = |e: io::Error| (Status::Usage, format!("reading the request: {e}"));
+fn request(reader: &mut impl Read, sh: &Shared) -> std::result::Result<Parsed, (Status, String)> {
+    let io = |e: io::Error| {
+        let why = match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                format!("no whole request within {} s", REQUEST_WAIT.as_secs())
+            }
+            _ => format!("reading the request: {e}"),
+        };
+        (Status::Usage, why)
+    };
     let mut head = [0u8; pre::REQUEST_HEAD];
     reader.read_exact(&mut head).map_err(io)?;
     let n = pre::request_body_len(&head).map_err(|e| (Status::Usage, e.to_string()))?;
@@ -225,20 +240,62 @@ fn request(reader: &mut impl Read, sh: &Shared) -> std::result::Result<Checked, 
     policy::check(&args).map_err(|e| (Status::Usage, e.to_string()))?;
     let req = (sh.parse)(&args).map_err(|e| (Status::Usage, e))?;
     let cores = crate::default_threads();
-    let mut req = policy::fit(req, &sh.cfg, cores).map_err(|e| match e {
+    let req = policy::fit(req, &sh.cfg, cores).map_err(|e| match e {
         Refusal::Usage(m) | Refusal::Direction(m) => (Status::Usage, m),
     })?;
-    let mut held = Vec::new();
     let asked = req.paths.clone();
+    Ok((req, asked))
+}
+
+/// A session's hold on the root: pulls share it, a push has it alone.
+/// While a session runs, no other session changes what it walks or writes
+/// into: a symlink another client pushes cannot appear under a pull's walk
+/// or a push's destination after [`confine`] checked the path.
+enum Hold<'a> {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Alone(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+fn hold(lock: &RwLock<()>, push: bool) -> Hold<'_> {
+    if push {
+        Hold::Alone(lock.write().unwrap_or_else(|p| p.into_inner()))
+    } else {
+        Hold::Shared(lock.read().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The request's paths beneath the root (a root daemon), with the handles
+/// they go through.
+fn confined(
+    req: &mut Request,
+    sh: &Shared,
+) -> std::result::Result<Vec<Confined>, (Status, String)> {
+    let mut held = Vec::new();
     if let (Target::Root(root_path), Some(root)) = (&sh.cfg.target, &sh.root) {
         let rp = root_path.to_string_lossy();
         for p in &mut req.paths {
-            let c = confine(root, &rp, p).map_err(|e| (Status::Io, e.to_string()))?;
+            let c = confine(root, &rp, p, !req.send).map_err(|e| (Status::Io, e.to_string()))?;
             *p = c.path.clone();
             held.push(c);
         }
     }
-    Ok((req, held, asked))
+    Ok(held)
+}
+
+fn refused(peer: SocketAddr, writer: &mut impl Write, status: Status, why: String) -> SessionEnd {
+    let _ = answer(writer, status, &why);
+    let result = Err(match status {
+        Status::Io => Error::Peer {
+            class: ferry_link::FatalClass::Io,
+            msg: why,
+        },
+        _ => Error::Usage(why),
+    });
+    SessionEnd {
+        peer,
+        what: REFUSED.into(),
+        result,
+    }
 }
 
 fn session_run(
@@ -251,24 +308,16 @@ fn session_run(
     let _ = sock.set_read_timeout(Some(REQUEST_WAIT));
     let got = request(&mut reader, sh);
     let _ = sock.set_read_timeout(None);
-    let (req, _held, asked) = match got {
+    let (mut req, asked) = match got {
         Ok(v) => v,
-        Err((status, why)) => {
-            let _ = answer(&mut writer, status, &why);
-            let result = Err(match status {
-                Status::Io => Error::Peer {
-                    class: ferry_link::FatalClass::Io,
-                    msg: why.clone(),
-                },
-                _ => Error::Usage(why.clone()),
-            });
-            return SessionEnd {
-                peer,
-                what: REFUSED.into(),
-                result,
-            };
-        }
+        Err((status, why)) => return refused(peer, &mut writer, status, why),
     };
+    let _hold = hold(&sh.root_lock, !req.send);
+    let _held = match confined(&mut req, sh) {
+        Ok(h) => h,
+        Err((status, why)) => return refused(peer, &mut writer, status, why),
+    };
+    let asked: Vec<String> = asked.iter().map(|p| format!("{p:?}")).collect();
     let what = if req.send {
         format!("pull {}", asked.join(" "))
     } else {
