@@ -125,6 +125,7 @@ pub fn run(
 fn end_code(end: &SessionEnd) -> i32 {
     match &end.result {
         Ok(r) if r.files_failed > 0 => exit::PARTIAL,
+        Ok(r) if r.files_vanished > 0 => exit::VANISHED,
         Ok(_) => exit::OK,
         Err(e) => class_code(e.class()),
     }

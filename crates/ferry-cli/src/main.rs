@@ -35,6 +35,9 @@ pub mod exit {
     pub const REMOTE: i32 = 6;
     /// `send`/`recv`/`pipe`: the peer did not prove the same key.
     pub const AUTH: i32 = 7;
+    /// `sync`: everything else was synced, but files vanished or changed
+    /// while they were read (rsync's number for it).
+    pub const VANISHED: i32 = 24;
     pub const INTERRUPTED: i32 = 130;
 }
 
@@ -51,6 +54,8 @@ Exit codes:
        returns the remote command's own exit status
   7    authentication failed: the peer holds another key (send, recv,
        pipe, and sync with a ferry:// daemon)
+  24   (sync) the rest was synced, but files vanished or changed while
+       they were read (listed on stderr; their old copies were kept)
   130  interrupted (temporary files were removed; partial files of large
        files are kept, and the next run resumes them)
 sync --rsync-exit-codes uses rsync's numbers instead: 23 partial, 11 I/O,

@@ -49,6 +49,7 @@ pub fn rsync_number(code: i32, timeout: bool) -> i32 {
         // the link or the remote side goes away too.
         exit::PROTOCOL | exit::CONNECTION | exit::REMOTE | exit::AUTH => 12,
         exit::INTERRUPTED => 20,
+        exit::VANISHED => 24,
         other => other,
     }
 }

@@ -305,6 +305,7 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     progress.finish();
     let report = stats.report(start.elapsed().as_secs_f64());
     let code = match &res {
+        Ok(_) if report.files_vanished > 0 => exit::VANISHED,
         Ok(_) => exit::OK,
         Err(e) => class_code(e.class()),
     };
@@ -419,11 +420,17 @@ fn e_of<T>(r: &Result<T, Error>) -> Option<&Error> {
 /// is over the data actually written (holes and zero runs are not), and a
 /// dry run, which moves nothing, has none.
 pub fn summary(r: &ferry_core::Report, dry_run: bool) -> String {
-    let failed = if r.files_failed > 0 {
+    let mut failed = if r.files_failed > 0 {
         format!(", {} FAILED", r.files_failed)
     } else {
         String::new()
     };
+    if r.files_vanished > 0 {
+        failed.push_str(&format!(
+            ", {} vanished or changed while read (kept as they were)",
+            r.files_vanished
+        ));
+    }
     let head = if r.dirs_total == 0 {
         human::count(r.files_total, "file", "files")
     } else {

@@ -19,6 +19,9 @@ pub struct Stats {
     pub files_delta: AtomicU64,
     pub files_deleted: AtomicU64,
     pub files_failed: AtomicU64,
+    /// Files that vanished or changed while the sender read them (not
+    /// sent; warnings, see [`Stats::vanished`]).
+    pub files_vanished: AtomicU64,
     /// Logical size of the source's files.
     pub bytes_total: AtomicU64,
     /// Logical size of the files that are being transferred (the progress
@@ -89,6 +92,18 @@ impl Stats {
         }
     }
 
+    /// A file that vanished or changed while it was read: counted apart
+    /// from failures, its line kept with the notices (what the user should
+    /// know that is not a failure).
+    pub fn vanished(&self, line: String) {
+        self.files_vanished.fetch_add(1, Relaxed);
+        if let Ok(mut n) = self.notices.lock() {
+            if n.len() < MAX_ERRORS {
+                n.push(line);
+            }
+        }
+    }
+
     /// An error line that is not an entry's failure (not counted).
     pub fn error_line(&self, line: String) {
         if let Ok(mut e) = self.errors.lock() {
@@ -136,6 +151,7 @@ impl Stats {
             &self.files_delta,
             &self.files_deleted,
             &self.files_failed,
+            &self.files_vanished,
             &self.bytes_total,
             &self.bytes_transferred,
             &self.bytes_done,
@@ -164,6 +180,7 @@ impl Stats {
             files_delta: self.files_delta.load(Relaxed),
             files_deleted: self.files_deleted.load(Relaxed),
             files_failed: self.files_failed.load(Relaxed),
+            files_vanished: self.files_vanished.load(Relaxed),
             bytes_total: self.bytes_total.load(Relaxed),
             bytes_transferred: self.bytes_transferred.load(Relaxed),
             bytes_wire: self.bytes_wire.load(Relaxed),
@@ -190,6 +207,9 @@ pub struct Report {
     pub files_delta: u64,
     pub files_deleted: u64,
     pub files_failed: u64,
+    /// Files that vanished or changed while being read: not sent, the
+    /// destination's copy kept (exit 24 when nothing failed).
+    pub files_vanished: u64,
     pub bytes_total: u64,
     pub bytes_transferred: u64,
     pub bytes_wire: u64,

@@ -112,6 +112,9 @@ pub struct ReceiverReport {
     /// Bytes of partial files from interrupted runs that were verified
     /// against the source and kept, not sent again.
     pub bytes_resumed: u64,
+    /// Files that vanished or changed while the sender read them
+    /// ([`Message::FileChanged`]): not sent, the receiver's copy kept.
+    pub files_vanished: u64,
     /// One line per failed entry, capped, for the side that prints.
     pub errors: Vec<String>,
 }
@@ -158,6 +161,10 @@ pub enum Message {
     /// Either way: `file` cannot be transferred (source unreadable, changed
     /// while read, …). The receiver drops its partial copy.
     FileFailed { file: u32, error: String },
+    /// S→R: `file` vanished, or changed, while the sender read it (an
+    /// application still writing): not sent as read; the receiver drops
+    /// its partial copy and keeps what it had. A warning, not a failure.
+    FileChanged { file: u32, error: String },
     /// S→R: the sender has sent everything it was asked for.
     SenderDone,
     /// R→S: the receiver has finished; its tally.
@@ -227,6 +234,7 @@ impl Message {
             Message::Copy { .. } => "Copy",
             Message::SegmentDone { .. } => "SegmentDone",
             Message::FileFailed { .. } => "FileFailed",
+            Message::FileChanged { .. } => "FileChanged",
             Message::SenderDone => "SenderDone",
             Message::ReceiverDone(_) => "ReceiverDone",
             Message::Fatal { .. } => "Fatal",

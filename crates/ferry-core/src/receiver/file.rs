@@ -121,6 +121,9 @@ pub(super) enum Failure {
     Io(&'static str, String),
     /// The sender could not read it: its line, which names its path.
     Sender(String),
+    /// It vanished or changed while the sender read it: its line. Not a
+    /// failure: the old copy stays and the next run takes the new one.
+    Changed(String),
     /// Anything else, as a reason to print after the file's path.
     Other(String),
 }
@@ -252,7 +255,7 @@ pub(super) fn failure_line(f: &DstFile, why: Failure) -> String {
         Failure::Mismatch(why) | Failure::Other(why) => {
             format!("{}: {why}", f.loc.shown.display())
         }
-        Failure::Sender(why) => why,
+        Failure::Sender(why) | Failure::Changed(why) => why,
         Failure::Io(op, why) => format!("{op} {}: {why}", f.loc.shown.display()),
     }
 }
@@ -260,7 +263,10 @@ pub(super) fn failure_line(f: &DstFile, why: Failure) -> String {
 /// Count a failed file once, with its line.
 pub(super) fn report_failure(f: &DstFile, sh: &Shared<'_>, why: Failure) {
     if !f.reported.swap(true, Ordering::SeqCst) {
-        sh.stats.error(failure_line(f, why));
+        match why {
+            Failure::Changed(line) => sh.stats.vanished(line),
+            why => sh.stats.error(failure_line(f, why)),
+        }
     }
 }
 

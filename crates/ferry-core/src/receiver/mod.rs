@@ -268,6 +268,7 @@ fn receiver_report(stats: &Stats) -> ReceiverReport {
         delete_skipped: rep.delete_skipped as u64,
         delta_mismatch: stats.delta_mismatch.load(Ordering::Relaxed),
         bytes_resumed: rep.bytes_resumed,
+        files_vanished: rep.files_vanished,
         errors: rep.errors,
     }
 }
@@ -414,6 +415,16 @@ impl Dispatcher<'_, '_> {
                     send_op(&workers[k], f, Op::Done(segment, digest))?;
                     if last {
                         self.admit()?;
+                    }
+                }
+                Message::FileChanged { file, error } => {
+                    // Vanished or changed while read (an application
+                    // still writing): the old copy stays, a warning; the
+                    // source's listing was fine, so --delete stays on.
+                    if let Some(f) = self.files.get(&file) {
+                        f.fail_with(Failure::Changed(error));
+                    } else {
+                        self.sh.stats.vanished(error);
                     }
                 }
                 Message::FileFailed { file, error } => {

@@ -141,7 +141,10 @@ pub fn run_sender(
                 hash: !opts.in_process || opts.verify,
                 direct_io: opts.direct_io,
             };
-            workers.push(s.spawn(move || segment::worker(job_rx, tx, progress, how)));
+            // Files that vanish are the receiver's to note, unless it is
+            // remote: then this side, which prints, notes them too.
+            let warn = (!opts.in_process).then_some(stats);
+            workers.push(s.spawn(move || segment::worker(job_rx, tx, progress, warn, how)));
         }
         drop(job_rx);
 

@@ -1,7 +1,8 @@
 //! The workers: each sends one segment at a time (its ops by `whole` or
 //! `delta`, then its `SegmentDone`), and keeps the file's failure
-//! bookkeeping: a file that cannot be opened or read, or that changed
-//! while it was read, gets a `FileFailed` before its last `SegmentDone`.
+//! bookkeeping: a file that cannot be opened or read gets a `FileFailed`
+//! before its last `SegmentDone`, one that vanished or changed while it
+//! was read (an application still writing) a `FileChanged`.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -21,11 +22,12 @@ pub(super) fn worker(
     jobs: Receiver<Job>,
     tx: MsgTx,
     progress: Option<&Stats>,
+    warn: Option<&Stats>,
     how: ReadHow,
 ) -> Result<()> {
     let mut buf = Vec::with_capacity(scan::CHUNK);
     for job in jobs {
-        send_segment(&job, &tx, &mut buf, how)?;
+        send_segment(&job, &tx, &mut buf, how, warn)?;
         if let Some(st) = progress {
             let (a, b) = layout::segment_range(job.file.size, job.seg);
             Stats::add(&st.bytes_done, b - a);
@@ -34,18 +36,35 @@ pub(super) fn worker(
     Ok(())
 }
 
-/// Why a file could not be opened.
-fn open_failure(path: &Path, e: &std::io::Error) -> String {
-    format!("read {}: {}", path.display(), describe(e))
+/// Why a file was not sent, and whether that is a failure or the file
+/// vanished or changed while it was read (a warning: the receiver keeps
+/// its copy, the next run sends the new one).
+#[derive(Debug, PartialEq, Eq)]
+enum NotSent {
+    Failed(String),
+    Changed(String),
+}
+
+/// Why a file could not be opened: gone since the walk listed it (or
+/// replaced by another file), or unreadable.
+fn open_failure(path: &Path, e: &std::io::Error) -> NotSent {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        NotSent::Changed(format!(
+            "{}: file vanished before it was read",
+            path.display()
+        ))
+    } else {
+        NotSent::Failed(format!("read {}: {}", path.display(), describe(e)))
+    }
 }
 
 /// Why a segment of a file could not be read: the file ended early (it
 /// shrank after the walk), or the read failed.
-fn read_failure(path: &Path, e: &std::io::Error) -> String {
+fn read_failure(path: &Path, e: &std::io::Error) -> NotSent {
     if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        format!("{}: file shrank while being read", path.display())
+        NotSent::Changed(format!("{}: file shrank while being read", path.display()))
     } else {
-        format!("read {}: {}", path.display(), describe(e))
+        NotSent::Failed(format!("read {}: {}", path.display(), describe(e)))
     }
 }
 
@@ -57,21 +76,38 @@ fn changed_failure(
     path: &Path,
     listed: (u64, (i64, u32)),
     stamp: std::io::Result<Option<(u64, (i64, u32))>>,
-) -> Option<String> {
+) -> Option<NotSent> {
     match stamp {
         Ok(Some(now)) if now == listed => None,
         Ok(None) => None,
-        Ok(Some(_)) => Some(format!("{}: file changed while being read", path.display())),
-        Err(e) => Some(format!("read {}: {}", path.display(), describe(&e))),
+        Ok(Some(_)) => Some(NotSent::Changed(format!(
+            "{}: file changed while being read",
+            path.display()
+        ))),
+        Err(e) => Some(open_failure(path, &e)),
     }
 }
 
-fn send_segment(job: &Job, tx: &MsgTx, buf: &mut Vec<u8>, how: ReadHow) -> Result<()> {
+fn send_segment(
+    job: &Job,
+    tx: &MsgTx,
+    buf: &mut Vec<u8>,
+    how: ReadHow,
+    warn: Option<&Stats>,
+) -> Result<()> {
     let f = &job.file;
     let id = job.id;
-    let fail = |error: String| -> Result<()> {
+    let fail = |why: NotSent| -> Result<()> {
         f.failed.store(true, Ordering::SeqCst);
-        tx.send(Message::FileFailed { file: id, error })?;
+        tx.send(match why {
+            NotSent::Failed(error) => Message::FileFailed { file: id, error },
+            NotSent::Changed(error) => {
+                if let Some(st) = warn {
+                    st.vanished(error.clone());
+                }
+                Message::FileChanged { file: id, error }
+            }
+        })?;
         Ok(())
     };
     let file = match f.reader(how.direct_io)? {
@@ -125,28 +161,37 @@ mod tests {
 
     const LISTED: (u64, (i64, u32)) = (4096, (1_700_000_000, 5));
 
+    fn failed(s: &str) -> NotSent {
+        NotSent::Failed(s.into())
+    }
+
+    fn changed(s: &str) -> NotSent {
+        NotSent::Changed(s.into())
+    }
+
     #[test]
     fn a_short_read_means_the_file_shrank() {
         let p = Path::new("src/a.bin");
         let eof = Error::from(ErrorKind::UnexpectedEof);
         assert_eq!(
             read_failure(p, &eof),
-            "src/a.bin: file shrank while being read"
+            changed("src/a.bin: file shrank while being read")
         );
         let denied = Error::from(ErrorKind::PermissionDenied);
         assert_eq!(
             read_failure(p, &denied),
-            "read src/a.bin: permission denied"
+            failed("read src/a.bin: permission denied")
         );
         // Opening is not reading: no "shrank" there.
         assert_eq!(
             open_failure(p, &denied),
-            "read src/a.bin: permission denied"
+            failed("read src/a.bin: permission denied")
         );
+        // Gone since the walk: an application removed it meanwhile.
         let gone = Error::from(ErrorKind::NotFound);
         assert_eq!(
             open_failure(p, &gone),
-            "read src/a.bin: no such file or directory"
+            changed("src/a.bin: file vanished before it was read")
         );
     }
 
@@ -159,16 +204,18 @@ mod tests {
     }
 
     #[test]
-    fn a_file_changed_while_read_is_failed() {
+    fn a_file_changed_while_read_is_a_warning() {
         let p = Path::new("f");
-        let changed = Some("f: file changed while being read".to_string());
         let grown = (LISTED.0 + 1, LISTED.1);
-        assert_eq!(changed_failure(p, LISTED, Ok(Some(grown))), changed);
+        let want = Some(changed("f: file changed while being read"));
+        assert_eq!(changed_failure(p, LISTED, Ok(Some(grown))), want);
         let touched = (LISTED.0, (LISTED.1 .0, LISTED.1 .1 + 1));
-        assert_eq!(changed_failure(p, LISTED, Ok(Some(touched))), changed);
+        assert_eq!(changed_failure(p, LISTED, Ok(Some(touched))), want);
         let older = (LISTED.0, (LISTED.1 .0 - 1, LISTED.1 .1));
-        assert_eq!(changed_failure(p, LISTED, Ok(Some(older))), changed);
-        let err = changed_failure(p, LISTED, Err(Error::from(ErrorKind::NotFound)));
-        assert_eq!(err.as_deref(), Some("read f: no such file or directory"));
+        assert_eq!(changed_failure(p, LISTED, Ok(Some(older))), want);
+        let gone = changed_failure(p, LISTED, Err(Error::from(ErrorKind::NotFound)));
+        assert_eq!(gone, Some(changed("f: file vanished before it was read")));
+        let eio = changed_failure(p, LISTED, Err(Error::from_raw_os_error(5)));
+        assert!(matches!(eio, Some(NotSent::Failed(_))));
     }
 }

@@ -144,6 +144,10 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             file: i.var32("file")?,
             error: i.string("error")?,
         },
+        tag::FILE_CHANGED => Message::FileChanged {
+            file: i.var32("file")?,
+            error: i.string("error")?,
+        },
         tag::SENDER_DONE => Message::SenderDone,
         tag::RECEIVER_DONE => report(&mut i)?,
         tag::FATAL => Message::Fatal {
@@ -254,7 +258,7 @@ fn have(i: &mut In) -> Result<Message, DecodeError> {
 
 /// A `ReceiverDone` after its tag.
 fn report(i: &mut In) -> Result<Message, DecodeError> {
-    let mut v = [0u64; 13];
+    let mut v = [0u64; 14];
     for x in v.iter_mut() {
         *x = i.var()?;
     }
@@ -277,6 +281,7 @@ fn report(i: &mut In) -> Result<Message, DecodeError> {
         delete_skipped: v[10],
         delta_mismatch: v[11],
         bytes_resumed: v[12],
+        files_vanished: v[13],
         errors,
     })))
 }

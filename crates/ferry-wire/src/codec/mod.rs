@@ -60,6 +60,7 @@ mod tag {
     pub const FATAL: u8 = 13;
     pub const COMPRESSED: u8 = 14;
     pub const HAVE: u8 = 15;
+    pub const FILE_CHANGED: u8 = 16;
 }
 
 trait Out {
@@ -184,6 +185,11 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             o.var(*file as u64);
             o.bytes(clip(error).as_bytes());
         }
+        Message::FileChanged { file, error } => {
+            o.u8(tag::FILE_CHANGED);
+            o.var(*file as u64);
+            o.bytes(clip(error).as_bytes());
+        }
         Message::SenderDone => o.u8(tag::SENDER_DONE),
         Message::ReceiverDone(r) => {
             o.u8(tag::RECEIVER_DONE);
@@ -250,6 +256,7 @@ fn write_report<O: Out>(o: &mut O, r: &ReceiverReport) {
         r.delete_skipped,
         r.delta_mismatch,
         r.bytes_resumed,
+        r.files_vanished,
     ] {
         o.var(v);
     }

@@ -71,6 +71,10 @@ fn every_message_roundtrips() {
         file: 4,
         error: "gone".into(),
     });
+    roundtrip(Message::FileChanged {
+        file: 5,
+        error: "src/log: file changed while being read".into(),
+    });
     roundtrip(Message::SenderDone);
     roundtrip(Message::Want {
         file: 4,
@@ -100,6 +104,7 @@ fn every_message_roundtrips() {
         delete_skipped: 1,
         delta_mismatch: 2,
         bytes_resumed: 1 << 33,
+        files_vanished: 3,
         errors: vec!["x".into()],
     })));
     for class in [
