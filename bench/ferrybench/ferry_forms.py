@@ -27,6 +27,7 @@ NO_NBD_SERVER = "no NBD server (qemu-nbd or nbdkit) installed; bench/setup.sh"
 NO_REMOTE_FERRY = "no --remote-ferry in this build: its far side would be the main binary"
 QUIET_NA = (NOT_SUPPORTED, NO_NBD_SERVER, NO_REMOTE_FERRY)  # n/a reasons that are not probe failures
 RECV_PORT = 7411
+DAEMON_PORT = 7412
 
 
 def nbd_unix_server(image: str, sock: str, ns: str | None = None) -> Server | None:
@@ -164,6 +165,19 @@ class Ferry:
                 f"{ADDR_B}:{RECV_PORT} > {shlex.quote(out)}",
             ns=NS_B, port=RECV_PORT, env=self.key_env("recv", env))
 
+    def daemon_server(self, env: dict) -> Server:
+        """`ferry serve --listen` in B, serving the whole filesystem (the
+        bench's destinations are absolute paths), untimed."""
+        return Server(
+            cmd=f"exec {shlex.quote(self.path)} serve --listen {ADDR_B}:{DAEMON_PORT} --root / "
+                f"--key-file {shlex.quote(self.keyfile)}",
+            ns=NS_B, port=DAEMON_PORT, persistent=True, env=env)
+
+    def daemon_args(self, args: str) -> str:
+        """Push ARGS (`SRC B:DST`) to the daemon instead: `SRC ferry://B:PORT/DST`."""
+        url = f"ferry://{ADDR_B}:{DAEMON_PORT}"
+        return f"--key-file {shlex.quote(self.keyfile)} " + args.replace(f"{ADDR_B}:", url)
+
     def send_cmd(self, producer: str) -> str:
         js = "--json " if self.has_flag("send", "--json") else ""
         return (f"{producer} | {shlex.quote(self.path)} send {js}{self.key_args('send')}"
@@ -277,7 +291,7 @@ class Ferry:
             except ServerError as e:
                 self._set("nbd", False, f"NBD server did not start: {str(e)[:250]}")
         if link is None:
-            for f in ("remote", "remote-delta", "remote-direct", "nbd-remote", "pipe", "send-recv"):
+            for f in ("remote", "remote-delta", "remote-direct", "nbd-remote", "pipe", "send-recv", "daemon"):
                 self.forms[f] = (False, "no link (netns unavailable)")
             return
         env = link.env()
@@ -302,6 +316,16 @@ class Ferry:
                 self._judge("remote-direct", r, lambda: verify.same_tree(src, out))
             else:
                 self._set("remote-direct", False, NOT_SUPPORTED)
+        if self.forms["local"][0] and self.has_flag("serve", "--listen"):
+            out = os.path.join(d, "out-daemon")
+            try:
+                r = run("daemon", self.sync_cmd(self.daemon_args(f"{src}/ {ADDR_B}:{out}/")), NS_A, env,
+                        [self.daemon_server(env)])
+                self._judge("daemon", r, lambda: verify.same_tree(src, out))
+            except ServerError as e:
+                self._set("daemon", False, f"daemon did not start: {str(e)[:250]}")
+        else:
+            self._set("daemon", False, NOT_SUPPORTED)
         if not self.forms["nbd"][0] or not self.forms["remote"][0]:
             why = self.forms["nbd"][1] if not self.forms["nbd"][0] else NOT_SUPPORTED
             self.forms["nbd-remote"] = (False, why)  # said once already, for nbd or remote

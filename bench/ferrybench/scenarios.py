@@ -150,7 +150,11 @@ def push_rows(f: Ferry, link: Link, args, delta: bool = False) -> list[Tool]:
     rows = [sync_row(f, "ferry sync (ssh)", "", "remote", args, link)]
     if delta:
         rows.append(sync_row(f, "ferry sync --delta (ssh)", "--delta ", "remote-delta", args, link))
+    daemon = Tool("ferry sync ferry:// (daemon)", "ferry",
+                  lambda s, d: f.sync_cmd(f.daemon_args(args(s, d))), NS_A, form="daemon",
+                  servers=lambda s, d: [f.daemon_server(link.env())])
     return rows + [sync_row(f, "ferry sync --direct", "--direct ", "remote-direct", args, link),
+                   daemon,
                    sync_row(f, "ferry sync --no-fsync (ssh)", "--no-fsync ", "remote", args, link),
                    sync_row(f, "ferry sync --verify (ssh)", "--verify ", "remote", args, link)]
 
