@@ -276,8 +276,14 @@ fn completions_and_man_pages() {
         sync.contains("bwlimit") && sync.contains("delete"),
         "{sync}"
     );
-    // The internal side of a sync has no page; a typo is a usage error.
-    for bad in ["serve", "nope"] {
+    // The daemon has its page (serve is public since --listen).
+    let serve = text(&["man", "serve"]);
+    assert!(
+        serve.contains(".TH ferry-serve 1") && serve.contains("listen"),
+        "{serve}"
+    );
+    // A typo is a usage error.
+    for bad in ["nope"] {
         let o = ferry(&["man", bad]);
         assert_eq!(o.status.code(), Some(1), "{bad}");
         assert_eq!(stderr(&o).lines().count(), 1, "{bad}: {}", stderr(&o));
