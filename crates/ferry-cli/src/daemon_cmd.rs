@@ -9,6 +9,9 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use ferry_core::remote::daemon::confine::printable;
 use ferry_core::remote::daemon::{self, DaemonConfig, Request, SessionEnd, Target};
 
+/// Longest log line (a pull may name many paths).
+const MAX_LOG_LINE: usize = 2000;
+
 /// A session's link silent this long is dead, unless `--timeout` says
 /// otherwise: a client that vanished (a partition, a killed Pod) must not
 /// hold its slot for ever.
@@ -76,7 +79,22 @@ pub fn run(
     };
     let target = match (&d.root, &d.device) {
         (Some(r), None) => Target::Root(r.clone()),
-        (None, Some(dev)) => Target::Device(dev.clone()),
+        (None, Some(dev)) => {
+            // It must be there, as a file or a block device: a push must
+            // not make a directory tree where the device should be.
+            use std::os::unix::fs::FileTypeExt;
+            match std::fs::metadata(dev) {
+                Ok(m) if m.is_file() || m.file_type().is_block_device() => {}
+                Ok(_) => {
+                    return fail(format!(
+                        "--device {}: not a regular file or a block device",
+                        dev.display()
+                    ))
+                }
+                Err(e) => return fail(format!("--device {}: {e}", dev.display())),
+            }
+            Target::Device(dev.clone())
+        }
         _ => return fail("give exactly one of --root DIR and --device PATH".into()),
     };
     if d.max_sessions == 0 {
@@ -106,7 +124,18 @@ pub fn run(
         Ok(a) => errln!("ferry serve: listening on {a}"),
         Err(_) => errln!("ferry serve: listening on {listen}"),
     }
-    let log: Arc<daemon::Log> = Arc::new(|line: &str| errln!("ferry serve: {}", printable(line)));
+    let log: Arc<daemon::Log> = Arc::new(|line: &str| {
+        let mut l = printable(line);
+        if l.len() > MAX_LOG_LINE {
+            let mut end = MAX_LOG_LINE;
+            while !l.is_char_boundary(end) {
+                end -= 1;
+            }
+            l.truncate(end);
+            l.push_str(" ...");
+        }
+        errln!("ferry serve: {l}")
+    });
     match daemon::serve_daemon(listener, psk, cfg, Arc::new(parse_request), log) {
         Ok(end) => {
             if let Some(p) = &d.termination_log {

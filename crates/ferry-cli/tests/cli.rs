@@ -283,7 +283,7 @@ fn completions_and_man_pages() {
         "{serve}"
     );
     // A typo is a usage error.
-    for bad in ["nope"] {
+    for bad in ["nope", "syncc"] {
         let o = ferry(&["man", bad]);
         assert_eq!(o.status.code(), Some(1), "{bad}");
         assert_eq!(stderr(&o).lines().count(), 1, "{bad}: {}", stderr(&o));

@@ -53,6 +53,10 @@ pub enum Error {
     /// failed): another try with the same key fails the same way.
     #[error("{0}")]
     Auth(String),
+    /// A daemon answered that it is busy (as many sessions as it allows,
+    /// or the root held by another session): later it may not be.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl Error {
@@ -75,6 +79,7 @@ impl Error {
     pub fn retryable(&self) -> bool {
         match self {
             Error::Link(e) => e.retryable(),
+            Error::Busy(_) => true,
             Error::Peer { class, .. } => *class == FatalClass::Connection,
             Error::Io { .. }
             | Error::Usage(_)
@@ -99,7 +104,7 @@ impl Error {
                 | LinkError::Corrupt(_)
                 | LinkError::Checksum,
             ) => Class::Protocol,
-            Error::Link(_) | Error::NoRemote(_) => Class::Connection,
+            Error::Link(_) | Error::NoRemote(_) | Error::Busy(_) => Class::Connection,
             Error::Peer { class, .. } => match class {
                 FatalClass::Io => Class::Io,
                 FatalClass::Protocol => Class::Protocol,

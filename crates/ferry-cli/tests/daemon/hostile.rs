@@ -342,3 +342,56 @@ fn a_client_that_never_starts_its_session_loses_its_slot() {
     );
     assert!(!log.contains('\u{1b}'), "{log}");
 }
+
+#[test]
+fn a_push_never_writes_into_a_fifo_and_a_device_daemon_needs_its_device() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let fifo = root.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let f = t.path().join("f");
+    std::fs::write(&f, b"data").unwrap();
+    let key = key_file(t.path(), KEY);
+    let d = Daemon::start(&key, &["--root", p(&root)]);
+    let o = run(&[
+        "sync",
+        "--timeout=5",
+        p(&f),
+        &d.url("fifo"),
+        "--key-file",
+        p(&key),
+    ]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("neither a regular file nor a directory"),
+        "{}",
+        stderr(&o)
+    );
+    // The daemon was not stuck on it: the next push goes through.
+    ferry_ok(&["sync", p(&f), &d.url("g"), "--key-file", p(&key)]);
+    // A device daemon whose device is missing does not start (a push
+    // would make a directory tree there).
+    let o = Command::new(ferry_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--key-file",
+            p(&key),
+            "--device",
+        ])
+        .arg(t.path().join("missing.img"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

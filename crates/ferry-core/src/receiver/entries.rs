@@ -17,6 +17,11 @@ impl Dispatcher<'_, '_> {
         self.check
             .admit(&e)
             .map_err(|r| Error::Protocol(r.to_string()))?;
+        if !self.sh.opts.meta_xattrs() {
+            // Not asked for: not kept (a directory's entry lives until the
+            // end of the session).
+            e.xattrs = Vec::new();
+        }
         if self.sh.opts.untrusted_sender {
             decide::defang(&mut e);
         }

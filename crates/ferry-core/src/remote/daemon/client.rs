@@ -10,6 +10,9 @@ use ferry_link::{Endpoint, FatalClass, Flushed, LinkError};
 
 use crate::error::{Error, Result};
 
+/// How long a client waits for the daemon's answer.
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// The port a `ferry://` URL without one means.
 pub const DEFAULT_PORT: u16 = 7391;
 
@@ -92,11 +95,17 @@ pub fn daemon_connect(
             other => Error::Protocol(format!("{name}: handshake: {other}")),
         })?;
     let r = s.try_clone().map_err(|e| link(e.to_string()))?;
+    let ctl = s.try_clone().ok();
     let mut reader = ChannelReader::new(r, &session);
     let mut writer = BufWriter::with_capacity(1 << 20, ChannelWriter::new(s, &session));
     let req = pre::encode_request(args).map_err(|e| Error::Usage(e.to_string()))?;
     let sent = writer.write_all(&req).and_then(|()| writer.flush());
     sent.map_err(|e| link(format!("{name}: sending the request: {e}")))?;
+    // The daemon answers within its request and lock waits; one that does
+    // not is gone.
+    if let Some(c) = &ctl {
+        let _ = c.set_read_timeout(Some(ANSWER_WAIT));
+    }
     let mut head = [0u8; pre::ANSWER_HEAD];
     reader
         .read_exact(&mut head)
@@ -108,6 +117,9 @@ pub fn daemon_connect(
         .read_exact(&mut text)
         .map_err(|e| link(format!("{name}: {e}")))?;
     let text = pre::answer_text(&text).map_err(proto)?;
+    if let Some(c) = &ctl {
+        let _ = c.set_read_timeout(None);
+    }
     match status {
         Status::Accepted => Ok(ferry_link::stream_link_flushed(reader, writer)),
         Status::Usage => Err(Error::Usage(format!("{name} refused the session: {text}"))),
@@ -115,7 +127,7 @@ pub fn daemon_connect(
             class: FatalClass::Io,
             msg: format!("{name}: {text}"),
         }),
-        Status::Busy => Err(link(format!("{name}: {text}"))),
+        Status::Busy => Err(Error::Busy(format!("{name}: {text}"))),
     }
 }
 

@@ -33,6 +33,8 @@ pub enum ConfineError {
     Symlink(String),
     #[error("{path:?}: {source}")]
     Io { path: String, source: io::Error },
+    #[error("{0:?} is neither a regular file nor a directory; the daemon writes only those")]
+    Special(String),
 }
 
 /// `s` with control characters escaped, for a log line: a client's
@@ -125,6 +127,17 @@ pub fn confine(
                 path: format!("{}/", proc_fd(&dir)),
                 _held: vec![parent, dir],
             });
+        }
+        // A push writes into what it names: a FIFO or a device there
+        // would block the session or take its data elsewhere.
+        Ok(st)
+            if may_create
+                && !matches!(
+                    FileType::from_raw_mode(st.st_mode),
+                    FileType::RegularFile | FileType::Directory
+                ) =>
+        {
+            return Err(ConfineError::Special(client.into()))
         }
         Ok(_) => {}
         Err(rustix::io::Errno::NOENT) if may_create => {}

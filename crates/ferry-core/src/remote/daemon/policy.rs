@@ -50,6 +50,9 @@ const VALUED: &[&str] = &[
     "--compress=",
 ];
 
+/// Most paths one pull may name.
+pub const MAX_PATHS: usize = 64;
+
 /// Why a request is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -123,6 +126,15 @@ pub fn fit(mut r: Request, cfg: &DaemonConfig, cores: usize) -> Result<Request, 
     }
     if r.send && r.paths.is_empty() {
         return Err(Refusal::Usage("a pull names at least one path".into()));
+    }
+    // Each path holds a directory handle for the session.
+    let mut seen = std::collections::HashSet::new();
+    r.paths.retain(|p| seen.insert(p.clone()));
+    if r.paths.len() > MAX_PATHS {
+        return Err(Refusal::Usage(format!(
+            "a pull names at most {MAX_PATHS} paths (this one {}); pull their parent",
+            r.paths.len()
+        )));
     }
     if !r.send && r.paths.len() != 1 {
         return Err(Refusal::Usage("a push names one destination".into()));
@@ -238,6 +250,11 @@ mod tests {
         assert_eq!(r.paths, v(&["/dev/vdb"]));
         assert!(r.file_or_dir && r.opts.partial_dir.is_some());
         assert!(fit(req(true, &["etc/passwd"]), &d, 8).is_err());
+        let many: Vec<String> = (0..=MAX_PATHS).map(|i| format!("p{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(fit(req(true, &many), &c, 2).is_err());
+        let dup = fit(req(true, &["a", "a", "b", "a"]), &c, 2).unwrap();
+        assert_eq!(dup.paths, v(&["a", "b"]));
         let mut backup = req(false, &[""]);
         backup.opts.backup = Some(".conf".into());
         let mut d = cfg(Target::Device("/srv/disk.img".into()));

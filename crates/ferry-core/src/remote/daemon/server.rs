@@ -32,6 +32,34 @@ pub const MAX_HANDSHAKES: usize = 16;
 /// How long a client that proved the key may take to send its request.
 pub const REQUEST_WAIT: Duration = Duration::from_secs(30);
 
+/// How long a request waits for the root (a push under way, or pulls
+/// under way for a push) before it is answered "busy".
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Strangers are logged at most [`REFUSALS_LOGGED`] a minute (a flood of
+/// them must not flood the log); the rest are not.
+#[derive(Default)]
+struct Refusals(Mutex<(Option<std::time::Instant>, u64)>);
+
+const REFUSALS_LOGGED: u64 = 10;
+
+impl Refusals {
+    /// Whether to log this refusal; also says how many were not logged.
+    fn note(&self) -> bool {
+        let Ok(mut g) = self.0.lock() else {
+            return false;
+        };
+        let now = std::time::Instant::now();
+        let fresh =
+            g.0.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60));
+        if fresh {
+            *g = (Some(now), 0);
+        }
+        g.1 += 1;
+        g.1 <= REFUSALS_LOGGED
+    }
+}
+
 /// One session's end: who it was, what it did.
 pub struct SessionEnd {
     pub peer: SocketAddr,
@@ -85,6 +113,8 @@ struct Shared {
     taken: AtomicBool,
     /// Pulls share the root, a push has it alone (see [`Hold`]).
     root_lock: RwLock<()>,
+    /// Connections that did not prove the key, for the log's rate.
+    refusals: Refusals,
     ended: mpsc::Sender<SessionEnd>,
 }
 
@@ -123,6 +153,7 @@ pub fn serve_daemon(
         sessions: AtomicUsize::new(0),
         taken: AtomicBool::new(false),
         root_lock: RwLock::new(()),
+        refusals: Refusals::default(),
         ended,
     });
     let accepting = shared.clone();
@@ -176,7 +207,9 @@ fn connection(s: TcpStream, id: u64, peer: SocketAddr, sh: &Shared) {
     let (session, s) = match hs {
         Ok(v) => v,
         Err(e) => {
-            (sh.log)(&format!("{peer}: refused: {e}"));
+            if sh.refusals.note() {
+                (sh.log)(&format!("{peer}: refused: {e}"));
+            }
             return;
         }
     };
@@ -256,11 +289,29 @@ enum Hold<'a> {
     Alone(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
 }
 
-fn hold(lock: &RwLock<()>, push: bool) -> Hold<'_> {
-    if push {
-        Hold::Alone(lock.write().unwrap_or_else(|p| p.into_inner()))
-    } else {
-        Hold::Shared(lock.read().unwrap_or_else(|p| p.into_inner()))
+/// The root for a push (alone) or a pull (shared), waiting at most
+/// [`LOCK_WAIT`]: `None` when others hold it that long.
+fn hold(lock: &RwLock<()>, push: bool) -> Option<Hold<'_>> {
+    use std::sync::TryLockError;
+    let until = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        let got = if push {
+            match lock.try_write() {
+                Ok(g) => Some(Hold::Alone(g)),
+                Err(TryLockError::Poisoned(p)) => Some(Hold::Alone(p.into_inner())),
+                Err(TryLockError::WouldBlock) => None,
+            }
+        } else {
+            match lock.try_read() {
+                Ok(g) => Some(Hold::Shared(g)),
+                Err(TryLockError::Poisoned(p)) => Some(Hold::Shared(p.into_inner())),
+                Err(TryLockError::WouldBlock) => None,
+            }
+        };
+        if got.is_some() || std::time::Instant::now() >= until {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -289,6 +340,7 @@ fn refused(peer: SocketAddr, writer: &mut impl Write, status: Status, why: Strin
             class: ferry_link::FatalClass::Io,
             msg: why,
         },
+        Status::Busy => Error::Busy(why),
         _ => Error::Usage(why),
     });
     SessionEnd {
@@ -312,7 +364,14 @@ fn session_run(
         Ok(v) => v,
         Err((status, why)) => return refused(peer, &mut writer, status, why),
     };
-    let _hold = hold(&sh.root_lock, !req.send);
+    let Some(_hold) = hold(&sh.root_lock, !req.send) else {
+        let why = if req.send {
+            "busy: a push is under way; try again later"
+        } else {
+            "busy: other sessions are under way and a push has the root to itself; try again later"
+        };
+        return refused(peer, &mut writer, Status::Busy, why.into());
+    };
     let _held = match confined(&mut req, sh) {
         Ok(h) => h,
         Err((status, why)) => return refused(peer, &mut writer, status, why),
@@ -333,5 +392,8 @@ fn session_run(
     }
     let (ep, flushed) = ferry_link::stream_link_flushed(reader, writer);
     let result = super::super::session::serve_link(ep, flushed, &req);
+    // The link's threads end with the connection, whatever the client
+    // does with its end.
+    let _ = sock.shutdown(std::net::Shutdown::Both);
     SessionEnd { peer, what, result }
 }
