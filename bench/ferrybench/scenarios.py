@@ -17,10 +17,10 @@ import shutil
 from . import data
 from .base import twins
 from .ferry_forms import Ferry, nbd_server_name, nbd_unix_server, nbd_uri, sock_path
-from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT, Link
+from .link import ADDR_A, ADDR_B, DEV_A, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT, Link
 from .measure import Server, timed
-from .runner import (RESUME_FULL, TREE_PHASES, Ctx, Tool, resume_case, run_file_case, run_resume,
-                     run_tree)
+from .runner import (RESUME_FULL, TREE_PHASES, Ctx, Tool, record, resume_case, run_file_case,
+                     run_resume, run_tree)
 from .util import log, sh, slug, which
 
 q = shlex.quote
@@ -533,6 +533,47 @@ def resume_notes(ctx: Ctx, scen: str, figs: dict, kill_pct: float) -> None:
                         "copy (reported, not enforced): " + "; ".join(met) + "."))
 
 
+LINK_DOWN_AT_S, LINK_DOWN_S = 3, 5
+
+
+def link_drop(ctx: Ctx, src: str) -> None:
+    """Case "link down 5 s": ferry's push with --retries 3 --timeout 2 while
+    A's end of the link goes down 3 s in and comes back 5 s later (run
+    inside A's namespace, beside the copy): one invocation must finish,
+    verified, exit 0. Its --json says how many reconnects it took and how
+    much resuming saved. No peer row: rsync and scp have no retry."""
+    def dropping(f, flags):
+        def cmd(s, d):
+            copy = f.sync_cmd(f"--retries 3 --timeout 2 {flags}{file_to_b(s, d)}", ctx.link)
+            return (f"( sleep {LINK_DOWN_AT_S}; ip link set {DEV_A} down; sleep {LINK_DOWN_S}; "
+                    f"ip link set {DEV_A} up ) & {copy}; rc=$?; wait; exit $rc")
+        return cmd
+    tools = [t for t in twins(ctx, lambda f: [
+        Tool("ferry sync --retries 3 (ssh)", "ferry", dropping(f, ""), NS_A, form="remote",
+             flags=(("sync", "--retries"),)),
+        Tool("ferry sync --direct --retries 3", "ferry", dropping(f, "--direct "), NS_A,
+             form="remote-direct", flags=(("sync", "--retries"), ("sync", "--direct")))])]
+    case = "link down 5 s"
+    run_file_case(ctx, "resume", case, tools, src, lambda d: None)
+    rows = ["| tool | runs (exit 0, verified) | median s | reconnects per run | resumed MiB per run |",
+            "|---|---|---|---|---|"]
+    for t in tools:
+        runs = record(ctx, "resume", case, t)["runs"]
+        ok = [r for r in runs if r.get("verified")]
+        walls = sorted(r["wall_s"] for r in ok)
+        js = [r.get("ferry_json") or {} for r in runs]
+        recon = ", ".join(str(j.get("reconnects", "?")) for j in js)
+        resumed = ", ".join(f"{j.get('bytes_resumed', 0) / 2**20:.0f}" for j in js)
+        median = walls[len(walls) // 2] if walls else "-"
+        rows.append(f"| {t.name} | {len(ok)} of {len(runs)} | {median} | {recon} | {resumed} |")
+    ctx.note("resume", (
+        f"Case *{case}*: the full copy again, with A's end of the veth set down {LINK_DOWN_AT_S} s in and "
+        f"up {LINK_DOWN_S} s later (by a shell beside the copy, in A's namespace); ferry runs with "
+        "`--retries 3 --timeout 2`, so it notices the silence, reconnects with backoff and resumes the "
+        "partial file; each run must end with exit 0 and an identical file."))
+    ctx.note("resume", "\n".join(rows))
+
+
 def scen_resume(ctx: Ctx):
     """A large incompressible file copied in full, then killed part-way and
     resumed: ferry's partial files against rsync --partial and
@@ -557,6 +598,7 @@ def scen_resume(ctx: Ctx):
         {"file_bytes": os.path.getsize(src), "kill_pct_target": kill_pct, "target_ratio": RESUME_TARGET,
          "tools": figs})
     resume_notes(ctx, "resume", figs, kill_pct)
+    link_drop(ctx, src)
     for tool, f in figs.items():
         if f["kind"] == "ferry":
             log(f"resume: {tool}: full {f['full_s']} s, killed at {f['kill_pct']}%, kept {f['kept_pct']}%, "
