@@ -26,6 +26,10 @@ pub trait Meter: Send + 'static {
     fn finished(&self) -> bool {
         false
     }
+    /// Files done and files in all, where the work has files.
+    fn files(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// A sync's counters: a bar over the bytes of the changed files.
@@ -44,6 +48,12 @@ impl Meter for SyncMeter {
             self.0.files_transferred.load(Relaxed),
             self.0.files_total.load(Relaxed)
         )
+    }
+    fn files(&self) -> Option<(u64, u64)> {
+        Some((
+            self.0.files_transferred.load(Relaxed),
+            self.0.files_total.load(Relaxed),
+        ))
     }
 }
 
@@ -118,6 +128,18 @@ impl Progress {
         Self { stop, thread }
     }
 
+    /// One JSON object a second on stderr, for programs (a Pod's log):
+    /// whatever stderr is, and with `--json` too (that goes to stdout).
+    pub fn start_json(meter: impl Meter) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ferry-progress".into())
+            .spawn(move || json_lines(meter, &st))
+            .ok();
+        Self { stop, thread }
+    }
+
     pub fn finish(mut self) {
         self.stop.store(true, Relaxed);
         if let Some(t) = self.thread.take() {
@@ -178,5 +200,105 @@ fn lines(mut m: impl Meter, stop: &AtomicBool) {
                 m.message()
             );
         }
+    }
+}
+
+/// Where a sync stands, from its counters: `starting` (nothing listed),
+/// `comparing` (files listed, no data moved yet), `transferring`,
+/// `finishing` (all data there: commits, deletions, fsync), `done`.
+fn phase(total: Option<u64>, done: u64, files: Option<(u64, u64)>, over: bool) -> &'static str {
+    match (over, total, files) {
+        (true, _, _) => "done",
+        (_, Some(t), _) if t > 0 && done >= t => "finishing",
+        (_, _, _) if done > 0 => "transferring",
+        (_, _, Some((_, n))) if n > 0 => "comparing",
+        _ => "starting",
+    }
+}
+
+/// The JSON progress object: bytes done and in all, the rate since the
+/// start, the seconds left at that rate, the phase, files.
+fn json_line(m: &impl Meter, elapsed: f64, over: bool) -> String {
+    let done = m.done();
+    let total = m.total();
+    let rate = if elapsed > 0.0 {
+        done as f64 / elapsed
+    } else {
+        0.0
+    };
+    let eta = match total {
+        Some(t) if rate > 0.0 && t >= done => Some(((t - done) as f64 / rate).round() as u64),
+        _ => None,
+    };
+    let mut o = serde_json::json!({
+        "elapsed_s": (elapsed * 10.0).round() / 10.0,
+        "bytes_done": done,
+        "bytes_total": total,
+        "rate_bps": rate.round() as u64,
+        "eta_s": eta,
+        "phase": phase(total, done, m.files(), over),
+    });
+    if let Some((f, n)) = m.files() {
+        o["files_done"] = f.into();
+        o["files_total"] = n.into();
+    }
+    o.to_string()
+}
+
+fn json_lines(m: impl Meter, stop: &AtomicBool) {
+    let start = Instant::now();
+    let mut last = Instant::now();
+    while running(&m, stop) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() >= Duration::from_secs(1) {
+            last = Instant::now();
+            errln!("{}", json_line(&m, start.elapsed().as_secs_f64(), false));
+        }
+    }
+    errln!("{}", json_line(&m, start.elapsed().as_secs_f64(), true));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Option<u64>, u64, Option<(u64, u64)>);
+
+    impl Meter for Fixed {
+        fn total(&self) -> Option<u64> {
+            self.0
+        }
+        fn done(&self) -> u64 {
+            self.1
+        }
+        fn message(&mut self) -> String {
+            String::new()
+        }
+        fn files(&self) -> Option<(u64, u64)> {
+            self.2
+        }
+    }
+
+    #[test]
+    fn json_progress_says_where_the_sync_stands() {
+        let v = |m: Fixed, t: f64, over: bool| -> serde_json::Value {
+            serde_json::from_str(&json_line(&m, t, over)).unwrap()
+        };
+        let start = v(Fixed(Some(0), 0, Some((0, 0))), 0.0, false);
+        assert_eq!(start["phase"], "starting");
+        let mid = v(Fixed(Some(1000), 250, Some((1, 4))), 2.0, false);
+        assert_eq!(mid["phase"], "transferring");
+        assert_eq!(mid["rate_bps"], 125);
+        assert_eq!(mid["eta_s"], 6);
+        assert_eq!(mid["files_total"], 4);
+        assert_eq!(
+            v(Fixed(Some(1000), 0, Some((0, 9))), 1.0, false)["phase"],
+            "comparing"
+        );
+        assert_eq!(
+            v(Fixed(Some(1000), 1000, None), 1.0, false)["phase"],
+            "finishing"
+        );
+        assert_eq!(v(Fixed(Some(1000), 1000, None), 1.0, true)["phase"], "done");
     }
 }

@@ -80,9 +80,12 @@ pub struct SyncArgs {
     /// resumed. Errors a retry cannot fix are not retried. 0: never.
     #[arg(long, value_name = "N", default_value_t = 3)]
     retries: u32,
-    /// Show progress even when stderr is not a terminal.
-    #[arg(long)]
-    progress: bool,
+    /// Show progress even when stderr is not a terminal (a line a second);
+    /// `--progress=json`: one JSON object a second on stderr (bytes done
+    /// and in all, rate, ETA, phase, files), with --json too.
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "lines", value_parser = ["lines", "json"])]
+    progress: Option<String>,
     /// Print one JSON object of statistics on stdout at the end.
     #[arg(long)]
     json: bool,
@@ -189,7 +192,7 @@ fn run_inner(mut a: SyncArgs) -> i32 {
         }
     };
     let progress_asked = match a.rsync.progress() {
-        Ok(p) => a.progress || p,
+        Ok(p) => a.progress.as_deref() == Some("lines") || p,
         Err(e) => {
             errln!("ferry: {e}");
             return exit::USAGE;
@@ -259,11 +262,15 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     }
     // A bar redrawn on the terminal the list is printed to would tear it.
     let bar_in_the_way = listing && std::io::stdout().is_terminal();
-    let progress = Progress::start(
-        SyncMeter(stats.clone()),
-        progress_asked,
-        a.quiet || a.json || bar_in_the_way,
-    );
+    let progress = if a.progress.as_deref() == Some("json") {
+        Progress::start_json(SyncMeter(stats.clone()))
+    } else {
+        Progress::start(
+            SyncMeter(stats.clone()),
+            progress_asked,
+            a.quiet || a.json || bar_in_the_way,
+        )
+    };
     // What attempts that then failed did (files committed, bytes written
     // and resumed...), added to the last attempt's report.
     let mut earlier = Carried::default();

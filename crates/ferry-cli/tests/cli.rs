@@ -290,3 +290,37 @@ fn completions_and_man_pages() {
     }
     assert_eq!(ferry(&["completions", "tcsh"]).status.code(), Some(1));
 }
+
+/// `--progress=json`: one JSON object a second on stderr and a last one
+/// with phase "done", beside --json's summary on stdout (a Pod's log).
+#[test]
+fn json_progress_lines_on_stderr() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("big"), bytes(3, 24 << 20)).unwrap();
+    // 24 MiB at 10 MiB/s: two seconds or more, so at least two lines.
+    let o = ferry(&[
+        "sync",
+        "--json",
+        "--progress=json",
+        "--bwlimit=10M",
+        &slash(&src),
+        &slash(&dst),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stderr(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    assert!(lines.len() >= 3, "{lines:?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["phase"], "done");
+    assert_eq!(last["bytes_done"], 24 << 20);
+    assert_eq!(last["files_total"], 1);
+    assert!(lines
+        .iter()
+        .any(|l| l["phase"] == "transferring" && l["eta_s"].is_u64()));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["files_transferred"], 1);
+}
