@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import statistics
 import shutil
 
 from . import data
@@ -564,7 +565,7 @@ def link_drop(ctx: Ctx, src: str) -> None:
         js = [r.get("ferry_json") or {} for r in runs]
         recon = ", ".join(str(j.get("reconnects", "?")) for j in js)
         resumed = ", ".join(f"{j.get('bytes_resumed', 0) / 2**20:.0f}" for j in js)
-        median = walls[len(walls) // 2] if walls else "-"
+        median = round(statistics.median(walls), 2) if walls else "-"
         rows.append(f"| {t.name} | {len(ok)} of {len(runs)} | {median} | {recon} | {resumed} |")
     ctx.note("resume", (
         f"Case *{case}*: the full copy again, with A's end of the veth set down {LINK_DOWN_AT_S} s in and "
