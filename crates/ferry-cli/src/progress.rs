@@ -183,24 +183,32 @@ fn bar(mut m: impl Meter, stop: &AtomicBool) {
     pb.finish_and_clear();
 }
 
-fn lines(mut m: impl Meter, stop: &AtomicBool) {
+/// Call `f` with the meter and the seconds since the start, once a
+/// second until the work ends.
+fn each_second<M: Meter>(m: &mut M, stop: &AtomicBool, mut f: impl FnMut(&mut M, f64)) {
     let start = Instant::now();
     let mut last = Instant::now();
-    while running(&m, stop) {
+    while running(m, stop) {
         std::thread::sleep(Duration::from_millis(100));
         if last.elapsed() >= Duration::from_secs(1) {
             last = Instant::now();
-            let done = m.done();
-            let of = m.total().map(|t| format!(" / {}", human::bytes(t)));
-            errln!(
-                "ferry: {}{}, {}, {}",
-                human::bytes(done),
-                of.unwrap_or_default(),
-                human::rate(done, start.elapsed().as_secs_f64()),
-                m.message()
-            );
+            f(m, start.elapsed().as_secs_f64());
         }
     }
+}
+
+fn lines(mut m: impl Meter, stop: &AtomicBool) {
+    each_second(&mut m, stop, |m, secs| {
+        let done = m.done();
+        let of = m.total().map(|t| format!(" / {}", human::bytes(t)));
+        errln!(
+            "ferry: {}{}, {}, {}",
+            human::bytes(done),
+            of.unwrap_or_default(),
+            human::rate(done, secs),
+            m.message()
+        );
+    });
 }
 
 /// Where a sync stands, from its counters: `starting` (nothing listed),
@@ -245,16 +253,11 @@ fn json_line(m: &impl Meter, elapsed: f64, over: bool) -> String {
     o.to_string()
 }
 
-fn json_lines(m: impl Meter, stop: &AtomicBool) {
+fn json_lines(mut m: impl Meter, stop: &AtomicBool) {
     let start = Instant::now();
-    let mut last = Instant::now();
-    while running(&m, stop) {
-        std::thread::sleep(Duration::from_millis(100));
-        if last.elapsed() >= Duration::from_secs(1) {
-            last = Instant::now();
-            errln!("{}", json_line(&m, start.elapsed().as_secs_f64(), false));
-        }
-    }
+    each_second(&mut m, stop, |m, secs| {
+        errln!("{}", json_line(m, secs, false))
+    });
     errln!("{}", json_line(&m, start.elapsed().as_secs_f64(), true));
 }
 

@@ -98,8 +98,23 @@ fn tree(root: &Path) {
     std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
 }
 
+/// A scratch directory with a source tree, an empty root and a key file.
+fn fixture() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let (src, root) = (t.path().join("src"), t.path().join("root"));
+    tree(&src);
+    std::fs::create_dir(&root).unwrap();
+    let key = key_file(t.path(), KEY);
+    (t, src, root, key)
+}
+
 fn run(args: &[&str]) -> std::process::Output {
     ferry(args)
+}
+
+/// `ferry sync ferry://.../FROM TO --key-file KEY`.
+fn pull(d: &Daemon, from: &str, to: &Path, key: &str) -> std::process::Output {
+    run(&["sync", &d.url(from), p(to), "--key-file", key])
 }
 
 fn code(o: &std::process::Output) -> i32 {
@@ -112,11 +127,7 @@ fn stderr(o: &std::process::Output) -> String {
 
 #[test]
 fn push_and_pull_through_a_daemon() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, root) = (t.path().join("src"), t.path().join("root"));
-    tree(&src);
-    std::fs::create_dir(&root).unwrap();
-    let key = key_file(t.path(), KEY);
+    let (t, src, root, key) = fixture();
     let d = Daemon::start(&key, &["--root", p(&root)]);
     let push = ferry_ok(&["sync", &slash(&src), &d.url("vol/"), "--key-file", p(&key)]);
     assert_eq!(push["files_transferred"], 4, "{push}");
@@ -209,13 +220,7 @@ fn strangers_and_escapes_are_refused_and_nothing_outside_is_touched() {
     ] {
         let o = run(&["sync", &s, &d.url(target), "--key-file", k]);
         assert_eq!(code(&o), want, "push to {target}: {}", stderr(&o));
-        let o = run(&[
-            "sync",
-            &d.url(target),
-            p(&t.path().join("pulled")),
-            "--key-file",
-            k,
-        ]);
+        let o = pull(&d, target, &t.path().join("pulled"), k);
         assert_ne!(code(&o), 0, "pull of {target}: {}", stderr(&o));
     }
     assert!(!t.path().join("pulled").exists());
@@ -268,11 +273,7 @@ fn hostile(port: u16, payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn garbage_silence_and_crowds_do_not_disturb_other_sessions() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, root) = (t.path().join("src"), t.path().join("root"));
-    tree(&src);
-    std::fs::create_dir(&root).unwrap();
-    let key = key_file(t.path(), KEY);
+    let (_t, src, root, key) = fixture();
     let d = Daemon::start(&key, &["--root", p(&root), "--max-sessions", "2"]);
     let k = p(&key);
     // Twenty strangers connect and say nothing.
@@ -375,11 +376,7 @@ fn garbage_silence_and_crowds_do_not_disturb_other_sessions() {
 
 #[test]
 fn once_exits_with_the_session_and_writes_the_termination_log() {
-    let t = tempfile::tempdir().unwrap();
-    let (src, root) = (t.path().join("src"), t.path().join("root"));
-    tree(&src);
-    std::fs::create_dir(&root).unwrap();
-    let key = key_file(t.path(), KEY);
+    let (t, src, root, key) = fixture();
     let wrong = key_file(t.path(), "fedcba9876543210fedcba9876543210");
     let tlog = t.path().join("termination-log");
     let mut d = Daemon::start(
@@ -412,13 +409,7 @@ fn once_exits_with_the_session_and_writes_the_termination_log() {
 
     // Write-only: a pull is refused, and that refusal is the session.
     let mut d = Daemon::start(&key, &["--root", p(&root), "--once", "--write-only"]);
-    let o = run(&[
-        "sync",
-        &d.url("v/"),
-        p(&t.path().join("p")),
-        "--key-file",
-        p(&key),
-    ]);
+    let o = pull(&d, "v/", &t.path().join("p"), p(&key));
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("write-only"), "{}", stderr(&o));
     assert_eq!(d.wait(Duration::from_secs(30)), Some(1));
@@ -471,12 +462,6 @@ fn a_device_daemon_serves_one_image() {
         "pulled image differs"
     );
     // A device daemon has no paths to offer.
-    let o = run(&[
-        "sync",
-        &d.url("etc/passwd"),
-        p(&t.path().join("x")),
-        "--key-file",
-        p(&key),
-    ]);
+    let o = pull(&d, "etc/passwd", &t.path().join("x"), p(&key));
     assert_eq!(code(&o), 1, "{}", stderr(&o));
 }

@@ -11,7 +11,7 @@ use ferry_core::remote::daemon::daemon_connect;
 use ferry_core::{Stats, SyncOptions};
 
 use crate::common::*;
-use crate::{code, key_file, run, stderr, Daemon, KEY};
+use crate::{code, key_file, pull, run, stderr, Daemon, KEY};
 
 fn psk() -> ferry_channel::Psk {
     ferry_channel::Psk::new(KEY.as_bytes()).unwrap()
@@ -150,7 +150,7 @@ fn a_pull_sees_no_symlink_that_another_session_plants_under_it() {
     // A slow pull (20 MB/s), its walk long done when b is swapped.
     let got = t.path().join("got");
     let url = d.url("p/");
-    let pull = background(&[
+    let slow = background(&[
         "sync",
         "--bwlimit=20M",
         "--compress=none",
@@ -169,7 +169,7 @@ fn a_pull_sees_no_symlink_that_another_session_plants_under_it() {
         k,
     ]);
     assert!(push.status.success(), "{}", stderr(&push));
-    let pulled = pull.wait_with_output().unwrap();
+    let pulled = slow.wait_with_output().unwrap();
     assert!(
         pulled.status.success(),
         "{}",
@@ -184,23 +184,11 @@ fn a_pull_sees_no_symlink_that_another_session_plants_under_it() {
         .unwrap()
         .file_type()
         .is_symlink());
-    let again = run(&[
-        "sync",
-        &d.url("p/b/"),
-        p(&t.path().join("again")),
-        "--key-file",
-        k,
-    ]);
+    let again = pull(&d, "p/b/", &t.path().join("again"), k);
     assert_eq!(code(&again), 3, "{}", stderr(&again));
     // What a pull names must exist when it is accepted: no waiting for a
     // symlink to appear there.
-    let missing = run(&[
-        "sync",
-        &d.url("p/x/"),
-        p(&t.path().join("x")),
-        "--key-file",
-        k,
-    ]);
+    let missing = pull(&d, "p/x/", &t.path().join("x"), k);
     assert_eq!(code(&missing), 3, "{}", stderr(&missing));
 }
 
