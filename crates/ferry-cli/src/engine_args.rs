@@ -135,6 +135,38 @@ pub struct EngineArgs {
     /// that is not root can set ACLs only on files it owns.
     #[arg(short = 'A', long)]
     pub acls: bool,
+    /// Owner and group by number: do not map them by name (by default
+    /// the receiver gives each file the owner and group of the same
+    /// name, and the number where the name is unknown, as rsync does).
+    #[arg(long)]
+    pub numeric_ids: bool,
+    /// Leave permissions alone: new entries get the source's less the
+    /// umask, existing ones keep theirs (rsync without -p).
+    #[arg(long, visible_alias = "no-p")]
+    pub no_perms: bool,
+    /// Do not set modification times (so every file is compared and sent
+    /// as a delta each run, as rsync without -t).
+    #[arg(long, visible_alias = "no-t")]
+    pub no_times: bool,
+    /// Do not set owners (root's default is to set them).
+    #[arg(long, visible_alias = "no-o")]
+    pub no_owner: bool,
+    /// Do not set groups (root's default is to set them).
+    #[arg(long, visible_alias = "no-g")]
+    pub no_group: bool,
+    /// Copy each name of a hard-linked file as a file of its own.
+    #[arg(long, visible_alias = "no-H")]
+    pub no_hard_links: bool,
+    /// Skip symlinks (rsync without -l).
+    #[arg(long, visible_alias = "no-l")]
+    pub no_links: bool,
+    /// Do not recurse: directories are skipped (rsync without -r).
+    #[arg(long, visible_alias = "no-r")]
+    pub no_recursive: bool,
+    /// The receiver tells the sending side of each change it makes (what
+    /// a client asks of a remote receiver when it lists changes).
+    #[arg(long, hide = true)]
+    pub list_changes: bool,
     /// Always send whole files, never deltas.
     #[arg(short = 'W', long, conflicts_with = "delta")]
     pub whole_file: bool,
@@ -228,6 +260,15 @@ impl EngineArgs {
             inplace: self.inplace,
             xattrs: self.xattrs,
             acls: self.acls,
+            numeric_ids: self.numeric_ids,
+            perms: !self.no_perms,
+            times: !self.no_times,
+            owner: !self.no_owner,
+            group: !self.no_group,
+            hard_links: !self.no_hard_links,
+            symlinks: !self.no_links,
+            recursive: !self.no_recursive,
+            list_changes: self.list_changes,
             excludes,
             threads: self
                 .threads

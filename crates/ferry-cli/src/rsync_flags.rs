@@ -10,38 +10,41 @@ use clap::Args;
 #[derive(Args, Debug, Clone, Default)]
 #[command(next_help_heading = "rsync compatibility")]
 pub struct RsyncArgs {
-    /// Archive mode (-rlptgo): what ferry always does. Owner and group
-    /// are set when ferry runs as root, as with rsync. rsync's -a also
-    /// has -D: ferry skips device and special files (each named with -v).
+    /// Archive mode, as rsync's -a (-rlptgoD): with any of -a -r -l -p -t
+    /// -g -o -H, ferry keeps exactly what they name, as rsync does (hard
+    /// links only with -H); with none of them it keeps all of it and hard
+    /// links. Owner and group are set when ferry runs as root. Device and
+    /// special files (-D) are skipped, each named with -v.
     #[arg(short = 'a', long)]
     pub archive: bool,
-    /// Recurse into directories: always.
+    /// Recurse into directories.
     #[arg(short = 'r', long)]
     pub recursive: bool,
-    /// Copy symlinks as symlinks: always.
+    /// Copy symlinks as symlinks.
     #[arg(short = 'l', long)]
     pub links: bool,
-    /// Keep permissions: always.
+    /// Keep permissions.
     #[arg(short = 'p', long)]
     pub perms: bool,
-    /// Keep modification times (to the nanosecond): always.
+    /// Keep modification times (to the nanosecond).
     #[arg(short = 't', long)]
     pub times: bool,
-    /// Keep the group: as root, always.
+    /// Keep the group (as root).
     #[arg(short = 'g', long)]
     pub group: bool,
-    /// Keep the owner: as root, always.
+    /// Keep the owner (as root).
     #[arg(short = 'o', long)]
     pub owner: bool,
-    /// Keep hard links: always.
+    /// Keep hard links.
     #[arg(short = 'H', long)]
     pub hard_links: bool,
     /// Keep holes: always (all-zero blocks become holes too).
     #[arg(short = 'S', long)]
     pub sparse: bool,
-    /// Owner and group by number: what ferry does.
-    #[arg(long)]
-    pub numeric_ids: bool,
+    /// List each change as rsync's --itemize-changes does (YXcstpoguax
+    /// and the name), unchanged entries left out.
+    #[arg(short = 'i', long)]
+    pub itemize_changes: bool,
     /// Compress across a link: ferry compresses when it pays (the default
     /// --compress auto); -z is taken as that.
     #[arg(short = 'z')]
@@ -70,6 +73,34 @@ pub struct RsyncArgs {
 }
 
 impl RsyncArgs {
+    /// rsync's selection: with any of -a -r -l -p -t -g -o -H, what is
+    /// kept is what they name (turned off in `opts` where they do not
+    /// name it); with none, `opts` keeps ferry's defaults.
+    pub fn select(&self, opts: &mut ferry_core::SyncOptions, files_from: bool) {
+        let a = self.archive;
+        let any = [
+            a,
+            self.recursive,
+            self.links,
+            self.perms,
+            self.times,
+            self.group,
+            self.owner,
+            self.hard_links,
+        ];
+        if !any.contains(&true) {
+            return;
+        }
+        // --files-from lists what to copy; its directories are made.
+        opts.recursive &= a || self.recursive || files_from;
+        opts.symlinks &= a || self.links;
+        opts.perms &= a || self.perms;
+        opts.times &= a || self.times;
+        opts.group &= a || self.group;
+        opts.owner &= a || self.owner;
+        opts.hard_links &= self.hard_links;
+    }
+
     /// Whether progress was asked for the rsync way (-P, --info=progress2).
     pub fn progress(&self) -> Result<bool, String> {
         let info = match self.info.as_deref() {
@@ -99,10 +130,8 @@ impl RsyncArgs {
 pub fn advice(flag: &str) -> Option<&'static str> {
     let default = "is what ferry does by default: leave it out";
     Some(match flag {
-        "--no-perms" | "--no-p" | "--no-times" | "--no-t" | "--no-owner" | "--no-o"
-        | "--no-group" | "--no-g" | "--no-links" | "--no-l" | "--no-recursive" | "--no-r"
-        | "--no-D" | "--no-devices" | "--no-specials" | "--no-H" | "--no-hard-links" => {
-            "ferry always keeps this (as rsync -a does) and cannot turn it off yet"
+        "--no-D" | "--no-devices" | "--no-specials" => {
+            "ferry never copies device or special files: leave it out"
         }
         "-D" | "--devices" | "--specials" => {
             "ferry skips device and special files (each is named with -v); a block device can be a source or destination of its own"
@@ -110,7 +139,7 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         "--zc" | "--compress-choice" | "--zl" | "--compress-level" => {
             "choose with --compress zstd[:LEVEL]|lz4|none (ferry's --compress takes the mode)"
         }
-        "-i" | "--itemize-changes" | "--out-format" => "use -v to list each change",
+        "--out-format" => "use -i (rsync's %i %n%L) or -v to list each change",
         "--delete-after" | "--delete-before" | "--delete-during" | "--delete-delay" => {
             "use --delete: ferry deletes only after the whole list has arrived"
         }
@@ -144,10 +173,10 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in ["--no-perms", "--zc", "-i", "--append", "-D", "-x"] {
+        for f in ["--no-D", "--zc", "--out-format", "--append", "-D", "-x"] {
             assert!(super::advice(f).is_some(), "{f}");
         }
-        assert!(super::unknown_option("-i").contains("-v"));
+        assert!(super::unknown_option("--out-format").contains("-i"));
         assert!(super::unknown_option("--frobnicate").contains("unknown option --frobnicate"));
     }
 }

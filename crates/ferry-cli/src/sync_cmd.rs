@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use ferry_core::itemize::{self, Listed};
 use ferry_core::{Class, Error, Stats};
 use serde::Serialize;
 
@@ -111,6 +112,17 @@ struct JsonOut<'a> {
     exit_code: i32,
 }
 
+/// How a change is listed: rsync's itemized line with -i, else ferry's
+/// `-v` line (`would ...` in a dry run); `None` for what -v leaves out.
+fn change_line(l: Listed<'_>, itemize: bool, dry: bool, sending: bool) -> Option<String> {
+    let line = match l {
+        Listed::Change(c) if itemize => return Some(itemize::itemized(c, sending)),
+        Listed::Change(c) => itemize::verbose(c)?,
+        Listed::Line(s) => s.to_string(),
+    };
+    Some(if dry { format!("would {line}") } else { line })
+}
+
 pub fn class_code(c: Class) -> i32 {
     match c {
         Class::Usage => exit::USAGE,
@@ -191,6 +203,7 @@ fn run_inner(mut a: SyncArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    a.rsync.select(&mut opts, a.engine.files_from.is_some());
     let progress_asked = match a.rsync.progress() {
         Ok(p) => a.progress.as_deref() == Some("lines") || p,
         Err(e) => {
@@ -246,19 +259,27 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     }
     let stats = Arc::new(Stats::default());
     let start = std::time::Instant::now();
-    // -v and -n list each change as it happens, not at the end.
-    let listing = (a.engine.dry_run || a.verbose) && !a.json;
-    let prefix = if a.engine.dry_run { "would " } else { "" };
+    // -v, -i and -n list each change as it happens, not at the end.
+    let itemize = a.rsync.itemize_changes;
+    let listing = (a.engine.dry_run || a.verbose || itemize) && !a.json;
     if listing || log.is_some() {
         let log = log.clone();
-        stats.on_change(move |line| {
+        let dry = a.engine.dry_run;
+        // A push lists what the remote receiver reports; rsync marks what
+        // it sent with `<`.
+        let sending = remote_dest.is_some();
+        stats.on_change(move |l| {
+            let Some(line) = change_line(l, itemize, dry, sending) else {
+                return;
+            };
             if listing {
-                outln!("{prefix}{line}");
+                outln!("{line}");
             }
             if let Some(l) = &log {
-                l.line(&format!("{prefix}{line}"));
+                l.line(&line);
             }
         });
+        opts.list_changes = remote_dest.is_some();
     }
     // A bar redrawn on the terminal the list is printed to would tear it.
     let bar_in_the_way = listing && std::io::stdout().is_terminal();

@@ -7,12 +7,15 @@
 //! - [`meta`]: `-A`, `-u`, `--ignore-existing`, sizes, `--backup`,
 //!   `--chmod`, `--link-dest`.
 //! - [`flags`]: command lines as typed, `--stats`, exit codes, `--log-file`.
+//! - [`itemize`]: `-i` lines, rsync's selection flags and the `--no-` forms.
 
 mod common;
 #[path = "rsync_compat/delete.rs"]
 mod delete;
 #[path = "rsync_compat/flags.rs"]
 mod flags;
+#[path = "rsync_compat/itemize.rs"]
+mod itemize;
 #[path = "rsync_compat/meta.rs"]
 mod meta;
 #[path = "rsync_compat/rules.rs"]

@@ -406,12 +406,12 @@ impl Loc {
     }
 
     /// Set owner and group of the entry itself.
-    pub fn chown(&self, uid: u32, gid: u32) -> io::Result<()> {
+    pub fn chown(&self, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         Ok(rustix::fs::chownat(
             self.parent()?,
             &self.name,
-            Some(rustix::fs::Uid::from_raw(uid)),
-            Some(rustix::fs::Gid::from_raw(gid)),
+            uid.map(rustix::fs::Uid::from_raw),
+            gid.map(rustix::fs::Gid::from_raw),
             AtFlags::SYMLINK_NOFOLLOW,
         )?)
     }
@@ -462,22 +462,33 @@ impl Loc {
         )?)
     }
 
-    /// Set extended attributes of the entry (never through a symlink), as
+    /// Make the extended attributes of the entry the source's (see
+    /// [`crate::fsutil::sync_xattrs`]), never through a symlink, as
     /// [`Loc::chmod`] does.
-    pub fn write_xattrs(&self, xattrs: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+    pub fn write_xattrs(
+        &self,
+        xattrs: &[(Vec<u8>, Vec<u8>)],
+        scope: &dyn Fn(&[u8]) -> bool,
+    ) -> io::Result<()> {
         let flags = rustix::fs::XattrFlags::empty();
         if let Some(fd) = self.meta_fd() {
-            for (k, v) in xattrs {
-                rustix::fs::fsetxattr(&fd, OsStr::from_bytes(k), v, flags)?;
-            }
-            return Ok(());
+            return crate::fsutil::sync_xattrs(
+                xattrs,
+                scope,
+                |b| rustix::fs::flistxattr(&fd, b),
+                |k, v| rustix::fs::fsetxattr(&fd, k, v, flags),
+                |k| rustix::fs::fremovexattr(&fd, k),
+            );
         }
         let fd = self.pinned()?;
         let p = proc_path(&fd);
-        for (k, v) in xattrs {
-            rustix::fs::setxattr(&p, OsStr::from_bytes(k), v, flags)?;
-        }
-        Ok(())
+        crate::fsutil::sync_xattrs(
+            xattrs,
+            scope,
+            |b| rustix::fs::listxattr(&p, b),
+            |k, v| rustix::fs::setxattr(&p, k, v, flags),
+            |k| rustix::fs::removexattr(&p, k),
+        )
     }
 }
 

@@ -105,12 +105,25 @@ pub fn set_mtime_fd(file: &File, sec: i64, nsec: u32) -> io::Result<()> {
     Ok(rustix::fs::futimens(file.as_fd(), &mtime_only(sec, nsec))?)
 }
 
-/// Set owner and group of an open file.
-pub fn fchown(file: &File, uid: u32, gid: u32) -> io::Result<()> {
+/// The process umask, read without changing it (`/proc/self/status`);
+/// 022 where that cannot be read.
+pub fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// Set owner and group of an open file (`None`: left as it is).
+pub fn fchown(file: &File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
     Ok(rustix::fs::fchown(
         file.as_fd(),
-        Some(rustix::fs::Uid::from_raw(uid)),
-        Some(rustix::fs::Gid::from_raw(gid)),
+        uid.map(rustix::fs::Uid::from_raw),
+        gid.map(rustix::fs::Gid::from_raw),
     )?)
 }
 
@@ -156,17 +169,67 @@ pub fn read_xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
-/// Set extended attributes on an open file.
-pub fn fwrite_xattrs(file: &File, xattrs: &[(Vec<u8>, Vec<u8>)]) -> io::Result<()> {
+/// Whether a run makes the extended attribute `name` agree with the
+/// source: `user.*` with `-X`, the POSIX ACLs (`system.posix_acl_*`) with
+/// `-A`. Others at the destination (`security.*` labels, `trusted.*`)
+/// are left as they are.
+pub fn xattr_in_scope(name: &[u8], xattrs: bool, acls: bool) -> bool {
+    (xattrs && name.starts_with(b"user.")) || (acls && name.starts_with(b"system.posix_acl_"))
+}
+
+/// The attribute names a `listxattr` call filled `buf` with.
+fn xattr_names(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    buf.split(|&b| b == 0).filter(|n| !n.is_empty())
+}
+
+/// Make an entry's extended attributes the source's: set each of
+/// `xattrs`, then remove those in `scope` that the source does not have.
+/// `list` fills a buffer with the names (as `listxattr`, growing it when
+/// too small), `set` and `remove` act on one name.
+pub fn sync_xattrs(
+    xattrs: &[(Vec<u8>, Vec<u8>)],
+    scope: &dyn Fn(&[u8]) -> bool,
+    list: impl Fn(&mut [u8]) -> rustix::io::Result<usize>,
+    set: impl Fn(&OsStr, &[u8]) -> rustix::io::Result<()>,
+    remove: impl Fn(&OsStr) -> rustix::io::Result<()>,
+) -> io::Result<()> {
     for (k, v) in xattrs {
-        rustix::fs::fsetxattr(
-            file.as_fd(),
-            std::ffi::OsStr::from_bytes(k),
-            v,
-            XattrFlags::empty(),
-        )?;
+        set(OsStr::from_bytes(k), v)?;
+    }
+    let mut buf = vec![0u8; 4096];
+    let n = loop {
+        match list(&mut buf) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::RANGE) if buf.len() < (1 << 20) => buf.resize(buf.len() * 4, 0),
+            Err(rustix::io::Errno::NOTSUP) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    for name in xattr_names(&buf[..n]) {
+        if scope(name) && !xattrs.iter().any(|(k, _)| k == name) {
+            match remove(OsStr::from_bytes(name)) {
+                Ok(()) | Err(rustix::io::Errno::NODATA) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
     Ok(())
+}
+
+/// [`sync_xattrs`] on an open file.
+pub fn fwrite_xattrs(
+    file: &File,
+    xattrs: &[(Vec<u8>, Vec<u8>)],
+    scope: &dyn Fn(&[u8]) -> bool,
+) -> io::Result<()> {
+    let fd = file.as_fd();
+    sync_xattrs(
+        xattrs,
+        scope,
+        |b| rustix::fs::flistxattr(fd, b),
+        |k, v| rustix::fs::fsetxattr(fd, k, v, XattrFlags::empty()),
+        |k| rustix::fs::fremovexattr(fd, k),
+    )
 }
 
 /// Modification time of metadata as (seconds, nanoseconds).
@@ -269,6 +332,64 @@ pub fn remove_stale_temps(dir: &OwnedFd) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn xattrs_in_scope_that_the_source_lost_are_removed() {
+        use std::cell::RefCell;
+        let have = RefCell::new(vec![
+            b"user.old".to_vec(),
+            b"user.keep".to_vec(),
+            b"security.selinux".to_vec(),
+            b"system.posix_acl_access".to_vec(),
+        ]);
+        let want = vec![
+            (b"user.keep".to_vec(), b"1".to_vec()),
+            (b"user.new".to_vec(), b"2".to_vec()),
+        ];
+        let scope = |n: &[u8]| xattr_in_scope(n, true, false);
+        sync_xattrs(
+            &want,
+            &scope,
+            |b| {
+                let list: Vec<u8> = have
+                    .borrow()
+                    .iter()
+                    .flat_map(|n| n.iter().copied().chain([0]))
+                    .collect();
+                if b.len() < list.len() {
+                    return Err(rustix::io::Errno::RANGE);
+                }
+                b[..list.len()].copy_from_slice(&list);
+                Ok(list.len())
+            },
+            |k, _| {
+                let k = k.as_bytes().to_vec();
+                if !have.borrow().contains(&k) {
+                    have.borrow_mut().push(k);
+                }
+                Ok(())
+            },
+            |k| {
+                have.borrow_mut().retain(|n| n != k.as_bytes());
+                Ok(())
+            },
+        )
+        .unwrap();
+        let mut got = have.into_inner();
+        got.sort();
+        // user.old goes; labels and (without -A) ACLs stay.
+        assert_eq!(
+            got,
+            [
+                &b"security.selinux"[..],
+                b"system.posix_acl_access",
+                b"user.keep",
+                b"user.new"
+            ]
+        );
+        assert!(xattr_in_scope(b"system.posix_acl_default", false, true));
+        assert!(!xattr_in_scope(b"trusted.x", true, true));
+    }
+
     use super::*;
     use std::io::Write;
 

@@ -19,6 +19,8 @@ pub mod endpoint;
 pub mod error;
 pub mod exclude;
 pub mod fsutil;
+pub mod ids;
+pub mod itemize;
 pub mod journal;
 pub mod listcheck;
 pub mod plan;
@@ -86,6 +88,29 @@ pub struct SyncOptions {
     pub acls: bool,
     /// Set owner and group (default when running as root).
     pub owner: bool,
+    /// Set the group (`-g`; default when running as root).
+    pub group: bool,
+    /// Set permissions (`-p`, the default): without it new entries get the
+    /// source's permission bits less the receiver's umask, and existing
+    /// ones keep theirs, as rsync does.
+    pub perms: bool,
+    /// Set modification times (`-t`, the default).
+    pub times: bool,
+    /// Keep hard links (`-H`, the default): without it each name of a
+    /// file is sent as a file of its own.
+    pub hard_links: bool,
+    /// Copy symlinks as symlinks (`-l`, the default): without it they are
+    /// skipped, as rsync skips them.
+    pub symlinks: bool,
+    /// Recurse into directories (`-r`, the default): without it the
+    /// sender skips directories.
+    pub recursive: bool,
+    /// `--numeric-ids`: owners and groups by number; without it the
+    /// sender names them and the receiver maps the names to its own ids.
+    pub numeric_ids: bool,
+    /// A remote receiver tells the sender of each change
+    /// (`Message::Change`), for the client to list.
+    pub list_changes: bool,
     /// The peer's Hello must come within this (a daemon's session: a
     /// client that holds its slot without starting is cut off).
     pub hello_wait: Option<std::time::Duration>,
@@ -159,6 +184,14 @@ impl Default for SyncOptions {
             xattrs: false,
             acls: false,
             owner: fsutil::is_root(),
+            group: fsutil::is_root(),
+            perms: true,
+            times: true,
+            hard_links: true,
+            symlinks: true,
+            recursive: true,
+            numeric_ids: false,
+            list_changes: false,
             hello_wait: None,
             untrusted_sender: false,
             excludes: Excludes::new(&[]).unwrap_or_else(|_| unreachable!("empty exclude set")),
@@ -200,6 +233,13 @@ impl SyncOptions {
     /// (the sender sends only those `xattrs` and `acls` ask for).
     pub fn meta_xattrs(&self) -> bool {
         self.xattrs || self.acls
+    }
+
+    /// Whether the receiver makes the attribute `name` agree with the
+    /// source (see [`fsutil::xattr_in_scope`]): a daemon's client only
+    /// ever reaches `user.*` and the ACLs anyway.
+    pub fn xattr_scope(&self, name: &[u8]) -> bool {
+        fsutil::xattr_in_scope(name, self.xattrs, self.acls)
     }
 }
 

@@ -6,6 +6,8 @@ use std::sync::{Mutex, OnceLock};
 
 use serde::Serialize;
 
+use crate::itemize::{Change, Listed};
+
 /// Counters updated while a run goes on. All fields are monotonic.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -51,15 +53,15 @@ pub struct Stats {
     pub sessions: AtomicU64,
     /// Human-readable lines for entries that failed (capped).
     pub errors: Mutex<Vec<String>>,
-    /// What a dry run would do, or what a real run did when itemising,
-    /// unless a watcher takes each line as it happens ([`Stats::on_change`]).
-    pub changes: Mutex<Vec<String>>,
+    /// Who is told of each change as it happens ([`Stats::on_change`]);
+    /// without one, changes are not kept (a run of millions of files
+    /// would hold them all).
     sink: ChangeSink,
     /// Things the user should know that are not failures (a fallback).
     pub notices: Mutex<Vec<String>>,
 }
 
-type SinkFn = Box<dyn Fn(&str) + Send + Sync>;
+type SinkFn = Box<dyn Fn(Listed<'_>) + Send + Sync>;
 
 /// Who is told of each change as it happens.
 #[derive(Default)]
@@ -123,17 +125,29 @@ impl Stats {
         }
     }
 
-    /// Hand every later change line to `f` as it happens, instead of
-    /// keeping it in [`Stats::changes`]. Set once; later calls are ignored.
-    pub fn on_change(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+    /// Hand every later change to `f` as it happens. Set once; later
+    /// calls are ignored.
+    pub fn on_change(&self, f: impl Fn(Listed<'_>) + Send + Sync + 'static) {
         let _ = self.sink.0.set(Box::new(f));
     }
 
-    pub fn change(&self, line: String) {
+    /// Whether anyone listens to changes (building one costs nothing then).
+    pub fn listing(&self) -> bool {
+        self.sink.0.get().is_some()
+    }
+
+    /// One change to an entry (see [`crate::itemize`]).
+    pub fn change(&self, c: &Change) {
         if let Some(f) = self.sink.0.get() {
-            f(&line);
-        } else if let Ok(mut c) = self.changes.lock() {
-            c.push(line);
+            f(Listed::Change(c));
+        }
+    }
+
+    /// A line listed with the changes that is not one (a file sent
+    /// again, a special file skipped).
+    pub fn change_line(&self, line: String) {
+        if let Some(f) = self.sink.0.get() {
+            f(Listed::Line(&line));
         }
     }
 
@@ -164,10 +178,8 @@ impl Stats {
         ] {
             c.store(0, Relaxed);
         }
-        for list in [&self.errors, &self.changes] {
-            if let Ok(mut l) = list.lock() {
-                l.clear();
-            }
+        if let Ok(mut l) = self.errors.lock() {
+            l.clear();
         }
     }
 

@@ -52,6 +52,13 @@ pub struct Entry {
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     /// Whole-file content digest (only with `--checksum`).
     pub digest: Option<[u8; 32]>,
+    /// The name of the owner `uid` on the sender's host, sent with the
+    /// first entry of each `uid` only (empty otherwise, with
+    /// `--numeric-ids`, or when the id has no name): the receiver maps
+    /// names to its own ids, as rsync does.
+    pub owner: Vec<u8>,
+    /// The name of the group `gid`, sent as [`Entry::owner`] is.
+    pub group: Vec<u8>,
 }
 
 impl Entry {
@@ -175,6 +182,22 @@ pub enum Message {
     /// A [`Message::Data`] compressed by the link (never seen by the
     /// engine: stream links make and unmake it).
     Compressed(CompressedData),
+    /// R→S: one change the receiver made (or, with `--dry-run`, would
+    /// make), for the side that lists them (`-v`, `-i`). Sent only when
+    /// asked for.
+    Change(Box<Change>),
+}
+
+/// A [`Message::Change`]: rsync's itemized form of one change.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Change {
+    /// rsync's `%i`: 11 bytes `YXcstpoguax` (see docs/PROTOCOL.md), or
+    /// `*deleting  `. Printable ASCII only.
+    pub code: [u8; 11],
+    /// The entry's path relative to the destination root.
+    pub path: Vec<u8>,
+    /// A symlink's target, or the path a hard link names (empty if none).
+    pub to: Vec<u8>,
 }
 
 /// A [`Message::Signature`]: part of the receiver's block signature of its
@@ -239,6 +262,7 @@ impl Message {
             Message::ReceiverDone(_) => "ReceiverDone",
             Message::Fatal { .. } => "Fatal",
             Message::Compressed(_) => "Compressed",
+            Message::Change(_) => "Change",
         }
     }
 }

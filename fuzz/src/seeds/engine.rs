@@ -79,6 +79,8 @@ fn sample_messages() -> Vec<Message> {
             size: 1234,
             mtime: 1_700_000_000,
             mtime_nsec: 5,
+            owner: b"alice".to_vec(),
+            group: b"staff".to_vec(),
             ..Default::default()
         })),
         Message::Entry(Box::new(Entry {
@@ -141,6 +143,11 @@ fn sample_messages() -> Vec<Message> {
             error: "read dir/file: gone".into(),
         },
         Message::SenderDone,
+        Message::Change(Box::new(ferry_link::Change {
+            code: *b">f.st......",
+            path: b"dir/file".to_vec(),
+            to: Vec::new(),
+        })),
         Message::ReceiverDone(Box::new(ReceiverReport {
             files_total: 3,
             files_transferred: 2,

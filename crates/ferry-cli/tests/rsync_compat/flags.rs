@@ -48,8 +48,8 @@ fn rsync_command_lines_run_as_typed() {
     );
     // What ferry does not take is refused in one line naming the way.
     for (flags, word) in [
-        ("-i", "-v"),
-        ("--no-perms", "cannot turn it off"),
+        ("--out-format=%n", "-i"),
+        ("--no-D", "never copies"),
         ("--info=stats2", "progress2"),
         ("--backup-dir=x", "does not take"),
         ("-D", "skips device"),

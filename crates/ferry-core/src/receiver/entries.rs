@@ -25,6 +25,11 @@ impl Dispatcher<'_, '_> {
         if self.sh.opts.untrusted_sender {
             decide::defang(&mut e);
         }
+        if !self.sh.opts.numeric_ids {
+            use crate::ids::Which;
+            e.uid = self.ids.map(Which::User, e.uid, &e.owner);
+            e.gid = self.ids.map(Which::Group, e.gid, &e.group);
+        }
         if let Some(uri) = self.nbd.clone() {
             return self.nbd_entry(e, &uri);
         }
@@ -87,7 +92,7 @@ impl Dispatcher<'_, '_> {
         }
         Stats::add(&stats.bytes_total, e.size);
         Stats::add(&stats.bytes_transferred, e.size);
-        stats.change(format!("write {} to {uri}", shown(&e.path)));
+        stats.change_line(format!("write {} to {uri}", shown(&e.path)));
         if self.sh.opts.dry_run {
             Stats::add(&stats.files_transferred, 1);
             return Ok(());
@@ -221,14 +226,32 @@ impl Dispatcher<'_, '_> {
         Ok(dest.stat()?.as_ref().map(decide::Stat::of))
     }
 
-    pub(super) fn dir(&mut self, e: Entry, dest: &Loc) -> io::Result<()> {
-        let kind = Self::stat(dest)?.map(|s| s.kind);
+    pub(super) fn dir(&mut self, mut e: Entry, dest: &Loc) -> io::Result<()> {
+        let old = Self::stat(dest)?;
+        let kind = old.map(|s| s.kind);
+        if !self.sh.opts.perms {
+            let had = old.filter(|o| o.kind == decide::Kind::Dir).map(|o| o.mode);
+            e.mode = decide::mode_without_perms(e.mode, had, self.umask);
+        }
         let at = decide::dir_at(kind);
+        // The root this run made is listed as made, as rsync lists it.
+        let made = e.path.is_empty() && self.root_created;
+        if made {
+            let code = itemize::code(Update::Local, ItemKind::Dir, true, Attrs::default());
+            self.sh.item(code, &e.path, true, b"");
+        } else if let (decide::DirAt::Keep, Some(old)) = (at, old) {
+            let a = decide::differs(&e, &old, self.sh.keep);
+            if a.any() {
+                let code = itemize::code(Update::Meta, ItemKind::Dir, false, a);
+                self.sh.item(code, &e.path, true, b"");
+            }
+        }
         if at != decide::DirAt::Keep {
             if let (decide::DirAt::ClearThenCreate, Some(k)) = (at, kind) {
                 self.clear(dest, k)?;
             }
-            self.sh.stats.change(format!("created {}/", shown(&e.path)));
+            let code = itemize::code(Update::Local, ItemKind::Dir, true, Attrs::default());
+            self.sh.item(code, &e.path, true, b"");
             if !self.sh.opts.dry_run {
                 dest.mkdir(0o700 | (e.mode & 0o777))
                     .op("create directory")?;
@@ -245,14 +268,32 @@ impl Dispatcher<'_, '_> {
 
     pub(super) fn symlink(&mut self, e: &Entry, dest: &Loc) -> io::Result<()> {
         let target = std::ffi::OsStr::from_bytes(&e.target);
-        let kind = Self::stat(dest)?.map(|s| s.kind);
+        let old = Self::stat(dest)?;
+        let kind = old.map(|s| s.kind);
         let current = match kind {
             Some(decide::Kind::Symlink) => Some(dest.read_link()?),
             _ => None,
         };
         let current = current.as_ref().map(|t| t.as_bytes());
-        match decide::symlink_at(kind, current, &e.target) {
+        let at = decide::symlink_at(kind, current, &e.target);
+        // Listed as rsync lists it: new unless a symlink was there.
+        let a = match old.filter(|o| o.kind == decide::Kind::Symlink) {
+            // A new target: its time is the new link's (rsync shows no t).
+            Some(o) if at != decide::SymlinkAt::Keep => Attrs {
+                checksum: true,
+                time: false,
+                ..decide::differs(e, &o, self.sh.keep)
+            },
+            Some(o) => decide::differs(e, &o, self.sh.keep),
+            None => Attrs::default(),
+        };
+        let new = kind != Some(decide::Kind::Symlink);
+        match at {
             decide::SymlinkAt::Keep => {
+                if a.any() {
+                    let code = itemize::code(Update::Meta, ItemKind::Symlink, false, a);
+                    self.sh.item(code, &e.path, false, &e.target);
+                }
                 if !self.sh.opts.dry_run {
                     self.link_meta(e, dest)?;
                 }
@@ -261,11 +302,8 @@ impl Dispatcher<'_, '_> {
             decide::SymlinkAt::ClearThenCreate => self.clear(dest, decide::Kind::Dir)?,
             decide::SymlinkAt::Create => {}
         }
-        self.sh.stats.change(format!(
-            "symlink {} -> {}",
-            shown(&e.path),
-            target.to_string_lossy()
-        ));
+        let code = itemize::code(Update::Local, ItemKind::Symlink, new, a);
+        self.sh.item(code, &e.path, false, &e.target);
         if self.sh.opts.dry_run {
             return Ok(());
         }
@@ -287,9 +325,10 @@ impl Dispatcher<'_, '_> {
 
     pub(super) fn link_meta(&self, e: &Entry, p: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
-        let steps = decide::meta_for_new(EntryKind::Symlink, opts.owner, opts.meta_xattrs(), false);
+        let steps = decide::meta_for_new(EntryKind::Symlink, self.sh.keep, opts.meta_xattrs());
         if steps.owner {
-            p.chown(e.uid, e.gid)?;
+            let (u, g) = self.sh.keep.ids(e);
+            p.chown(u, g)?;
         }
         if steps.mtime {
             p.set_mtime(e.mtime, e.mtime_nsec)?;
@@ -297,11 +336,15 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
-    pub(super) fn file(&mut self, e: Entry, dest: &Loc) -> io::Result<()> {
+    pub(super) fn file(&mut self, mut e: Entry, dest: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
         let stats = self.sh.stats;
         let meta = dest.stat()?;
         let old = meta.as_ref().map(decide::Stat::of);
+        if !opts.perms {
+            let had = old.filter(|o| o.kind == decide::Kind::File).map(|o| o.mode);
+            e.mode = decide::mode_without_perms(e.mode, had, self.umask);
+        }
         if decide::leave_alone(&opts.skip, e.size, (e.mtime, e.mtime_nsec), old.as_ref()) {
             return Ok(());
         }
@@ -314,6 +357,11 @@ impl Dispatcher<'_, '_> {
             (decide::FileAt::Dir, _, _) => self.clear(dest, decide::Kind::Dir)?,
             (decide::FileAt::Regular, Some(m), Some(old)) => {
                 if self.unchanged(&e, dest, &old)? {
+                    let a = decide::differs(&e, &old, self.sh.keep);
+                    if a.any() {
+                        let code = itemize::code(Update::Meta, ItemKind::File, false, a);
+                        self.sh.item(code, &e.path, false, b"");
+                    }
                     if !opts.dry_run {
                         self.fix_meta(&e, dest, &old)?;
                     }
@@ -326,7 +374,20 @@ impl Dispatcher<'_, '_> {
         // A file asked for again whole was listed and counted the first time.
         let whole_only = self.whole_only.contains(&e.id);
         if !whole_only {
-            stats.change(format!("{} {}", at.verb(), shown(&e.path)));
+            let (new, a) = match (at, old) {
+                (decide::FileAt::Regular, Some(o)) => {
+                    let a = decide::differs(&e, &o, self.sh.keep);
+                    let checksum = opts.checksum && !a.size;
+                    (false, Attrs { checksum, ..a })
+                }
+                // A device or a pipe is written, not replaced.
+                (decide::FileAt::BlockDevice | decide::FileAt::Stream, _) => {
+                    (false, Attrs::default())
+                }
+                _ => (true, Attrs::default()),
+            };
+            let code = itemize::code(Update::Received, ItemKind::File, new, a);
+            self.sh.item(code, &e.path, false, b"");
             Stats::add(&stats.bytes_transferred, e.size);
         }
         if opts.dry_run {
@@ -562,18 +623,20 @@ impl Dispatcher<'_, '_> {
     /// Bring an unchanged file's metadata in line with the source.
     pub(super) fn fix_meta(&self, e: &Entry, dest: &Loc, old: &decide::Stat) -> io::Result<()> {
         let opts = self.sh.opts;
-        let steps = decide::meta_fixes(e, old, opts.owner, opts.meta_xattrs());
+        let steps = decide::meta_fixes(e, old, self.sh.keep, opts.meta_xattrs());
         if steps.mode {
             dest.chmod(e.mode).op("set permissions of")?;
         }
         if steps.owner {
-            dest.chown(e.uid, e.gid).op("set owner of")?;
+            let (u, g) = self.sh.keep.ids(e);
+            dest.chown(u, g).op("set owner of")?;
         }
         if steps.mtime {
             dest.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")?;
         }
         if steps.xattrs {
-            dest.write_xattrs(&e.xattrs).op("set xattrs of")?;
+            dest.write_xattrs(&e.xattrs, &|n| opts.xattr_scope(n))
+                .op("set xattrs of")?;
         }
         Ok(())
     }

@@ -299,7 +299,7 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
             } else {
                 "delta result"
             };
-            sh.stats.change(format!(
+            sh.stats.change_line(format!(
                 "{}: {what} failed verification; sending it whole",
                 f.loc.shown.display()
             ));
@@ -320,20 +320,17 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         if f.tmp.is_none() {
             file.set_len(e.size)?;
         }
-        let steps = decide::meta_for_new(
-            EntryKind::File,
-            sh.opts.owner,
-            sh.opts.meta_xattrs(),
-            !e.xattrs.is_empty(),
-        );
+        let steps = decide::meta_for_new(EntryKind::File, sh.keep, sh.opts.meta_xattrs());
         if steps.owner {
-            fsutil::fchown(file, e.uid, e.gid).op("set owner of")?;
+            let (u, g) = sh.keep.ids(e);
+            fsutil::fchown(file, u, g).op("set owner of")?;
         }
         if steps.mode {
             fsutil::fchmod(file, e.mode).op("set permissions of")?;
         }
         if steps.xattrs {
-            fsutil::fwrite_xattrs(file, &e.xattrs).op("set xattrs of")?;
+            fsutil::fwrite_xattrs(file, &e.xattrs, &|n| sh.opts.xattr_scope(n))
+                .op("set xattrs of")?;
         }
         if steps.mtime {
             fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;

@@ -44,18 +44,15 @@ impl Dispatcher<'_, '_> {
             return;
         }
         for e in self.dirs.iter().rev() {
-            let steps = decide::meta_for_new(
-                EntryKind::Dir,
-                opts.owner,
-                opts.meta_xattrs(),
-                !e.xattrs.is_empty(),
-            );
+            let steps = decide::meta_for_new(EntryKind::Dir, self.sh.keep, opts.meta_xattrs());
             let r = self.tree.loc(&e.path, false).and_then(|dir| {
                 if steps.owner {
-                    dir.chown(e.uid, e.gid).op("set owner of")?;
+                    let (u, g) = self.sh.keep.ids(e);
+                    dir.chown(u, g).op("set owner of")?;
                 }
                 if steps.xattrs {
-                    dir.write_xattrs(&e.xattrs).op("set xattrs of")?;
+                    dir.write_xattrs(&e.xattrs, &|n| opts.xattr_scope(n))
+                        .op("set xattrs of")?;
                 }
                 if steps.mode {
                     dir.chmod(e.mode).op("set permissions of")?;
@@ -86,11 +83,8 @@ impl Dispatcher<'_, '_> {
                 return Ok(());
             }
         }
-        self.sh.stats.change(format!(
-            "hardlink {} => {}",
-            shown(&e.path),
-            target.shown.display()
-        ));
+        let code = itemize::code(Update::HardLink, ItemKind::File, true, Attrs::default());
+        self.sh.item(code, &e.path, false, target_rel);
         if dry {
             return Ok(());
         }
@@ -219,11 +213,7 @@ impl Dispatcher<'_, '_> {
             budget.skipped += 1;
             return false;
         }
-        stats.change(format!(
-            "delete {}{}",
-            shown(&rel),
-            if is_dir { "/" } else { "" }
-        ));
+        self.sh.item(itemize::DELETING, &rel, is_dir, b"");
         if self.sh.opts.dry_run {
             Stats::add(&stats.files_deleted, 1);
             return true;

@@ -39,7 +39,8 @@ impl Dispatcher<'_, '_> {
             let old = decide::Stat::of(&m);
             let same_meta = old.kind == decide::Kind::File
                 && old.mode & 0o7777 == e.mode & 0o7777
-                && (!opts.owner || (old.uid, old.gid) == (e.uid, e.gid));
+                && !decide::differs(e, &old, self.sh.keep).owner
+                && !decide::differs(e, &old, self.sh.keep).group;
             if !same_meta || !self.unchanged(e, &earlier, &old)? {
                 continue;
             }

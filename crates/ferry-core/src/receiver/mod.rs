@@ -25,6 +25,7 @@ use crate::direct;
 use crate::endpoint::{NbdExport, Sink};
 use crate::error::{describe, is_fatal_io, line, Error, IoOp, Result};
 use crate::fsutil;
+use crate::itemize::{self, Attrs, Kind as ItemKind, Update};
 use crate::listcheck::{parent_of, shown, ListCheck, Shape};
 use crate::plan::Dest;
 use crate::stats::Stats;
@@ -47,6 +48,8 @@ use writer::*;
 
 struct Shared<'a> {
     opts: &'a SyncOptions,
+    /// The attributes set (see [`decide::Keep`]).
+    keep: decide::Keep,
     stats: &'a Stats,
     cache: Option<Arc<ferry_delta::SigCache>>,
     /// First fatal error (disk full, …): the run stops.
@@ -82,11 +85,46 @@ impl Shared<'_> {
         }
     }
 
+    /// List a change to `rel` (see [`crate::itemize`]), when anyone
+    /// listens.
+    fn item(&self, code: [u8; 11], rel: &[u8], is_dir: bool, to: &[u8]) {
+        if self.stats.listing() {
+            self.stats
+                .change(&crate::itemize::change(code, rel, is_dir, to));
+        }
+    }
+
     fn set_fatal(&self, e: Error) {
         if let Ok(mut g) = self.fatal.lock() {
             g.get_or_insert(e);
         }
         self.fatal_flag.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Sends each change to the peer (`--list-changes`) while it lives.
+struct Forward(Arc<Mutex<Option<MsgTx>>>);
+
+impl Forward {
+    fn install(tx: &MsgTx, stats: &Stats) -> Forward {
+        let slot = Arc::new(Mutex::new(Some(tx.clone())));
+        let to = slot.clone();
+        stats.on_change(move |l| {
+            if let (itemize::Listed::Change(c), Ok(g)) = (l, to.lock()) {
+                if let Some(tx) = &*g {
+                    let _ = tx.send(Message::Change(Box::new(c.clone())));
+                }
+            }
+        });
+        Forward(slot)
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.0.lock() {
+            g.take();
+        }
     }
 }
 
@@ -102,6 +140,9 @@ pub fn run_receiver(
     } = ep;
     crate::hello(&tx, &rx, opts.hello_wait)?;
     Stats::add(&stats.sessions, 1);
+    // A remote receiver's changes go to the client that lists them, until
+    // the session ends (the link's writer ends with its last sender).
+    let _forward = opts.list_changes.then(|| Forward::install(&tx, stats));
     // From here on a silent peer is a dead one (not during an ssh login).
     rx.set_idle_timeout(opts.timeout);
     let setup = match Setup::open(dest, opts) {
@@ -112,8 +153,15 @@ pub fn run_receiver(
         }
     };
     let (wake_tx, wake_rx) = bounded(1);
+    let root = fsutil::is_root();
     let shared = Shared {
         opts,
+        keep: decide::Keep {
+            owner: opts.owner && root,
+            group: opts.group && root,
+            perms: opts.perms,
+            times: opts.times,
+        },
         stats,
         cache: setup.cache,
         fatal: Mutex::new(None),
@@ -174,6 +222,8 @@ pub fn run_receiver(
             scanned: HashSet::new(),
             whole_only: HashSet::new(),
             link_dests: None,
+            ids: Default::default(),
+            umask: fsutil::umask(),
         };
         let r = d.run(&rx, &senders);
         drop(senders);
@@ -339,6 +389,11 @@ struct Dispatcher<'a, 'b> {
     whole_only: HashSet<u32>,
     /// The `--link-dest` directories, opened at their first use.
     link_dests: Option<Vec<DestDir>>,
+    /// The sender's owners and groups, by name, as this host's ids.
+    ids: crate::ids::Mapper,
+    /// The process umask: what new entries' permissions lose without
+    /// `--perms`.
+    umask: u32,
 }
 
 /// How many files may be open for writing at once, from this process's

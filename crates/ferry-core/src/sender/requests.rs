@@ -117,6 +117,12 @@ impl<'s> Requests<'s> {
                 Message::Have(part) => self.have(part)?,
                 Message::EndOfList => self.end_of_list()?,
                 Message::ReceiverDone(r) => return Ok(*r),
+                // A remote receiver's change, for the client to list.
+                Message::Change(c) => {
+                    if let Some(st) = self.progress {
+                        st.change(&c);
+                    }
+                }
                 Message::Fatal { class, error } => {
                     return Err(crate::error::from_fatal(class, error))
                 }

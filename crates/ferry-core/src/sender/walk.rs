@@ -40,6 +40,7 @@ pub(super) fn walk_all(
         // Several sources can bring the same name (`a/ b/ dst`): the first
         // one is sent, as rsync keeps the first; directories merge.
         names: (sources.len() > 1).then(HashMap::new),
+        namer: Default::default(),
     };
     for src in sources {
         let text = src.path.to_string_lossy();
@@ -110,9 +111,23 @@ struct Walker<'a> {
     inodes: HashMap<(u64, u64), u32>,
     /// With several sources: every name sent and whether it is a directory.
     names: Option<HashMap<Vec<u8>, bool>>,
+    /// Which owners and groups have been named to the receiver.
+    namer: crate::ids::Namer,
 }
 
 impl Walker<'_> {
+    /// Send `e`, naming its owner and group the first time each is listed
+    /// (unless `--numeric-ids`).
+    fn send(&mut self, mut e: Entry) -> Result<()> {
+        if !self.opts.numeric_ids {
+            use crate::ids::Which;
+            e.owner = self.namer.name(Which::User, e.uid);
+            e.group = self.namer.name(Which::Group, e.gid);
+        }
+        self.tx.send(Message::Entry(Box::new(e)))?;
+        Ok(())
+    }
+
     /// Report a source entry that cannot be sent. It travels to the
     /// receiver, which keeps the tally, so a remote sender's problems reach
     /// the side that prints.
@@ -168,6 +183,21 @@ impl Walker<'_> {
         if !ft.is_symlink() && !self.opts.chmod.is_empty() {
             e.mode = self.opts.chmod.apply(e.mode, ft.is_dir());
         }
+        // What rsync's -r and -l leave out when they are turned off.
+        if ft.is_dir() && !self.opts.recursive {
+            let name = if rel.is_empty() {
+                ".".into()
+            } else {
+                path.display().to_string()
+            };
+            self.stats.change_line(format!("skipping directory {name}"));
+            return Ok(());
+        }
+        if ft.is_symlink() && !self.opts.symlinks {
+            self.stats
+                .change_line(format!("skipping non-regular file {}", path.display()));
+            return Ok(());
+        }
         if self.opts.xattrs || self.opts.acls {
             e.xattrs = fsutil::read_xattrs(path).map_err(|err| Error::io(path, err))?;
             if !self.opts.xattrs {
@@ -178,7 +208,7 @@ impl Walker<'_> {
         }
         if ft.is_dir() {
             e.kind = Some(EntryKind::Dir);
-            self.tx.send(Message::Entry(Box::new(e)))?;
+            self.send(e)?;
             return self.visit_children(path, &rel);
         }
         if ft.is_symlink() {
@@ -188,12 +218,12 @@ impl Walker<'_> {
                 .into_os_string()
                 .as_bytes()
                 .to_vec();
-            self.tx.send(Message::Entry(Box::new(e)))?;
+            self.send(e)?;
             return Ok(());
         }
         if !sendable_as_file(ft.is_file(), ft.is_block_device(), top) {
             self.stats
-                .change(format!("skipping non-regular file {}", path.display()));
+                .change_line(format!("skipping non-regular file {}", path.display()));
             return Ok(());
         }
         self.visit_file(path, meta, e, top)
@@ -239,11 +269,11 @@ impl Walker<'_> {
     ) -> Result<()> {
         let ft = meta.file_type();
         let ident = (meta.dev(), meta.ino());
-        if meta.nlink() > 1 && ft.is_file() {
+        if self.opts.hard_links && meta.nlink() > 1 && ft.is_file() {
             if let Some(&first) = self.inodes.get(&ident) {
                 e.kind = Some(EntryKind::HardLink);
                 e.link_to = first;
-                self.tx.send(Message::Entry(Box::new(e)))?;
+                self.send(e)?;
                 return Ok(());
             }
             self.inodes.insert(ident, e.id);
@@ -278,7 +308,7 @@ impl Walker<'_> {
             );
             t.insert(e.id, Arc::new(f));
         }
-        self.tx.send(Message::Entry(Box::new(e)))?;
+        self.send(e)?;
         Ok(())
     }
 
@@ -318,7 +348,7 @@ impl Walker<'_> {
             let f = SrcFile::kept(PathBuf::from(uri), size, (e.mtime, e.mtime_nsec), reader);
             t.insert(id, Arc::new(f));
         }
-        self.tx.send(Message::Entry(Box::new(e)))?;
+        self.send(e)?;
         Ok(())
     }
 }

@@ -155,6 +155,17 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             error: i.string("error")?,
         },
         tag::COMPRESSED => compressed(&mut i)?,
+        tag::CHANGE => {
+            let code = i.array::<11>()?;
+            if !code.iter().all(|b| (b' '..=b'~').contains(b)) {
+                return Err(DecodeError::BadValue("change code"));
+            }
+            Message::Change(Box::new(Change {
+                code,
+                path: i.bytes(MAX_STR, "path")?.to_vec(),
+                to: i.bytes(MAX_STR, "change target")?.to_vec(),
+            }))
+        }
         t => return Err(DecodeError::UnknownTag(t)),
     };
     if !i.b.is_empty() {
@@ -191,6 +202,8 @@ fn entry(i: &mut In) -> Result<Message, DecodeError> {
         1 => Some(i.array::<32>()?),
         _ => return Err(DecodeError::BadValue("digest flag")),
     };
+    let owner = i.bytes(MAX_NAME, "owner name")?.to_vec();
+    let group = i.bytes(MAX_NAME, "group name")?.to_vec();
     Ok(Message::Entry(Box::new(Entry {
         id,
         path,
@@ -205,6 +218,8 @@ fn entry(i: &mut In) -> Result<Message, DecodeError> {
         link_to,
         xattrs,
         digest,
+        owner,
+        group,
     })))
 }
 

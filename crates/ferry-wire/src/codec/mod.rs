@@ -28,6 +28,8 @@ pub const MAX_SIG_BLOCKS: usize = 1 << 16;
 pub const MAX_HAVE_SEGMENTS: usize = 1 << 16;
 /// Most error lines in a [`Message::ReceiverDone`].
 pub const MAX_REPORT_ERRORS: usize = 1000;
+/// Longest user or group name in an [`Entry`].
+pub const MAX_NAME: usize = 255;
 
 /// Why a frame body could not be decoded.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -61,6 +63,7 @@ mod tag {
     pub const COMPRESSED: u8 = 14;
     pub const HAVE: u8 = 15;
     pub const FILE_CHANGED: u8 = 16;
+    pub const CHANGE: u8 = 17;
 }
 
 trait Out {
@@ -210,6 +213,12 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             o.var(c.raw_len as u64);
             o.bytes(&c.data);
         }
+        Message::Change(c) => {
+            o.u8(tag::CHANGE);
+            o.put(&c.code);
+            o.bytes(&c.path);
+            o.bytes(&c.to);
+        }
     }
 }
 
@@ -238,6 +247,8 @@ fn write_entry<O: Out>(o: &mut O, e: &Entry) {
         }
         None => o.u8(0),
     }
+    o.bytes(&e.owner);
+    o.bytes(&e.group);
 }
 
 /// A `ReceiverDone` after its tag.

@@ -12,6 +12,29 @@ fn roundtrip(m: Message) {
 }
 
 #[test]
+fn change_codes_are_printable_and_names_bounded() {
+    let mut v = Vec::new();
+    encode(
+        &Message::Change(Box::new(Change {
+            code: *b">f+++++++++",
+            ..Change::default()
+        })),
+        &mut v,
+    );
+    // The body: the tag, then the code.
+    let mut body = v;
+    body[1] = 0x1b;
+    assert_eq!(decode(&body), Err(DecodeError::BadValue("change code")));
+    let long = Entry {
+        owner: vec![b'a'; MAX_NAME + 1],
+        ..Entry::default()
+    };
+    let mut v = Vec::new();
+    encode(&Message::Entry(Box::new(long)), &mut v);
+    assert_eq!(decode(&v), Err(DecodeError::TooLong("owner name")));
+}
+
+#[test]
 fn every_message_roundtrips() {
     roundtrip(Message::Hello {
         version: 1,
@@ -31,6 +54,18 @@ fn every_message_roundtrips() {
         link_to: 0,
         xattrs: vec![(b"user.k".to_vec(), vec![0, 1, 2])],
         digest: Some([9; 32]),
+        owner: b"alice".to_vec(),
+        group: b"staff".to_vec(),
+    })));
+    roundtrip(Message::Change(Box::new(Change {
+        code: *b">f.st......",
+        path: b"d/b".to_vec(),
+        to: Vec::new(),
+    })));
+    roundtrip(Message::Change(Box::new(Change {
+        code: *b"*deleting  ",
+        path: b"gone/".to_vec(),
+        to: b"x".to_vec(),
     })));
     roundtrip(Message::EndOfList);
     roundtrip(Message::Want {

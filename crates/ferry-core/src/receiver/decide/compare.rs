@@ -8,6 +8,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use ferry_link::{Entry, EntryKind};
 
+use crate::itemize::Attrs;
+
 /// The kind of what a destination path holds (a symlink is a symlink,
 /// never what it points to).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,17 +119,6 @@ pub(crate) enum FileAt {
     Regular,
 }
 
-impl FileAt {
-    /// How the change is listed: something that is written over is an
-    /// update, anything else (a replaced symlink too) a new file.
-    pub(crate) fn verb(self) -> &'static str {
-        match self {
-            FileAt::Regular | FileAt::BlockDevice | FileAt::Stream => "update",
-            FileAt::Nothing | FileAt::Dir => "new",
-        }
-    }
-}
-
 /// What a file entry finds at a path holding `existing`.
 pub(crate) fn file_at(existing: Option<Kind>) -> FileAt {
     match existing {
@@ -215,26 +206,57 @@ pub(crate) struct MetaSteps {
     pub(crate) mtime: bool,
 }
 
-/// Metadata a newly written entry of `kind` gets: owner with `--owner`,
-/// xattrs with `--xattrs` when the source has any, permissions and mtime
-/// always; a symlink gets only owner and mtime, a hard link nothing of its
-/// own.
-pub(crate) fn meta_for_new(
-    kind: EntryKind,
-    owner: bool,
-    xattrs: bool,
-    has_xattrs: bool,
-) -> MetaSteps {
+/// Which attributes the receiver sets (rsync's `-o -g -p -t`; owner
+/// and group only as root).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Keep {
+    pub(crate) owner: bool,
+    pub(crate) group: bool,
+    pub(crate) perms: bool,
+    pub(crate) times: bool,
+}
+
+impl Keep {
+    /// Everything (a root receiver's default).
+    #[cfg(test)]
+    pub(crate) const ALL: Keep = Keep {
+        owner: true,
+        group: true,
+        perms: true,
+        times: true,
+    };
+    /// Permissions and times, not owners (a user's default).
+    #[cfg(test)]
+    pub(crate) const USER: Keep = Keep {
+        owner: false,
+        group: false,
+        ..Keep::ALL
+    };
+
+    /// The ids to give an entry: `None` leaves one as it is.
+    pub(crate) fn ids(&self, e: &Entry) -> (Option<u32>, Option<u32>) {
+        (self.owner.then_some(e.uid), self.group.then_some(e.gid))
+    }
+}
+
+/// Metadata a newly written entry of `kind` gets: owner and group as
+/// kept, xattrs (and ACLs) when asked for, permissions
+/// always (without `--perms` the entry's mode is already what a new
+/// entry gets: see [`mode_without_perms`]), mtime as kept; a symlink gets
+/// only owner and mtime, a hard link nothing of its own.
+pub(crate) fn meta_for_new(kind: EntryKind, keep: Keep, xattrs: bool) -> MetaSteps {
+    let owner = keep.owner || keep.group;
     match kind {
         EntryKind::File | EntryKind::Dir => MetaSteps {
             owner,
             mode: true,
-            xattrs: xattrs && has_xattrs,
-            mtime: true,
+            // Also without any: an inherited default ACL goes.
+            xattrs,
+            mtime: keep.times,
         },
         EntryKind::Symlink => MetaSteps {
             owner,
-            mtime: true,
+            mtime: keep.times,
             ..MetaSteps::default()
         },
         EntryKind::HardLink => MetaSteps::default(),
@@ -242,14 +264,42 @@ pub(crate) fn meta_for_new(
 }
 
 /// Metadata to bring an unchanged file `old` in line with `e`: only what
-/// differs (permission bits, not the type; owner only with `--owner`),
-/// and the xattrs with `--xattrs` whenever the source has any.
-pub(crate) fn meta_fixes(e: &Entry, old: &Stat, owner: bool, xattrs: bool) -> MetaSteps {
+/// differs and is kept (permission bits, not the type), and the xattrs
+/// (and ACLs) whenever they are asked for.
+pub(crate) fn meta_fixes(e: &Entry, old: &Stat, keep: Keep, xattrs: bool) -> MetaSteps {
+    let d = differs(e, old, keep);
     MetaSteps {
-        owner: owner && (old.uid != e.uid || old.gid != e.gid),
-        mode: old.mode & 0o7777 != e.mode & 0o7777,
-        xattrs: xattrs && !e.xattrs.is_empty(),
-        mtime: (old.mtime, old.mtime_nsec) != (e.mtime, e.mtime_nsec),
+        owner: d.owner || d.group,
+        mode: d.perms,
+        // Also without any: those the source lost go.
+        xattrs,
+        mtime: d.time,
+    }
+}
+
+/// The permission bits an entry gets without `--perms`: an existing
+/// entry keeps its own (`old`), a new one gets the source's less the
+/// receiver's `umask`, as rsync does. The type bits stay the source's.
+pub(crate) fn mode_without_perms(src: u32, old: Option<u32>, umask: u32) -> u32 {
+    let perms = match old {
+        Some(o) => o & 0o7777,
+        None => src & 0o777 & !umask,
+    };
+    (src & !0o7777) | perms
+}
+
+/// What differs between the destination's `old` and the source entry
+/// `e`, as `-i` lists it: size (files), and what is kept of modification
+/// time, permission bits (not for symlinks), owner and group.
+pub(crate) fn differs(e: &Entry, old: &Stat, keep: Keep) -> Attrs {
+    let is_link = e.kind() == EntryKind::Symlink;
+    Attrs {
+        size: e.kind() == EntryKind::File && old.size != e.size,
+        time: keep.times && (old.mtime, old.mtime_nsec) != (e.mtime, e.mtime_nsec),
+        perms: keep.perms && !is_link && old.mode & 0o7777 != e.mode & 0o7777,
+        owner: keep.owner && old.uid != e.uid,
+        group: keep.group && old.gid != e.gid,
+        ..Attrs::default()
     }
 }
 

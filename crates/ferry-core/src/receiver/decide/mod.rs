@@ -52,6 +52,8 @@ pub(crate) mod fixture {
             link_to: 0,
             xattrs: Vec::new(),
             digest: None,
+            owner: Vec::new(),
+            group: Vec::new(),
         }
     }
 

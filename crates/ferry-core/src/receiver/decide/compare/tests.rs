@@ -79,15 +79,6 @@ fn file_at_maps_every_kind() {
 }
 
 #[test]
-fn a_replaced_symlink_or_directory_is_listed_as_new() {
-    assert_eq!(file_at(Some(Kind::Symlink)).verb(), "new");
-    assert_eq!(file_at(Some(Kind::Dir)).verb(), "new");
-    assert_eq!(file_at(Some(Kind::File)).verb(), "update");
-    assert_eq!(file_at(Some(Kind::Fifo)).verb(), "update");
-    assert_eq!(file_at(Some(Kind::BlockDevice)).verb(), "update");
-}
-
-#[test]
 fn a_directory_in_the_way_needs_delete_or_force_unless_empty() {
     assert_eq!(clear_for(true, false, false), Clear::EmptyDir);
     assert_eq!(clear_for(true, true, false), Clear::Tree);
@@ -140,7 +131,7 @@ fn hard_link_is_done_only_on_the_same_device_and_inode() {
 
 #[test]
 fn new_entries_get_metadata_by_kind_and_options() {
-    let all = meta_for_new(EntryKind::File, true, true, true);
+    let all = meta_for_new(EntryKind::File, Keep::ALL, true);
     assert_eq!(
         all,
         MetaSteps {
@@ -150,15 +141,17 @@ fn new_entries_get_metadata_by_kind_and_options() {
             mtime: true
         }
     );
-    let plain = meta_for_new(EntryKind::Dir, false, true, false);
-    assert!(!plain.owner && !plain.xattrs && plain.mode && plain.mtime);
+    let plain = meta_for_new(EntryKind::Dir, Keep::USER, true);
+    // With --xattrs they are made the source's even when it has none (an
+    // inherited default ACL goes).
+    assert!(!plain.owner && plain.xattrs && plain.mode && plain.mtime);
     // Xattrs the source has are not set without --xattrs.
-    assert!(!meta_for_new(EntryKind::File, false, false, true).xattrs);
+    assert!(!meta_for_new(EntryKind::File, Keep::USER, false).xattrs);
     // chmod on a symlink would change its target: never.
-    let link = meta_for_new(EntryKind::Symlink, true, true, true);
+    let link = meta_for_new(EntryKind::Symlink, Keep::ALL, true);
     assert!(link.owner && link.mtime && !link.mode && !link.xattrs);
     assert_eq!(
-        meta_for_new(EntryKind::HardLink, true, true, true),
+        meta_for_new(EntryKind::HardLink, Keep::ALL, true),
         MetaSteps::default()
     );
 }
@@ -167,7 +160,7 @@ fn new_entries_get_metadata_by_kind_and_options() {
 fn unchanged_file_in_line_needs_no_fix() {
     let e = file(10);
     assert_eq!(
-        meta_fixes(&e, &same_as(&e), true, false),
+        meta_fixes(&e, &same_as(&e), Keep::ALL, false),
         MetaSteps::default()
     );
 }
@@ -180,13 +173,13 @@ fn fixes_compare_permission_bits_not_the_file_type() {
         mode: 0o644,
         ..same_as(&e)
     };
-    assert!(!meta_fixes(&e, &typeless, false, false).mode);
+    assert!(!meta_fixes(&e, &typeless, Keep::USER, false).mode);
     // A setuid bit the source lacks must go.
     let setuid = Stat {
         mode: 0o104644,
         ..same_as(&e)
     };
-    assert!(meta_fixes(&e, &setuid, false, false).mode);
+    assert!(meta_fixes(&e, &setuid, Keep::USER, false).mode);
 }
 
 #[test]
@@ -196,22 +189,77 @@ fn owner_fixed_only_with_owner_and_when_it_differs() {
         gid: 0,
         ..same_as(&e)
     };
-    assert!(!meta_fixes(&e, &other_gid, false, false).owner);
-    let f = meta_fixes(&e, &other_gid, true, false);
+    assert!(!meta_fixes(&e, &other_gid, Keep::USER, false).owner);
+    let f = meta_fixes(&e, &other_gid, Keep::ALL, false);
     assert!(f.owner && !f.mode && !f.mtime);
 }
 
 #[test]
-fn fixes_mtime_to_the_nanosecond_and_xattrs_whenever_present() {
+fn fixes_mtime_to_the_nanosecond_and_xattrs_whenever_asked() {
     let mut e = file(10);
     let old = Stat {
         mtime_nsec: 0,
         ..same_as(&e)
     };
-    assert!(meta_fixes(&e, &old, false, false).mtime);
-    assert!(!meta_fixes(&e, &old, false, true).xattrs);
+    assert!(meta_fixes(&e, &old, Keep::USER, false).mtime);
+    // Without any at the source, those at the destination in scope go.
+    assert!(meta_fixes(&e, &old, Keep::USER, true).xattrs);
     e.xattrs.push((b"user.a".to_vec(), b"1".to_vec()));
     // Xattrs are not compared: with --xattrs they are written again.
-    assert!(meta_fixes(&e, &same_as(&e), false, true).xattrs);
-    assert!(!meta_fixes(&e, &same_as(&e), false, false).xattrs);
+    assert!(meta_fixes(&e, &same_as(&e), Keep::USER, true).xattrs);
+    assert!(!meta_fixes(&e, &same_as(&e), Keep::USER, false).xattrs);
+}
+
+#[test]
+fn itemized_differences() {
+    let e = file(10);
+    let same = same_as(&e);
+    assert!(!differs(&e, &same, Keep::ALL).any());
+    let other = Stat {
+        size: 11,
+        mtime: 1,
+        mode: 0o100600,
+        uid: 0,
+        ..same
+    };
+    let d = differs(&e, &other, Keep::ALL);
+    assert!(d.size && d.time && d.perms && d.owner && !d.group);
+    // Owners count only when they are kept.
+    assert!(!differs(&e, &other, Keep::USER).owner);
+    // A symlink has no permissions of its own, nor a size to compare.
+    let mut l = file(0);
+    l.kind = Some(EntryKind::Symlink);
+    let d = differs(&l, &other, Keep::USER);
+    assert!(!d.perms && !d.size && d.time);
+}
+
+#[test]
+fn without_perms_new_entries_get_the_umask_and_old_ones_keep_theirs() {
+    assert_eq!(mode_without_perms(0o104755, None, 0o022), 0o100755);
+    assert_eq!(mode_without_perms(0o100666, None, 0o027), 0o100640);
+    assert_eq!(
+        mode_without_perms(0o100644, Some(0o100600), 0o022),
+        0o100600
+    );
+    assert_eq!(mode_without_perms(0o040777, Some(0o042750), 0), 0o042750);
+    // Nothing is fixed that is not kept.
+    let e = file(10);
+    let old = Stat {
+        mode: 0o100600,
+        mtime: 1,
+        ..same_as(&e)
+    };
+    let none = Keep {
+        perms: false,
+        times: false,
+        ..Keep::USER
+    };
+    assert_eq!(meta_fixes(&e, &old, none, false), MetaSteps::default());
+    let new = meta_for_new(EntryKind::File, none, false);
+    assert!(new.mode && !new.mtime && !new.owner);
+    let group_only = Keep {
+        group: true,
+        ..Keep::USER
+    };
+    assert_eq!(group_only.ids(&e), (None, Some(1000)));
 }

@@ -1,0 +1,186 @@
+//! Owners and groups by name, as rsync maps them: the sender names each
+//! user and group id the first time it lists it (`Entry::owner`,
+//! `Entry::group`), and the receiver gives files the id that name has on
+//! its host, keeping the number where the name is unknown there (or
+//! with `--numeric-ids`). Id 0 is never mapped: root is root.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString};
+
+/// Most distinct ids either side keeps track of; past it, ids go by
+/// number (a list that names more users than this is not a real tree).
+pub const MAX_IDS: usize = 1 << 16;
+
+/// Which kind of id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Which {
+    User,
+    Group,
+}
+
+/// The name of `id` on this host.
+pub fn name_of(which: Which, id: u32) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: the `*_r` functions write only into `ent` and `buf` (of the
+    // length given), and `res` points to `ent` or is null.
+    unsafe {
+        let name = match which {
+            Which::User => {
+                let mut ent: libc::passwd = std::mem::zeroed();
+                let mut res = std::ptr::null_mut();
+                let rc =
+                    libc::getpwuid_r(id, &mut ent, buf.as_mut_ptr().cast(), buf.len(), &mut res);
+                if rc != 0 || res.is_null() || ent.pw_name.is_null() {
+                    return None;
+                }
+                CStr::from_ptr(ent.pw_name)
+            }
+            Which::Group => {
+                let mut ent: libc::group = std::mem::zeroed();
+                let mut res = std::ptr::null_mut();
+                let rc =
+                    libc::getgrgid_r(id, &mut ent, buf.as_mut_ptr().cast(), buf.len(), &mut res);
+                if rc != 0 || res.is_null() || ent.gr_name.is_null() {
+                    return None;
+                }
+                CStr::from_ptr(ent.gr_name)
+            }
+        };
+        Some(name.to_bytes().to_vec())
+    }
+}
+
+/// The id `name` has on this host.
+pub fn id_of(which: Which, name: &[u8]) -> Option<u32> {
+    let name = CString::new(name).ok()?;
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: as in `name_of`.
+    unsafe {
+        match which {
+            Which::User => {
+                let mut ent: libc::passwd = std::mem::zeroed();
+                let mut res = std::ptr::null_mut();
+                let rc = libc::getpwnam_r(
+                    name.as_ptr(),
+                    &mut ent,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut res,
+                );
+                (rc == 0 && !res.is_null()).then_some(ent.pw_uid)
+            }
+            Which::Group => {
+                let mut ent: libc::group = std::mem::zeroed();
+                let mut res = std::ptr::null_mut();
+                let rc = libc::getgrnam_r(
+                    name.as_ptr(),
+                    &mut ent,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut res,
+                );
+                (rc == 0 && !res.is_null()).then_some(ent.gr_gid)
+            }
+        }
+    }
+}
+
+/// The sender's side: which ids have been named already.
+#[derive(Debug, Default)]
+pub struct Namer {
+    named: HashSet<(Which, u32)>,
+}
+
+impl Namer {
+    /// The name to send with this entry's `id`: only the first time, and
+    /// never for 0 (or past [`MAX_IDS`]).
+    pub fn name(&mut self, which: Which, id: u32) -> Vec<u8> {
+        self.name_with(which, id, name_of)
+    }
+
+    fn name_with(
+        &mut self,
+        which: Which,
+        id: u32,
+        lookup: impl Fn(Which, u32) -> Option<Vec<u8>>,
+    ) -> Vec<u8> {
+        if id == 0 || self.named.len() >= MAX_IDS || self.named.contains(&(which, id)) {
+            return Vec::new();
+        }
+        self.named.insert((which, id));
+        lookup(which, id)
+            .filter(|n| n.len() <= ferry_link::codec::MAX_NAME)
+            .unwrap_or_default()
+    }
+}
+
+/// The receiver's side: the sender's ids mapped to this host's.
+#[derive(Debug, Default)]
+pub struct Mapper {
+    map: HashMap<(Which, u32), u32>,
+}
+
+impl Mapper {
+    /// This host's id for the sender's `id`, learning from `name` when
+    /// the sender names it (the first entry with that id).
+    pub fn map(&mut self, which: Which, id: u32, name: &[u8]) -> u32 {
+        self.map_with(which, id, name, id_of)
+    }
+
+    fn map_with(
+        &mut self,
+        which: Which,
+        id: u32,
+        name: &[u8],
+        lookup: impl Fn(Which, &[u8]) -> Option<u32>,
+    ) -> u32 {
+        if id == 0 {
+            return 0;
+        }
+        if !name.is_empty() && self.map.len() < MAX_IDS && !self.map.contains_key(&(which, id)) {
+            let local = lookup(which, name).unwrap_or(id);
+            self.map.insert((which, id), local);
+        }
+        self.map.get(&(which, id)).copied().unwrap_or(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_go_once_per_id_and_never_for_root() {
+        let mut n = Namer::default();
+        let look = |_: Which, id: u32| Some(format!("u{id}").into_bytes());
+        assert_eq!(n.name_with(Which::User, 1000, look), b"u1000");
+        assert!(n.name_with(Which::User, 1000, look).is_empty());
+        // A group of the same number is named on its own.
+        assert_eq!(n.name_with(Which::Group, 1000, look), b"u1000");
+        assert!(n.name_with(Which::User, 0, look).is_empty());
+        let unnamed = |_: Which, _: u32| None;
+        assert!(n.name_with(Which::User, 7, unnamed).is_empty());
+    }
+
+    #[test]
+    fn names_map_to_local_ids_and_unknown_names_keep_the_number() {
+        let mut m = Mapper::default();
+        let look = |_: Which, name: &[u8]| (name == b"alice").then_some(501);
+        assert_eq!(m.map_with(Which::User, 1000, b"alice", look), 501);
+        // Later entries carry no name: the mapping stays.
+        assert_eq!(m.map_with(Which::User, 1000, b"", look), 501);
+        assert_eq!(m.map_with(Which::User, 1001, b"bob", look), 1001);
+        assert_eq!(m.map_with(Which::Group, 1000, b"", look), 1000);
+        // Root is root, whatever the sender calls it.
+        assert_eq!(m.map_with(Which::User, 0, b"alice", look), 0);
+        // A name sent again cannot remap an id already mapped.
+        assert_eq!(m.map_with(Which::User, 1000, b"bob", look), 501);
+    }
+
+    #[test]
+    fn this_host_names_root() {
+        assert_eq!(name_of(Which::User, 0).as_deref(), Some(&b"root"[..]));
+        assert_eq!(id_of(Which::User, b"root"), Some(0));
+        assert_eq!(id_of(Which::Group, b"no such group here"), None);
+    }
+}
