@@ -57,6 +57,73 @@ pub enum Error {
     /// or the root held by another session): later it may not be.
     #[error("{0}")]
     Busy(String),
+    /// The remote shell found no ferry to run (it exited 127) or could not
+    /// run the one it found (126): another connection would not help;
+    /// `--deploy` would.
+    #[error("{}", no_ferry_line(.host, .ferry, *.found, *.deployed, .said))]
+    NoFerry {
+        host: String,
+        /// What was run (`--remote-ferry`, or the deployed path).
+        ferry: String,
+        /// 126: it is there but could not be executed.
+        found: bool,
+        /// It was the copy `--deploy` put there.
+        deployed: bool,
+        /// The remote side's last words on stderr.
+        said: String,
+    },
+    /// The peer's Hello names another protocol version.
+    #[error(
+        "protocol error: peer speaks protocol version {peer}, this ferry speaks {}",
+        ferry_link::PROTOCOL_VERSION
+    )]
+    PeerVersion { peer: u32 },
+    /// The ferry started on `host` over ssh speaks another version (a
+    /// [`Error::PeerVersion`] or a framing [`LinkError::Version`]).
+    #[error("{}", remote_version_line(.host, .source, *.deployed))]
+    RemoteVersion {
+        host: String,
+        #[source]
+        source: Box<Error>,
+        deployed: bool,
+    },
+    /// `--deploy` cannot serve this host with this binary (another OS or
+    /// architecture, not an executable for it, a `ferry://` daemon):
+    /// nothing was uploaded.
+    #[error("{0}")]
+    DeployRefused(String),
+}
+
+/// The line of an [`Error::NoFerry`].
+fn no_ferry_line(host: &str, ferry: &str, found: bool, deployed: bool, said: &str) -> String {
+    let said = if said.is_empty() { "no message" } else { said };
+    match (found, deployed) {
+        (false, false) => {
+            let at = if ferry == "ferry" {
+                "(not on its PATH)".to_string()
+            } else {
+                format!("at {ferry}")
+            };
+            format!(
+                "ferry is not installed on {host} {at}: run with --deploy to copy this ferry there, or give its path with --remote-ferry ({said})"
+            )
+        }
+        (true, false) => format!(
+            "the ferry on {host} ({ferry}) could not be run: run with --deploy to copy this ferry there ({said})"
+        ),
+        (_, true) => format!(
+            "the ferry deployed to {host}:{ferry} could not be run (a cache directory mounted noexec? set XDG_CACHE_HOME there to another place) ({said})"
+        ),
+    }
+}
+
+/// The line of an [`Error::RemoteVersion`].
+fn remote_version_line(host: &str, source: &Error, deployed: bool) -> String {
+    if deployed {
+        format!("the ferry deployed to {host} is another version ({source}): --deploy=PATH must name a build of this same ferry")
+    } else {
+        format!("the ferry on {host} is another version ({source}): run with --deploy to use this ferry there, or install the same version on both hosts")
+    }
 }
 
 impl Error {
@@ -86,6 +153,10 @@ impl Error {
             | Error::Protocol(_)
             | Error::Partial { .. }
             | Error::NoRemote(_)
+            | Error::NoFerry { .. }
+            | Error::PeerVersion { .. }
+            | Error::RemoteVersion { .. }
+            | Error::DeployRefused(_)
             | Error::Auth(_)
             | Error::Interrupted => false,
         }
@@ -104,7 +175,11 @@ impl Error {
                 | LinkError::Corrupt(_)
                 | LinkError::Checksum,
             ) => Class::Protocol,
-            Error::Link(_) | Error::NoRemote(_) | Error::Busy(_) => Class::Connection,
+            Error::Link(_) | Error::NoRemote(_) | Error::NoFerry { .. } | Error::Busy(_) => {
+                Class::Connection
+            }
+            Error::PeerVersion { .. } | Error::RemoteVersion { .. } => Class::Protocol,
+            Error::DeployRefused(_) => Class::Usage,
             Error::Peer { class, .. } => match class {
                 FatalClass::Io => Class::Io,
                 FatalClass::Protocol => Class::Protocol,
