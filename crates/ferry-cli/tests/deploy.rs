@@ -129,6 +129,29 @@ fn deploy_reaches_a_host_without_ferry() {
         (meta.ino(), meta.mtime(), meta.mtime_nsec())
     );
 
+    // `pipe` too: the hint without --deploy (exit 6), the cached copy
+    // with it.
+    let host = format!("{}@127.0.0.1", srv.user);
+    let piped = d.path().join("piped");
+    let cmd = format!("cat > '{}'", piped.display());
+    for deploy in [false, true] {
+        let mut args = vec!["pipe", "-e", &rsh];
+        if deploy {
+            args.push("--deploy");
+        }
+        args.extend([host.as_str(), "--", "sh", "-c", &cmd]);
+        let (code, err) = pipe_in(&args, b"through pipe");
+        if deploy {
+            assert_eq!(code, Some(0), "{err}");
+            assert!(!err.contains("deployed"), "uploaded again: {err}");
+            assert_eq!(fs::read(&piped).unwrap(), b"through pipe");
+        } else {
+            assert_eq!(code, Some(6), "{err}");
+            assert!(err.contains("run with --deploy"), "{err}");
+            assert!(!piped.exists());
+        }
+    }
+
     // (4) A damaged copy (cut short) is replaced, and the run goes on.
     fs::File::options()
         .write(true)
@@ -141,6 +164,24 @@ fn deploy_reaches_a_host_without_ferry() {
     assert!(notes(&j).iter().any(|l| l.contains("was damaged")), "{j}");
     assert_same_tree(&src, &pushed);
     assert!(fs::read(cached(&dir)).unwrap() == fs::read(ferry_bin()).unwrap());
+}
+
+/// Run ferry with `input` on its stdin: its exit code and stderr.
+fn pipe_in(args: &[&str], input: &[u8]) -> (Option<i32>, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(ferry_bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(input);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]

@@ -96,7 +96,11 @@ pub enum Error {
 
 /// The line of an [`Error::NoFerry`].
 fn no_ferry_line(host: &str, ferry: &str, found: bool, deployed: bool, said: &str) -> String {
-    let said = if said.is_empty() { "no message" } else { said };
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({said})")
+    };
     match (found, deployed) {
         (false, false) => {
             let at = if ferry == "ferry" {
@@ -105,14 +109,14 @@ fn no_ferry_line(host: &str, ferry: &str, found: bool, deployed: bool, said: &st
                 format!("at {ferry}")
             };
             format!(
-                "ferry is not installed on {host} {at}: run with --deploy to copy this ferry there, or give its path with --remote-ferry ({said})"
+                "ferry is not installed on {host} {at}: run with --deploy to copy this ferry there, or give its path with --remote-ferry{said}"
             )
         }
         (true, false) => format!(
-            "the ferry on {host} ({ferry}) could not be run: run with --deploy to copy this ferry there ({said})"
+            "the ferry on {host} ({ferry}) could not be run: run with --deploy to copy this ferry there{said}"
         ),
         (_, true) => format!(
-            "the ferry deployed to {host}:{ferry} could not be run (a cache directory mounted noexec? set XDG_CACHE_HOME there to another place) ({said})"
+            "the ferry deployed to {host}:{ferry} could not be run (a cache directory mounted noexec? set XDG_CACHE_HOME there to another place){said}"
         ),
     }
 }
@@ -330,6 +334,52 @@ mod tests {
         assert!(!Error::Protocol("bad list".into()).retryable());
         assert!(!Error::Usage("bad flag".into()).retryable());
         assert!(!Error::Interrupted.retryable());
+    }
+
+    #[test]
+    fn a_missing_or_other_ferry_suggests_deploy_unless_deployed() {
+        let nf = |ferry: &str, found, deployed, said: &str| Error::NoFerry {
+            host: "me@box".into(),
+            ferry: ferry.into(),
+            found,
+            deployed,
+            said: said.into(),
+        };
+        let e = nf("ferry", false, false, "sh: 1: ferry: not found");
+        assert_eq!(
+            e.to_string(),
+            "ferry is not installed on me@box (not on its PATH): run with --deploy to copy this \
+             ferry there, or give its path with --remote-ferry (sh: 1: ferry: not found)"
+        );
+        assert_eq!(e.class(), Class::Connection);
+        assert!(!e.retryable());
+        assert!(nf("/opt/f", false, false, "")
+            .to_string()
+            .contains("me@box at /opt/f: run with --deploy"));
+        assert!(nf("/opt/f", true, false, "")
+            .to_string()
+            .contains("could not be run: run with --deploy"));
+        let deployed = nf("/h/.cache/ferry/ferry-ab", true, true, "Permission denied").to_string();
+        assert!(
+            deployed.contains("noexec") && !deployed.contains("run with --deploy"),
+            "{deployed}"
+        );
+        let v = |deployed| Error::RemoteVersion {
+            host: "box".into(),
+            source: Box::new(Error::PeerVersion { peer: 99 }),
+            deployed,
+        };
+        assert_eq!(v(false).class(), Class::Protocol);
+        assert!(!v(false).retryable());
+        let line = v(false).to_string();
+        assert!(
+            line.contains("protocol version 99") && line.contains("run with --deploy"),
+            "{line}"
+        );
+        assert!(v(true)
+            .to_string()
+            .contains("--deploy=PATH must name a build"));
+        assert_eq!(Error::DeployRefused("x".into()).class(), Class::Usage);
     }
 
     #[test]
