@@ -43,7 +43,12 @@ disk. When a run is killed, cut off or interrupted, both stay; the next run
 re-hashes what the partial file holds, keeps the parts the sender confirms,
 and sends only the rest. --no-partial removes them instead. With --retries
 (default 3) a dropped link is reconnected within the same run; give --timeout
-too when a dead link could stay silent rather than fail.";
+too when a dead link could stay silent rather than fail.
+
+A host without ferry: --deploy uploads this ferry (or --deploy=PATH, e.g. a
+static musl build) over ssh into the host's ~/.cache/ferry, checked by hash
+and cksum, reused by later runs, for a host of the same OS and architecture
+only; a note says when it was uploaded.";
 
 #[derive(Args, Debug)]
 #[command(disable_help_flag = true)]
