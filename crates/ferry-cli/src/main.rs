@@ -44,12 +44,14 @@ pub mod exit {
 const EXIT_CODES: &str = "\
 Exit codes:
   0    success
-  1    usage error (bad arguments); nothing was changed
+  1    usage error (bad arguments, --deploy to another OS or architecture);
+       nothing was changed
   2    partial transfer: some entries failed (listed on stderr), the rest were synced
   3    I/O error: missing source, unwritable destination, disk full
   4    protocol error: the peer sent garbage or speaks another version, or
        data failed verification
-  5    connection error: could not reach the peer, or the link dropped
+  5    connection error: could not reach the peer, the link dropped, or
+       the host has no ferry (try --deploy)
   6    (pipe) ssh failed or the remote ferry did not start; pipe otherwise
        returns the remote command's own exit status
   7    authentication failed: the peer holds another key (send, recv,

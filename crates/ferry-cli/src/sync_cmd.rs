@@ -44,7 +44,12 @@ disk. When a run is killed, cut off or interrupted, both stay; the next run
 re-hashes what the partial file holds, keeps the parts the sender confirms,
 and sends only the rest. --no-partial removes them instead. With --retries
 (default 3) a dropped link is reconnected within the same run; give --timeout
-too when a dead link could stay silent rather than fail.";
+too when a dead link could stay silent rather than fail.
+
+A host without ferry: --deploy uploads this ferry (or --deploy=PATH, e.g. a
+static musl build) over ssh into the host's ~/.cache/ferry, checked by hash
+and cksum, reused by later runs, for a host of the same OS and architecture
+only; a note says when it was uploaded.";
 
 #[derive(Args, Debug)]
 #[command(disable_help_flag = true)]
@@ -65,6 +70,14 @@ pub struct SyncArgs {
     /// Path of ferry on the remote host.
     #[arg(long, value_name = "PATH", default_value = "ferry")]
     remote_ferry: String,
+    /// For a host with no ferry (or another version): upload this ferry
+    /// (or the binary at PATH, e.g. a static build) over ssh into the
+    /// host's ~/.cache/ferry (or $XDG_CACHE_HOME/ferry), named by its
+    /// hash and reused by later runs, and run it from there. Only for a
+    /// host of the same OS and architecture.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
+          conflicts_with = "remote_ferry")]
+    deploy: Option<Option<std::path::PathBuf>>,
     /// With host:path, carry the data over a direct TCP connection,
     /// authenticated and encrypted with a fresh key agreed over ssh
     /// (ssh only starts the remote side). Faster than ssh's own channel
@@ -211,6 +224,21 @@ fn run_inner(mut a: SyncArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    // The host --deploy puts ferry on (reached through ssh).
+    let deploy_to = match (&a.deploy, remote_dest.iter().chain(&remote_srcs).next()) {
+        (None, _) => None,
+        (Some(_), Some(r)) if r.port.is_none() => Some(r.host.clone()),
+        (Some(_), Some(_)) => {
+            errln!(
+                "ferry: --deploy reaches a host through ssh; a ferry:// daemon runs its own ferry"
+            );
+            return exit::USAGE;
+        }
+        (Some(_), None) => {
+            errln!("ferry: --deploy needs a host:path source or destination");
+            return exit::USAGE;
+        }
+    };
     let daemon = remote_dest
         .iter()
         .chain(&remote_srcs)
@@ -226,11 +254,12 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     } else {
         None
     };
-    let ropts = ferry_core::remote::RemoteOptions {
+    let mut ropts = ferry_core::remote::RemoteOptions {
         rsh: a.rsh.clone(),
         remote_ferry: a.remote_ferry.clone(),
         direct: a.direct,
         key,
+        deployed: false,
     };
     let plan = if remote_dest.is_none() && remote_srcs.is_empty() {
         match ferry_core::plan_local(&paths, &dest, opts.force) {
@@ -295,39 +324,47 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     // What attempts that then failed did (files committed, bytes written
     // and resumed...), added to the last attempt's report.
     let mut earlier = Carried::default();
-    let res = loop {
-        let res = match (&plan, &remote_dest) {
-            (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
-            (None, Some(d)) => ferry_core::remote::sync_push(&paths, d, &opts, &ropts, &stats),
-            (None, None) => {
-                ferry_core::remote::sync_pull(&remote_srcs, &dest, &opts, &ropts, &stats)
-            }
-        };
-        let done = stats.reconnects.load(Ordering::Relaxed);
-        let reached = stats.sessions.load(Ordering::Relaxed) > 0;
-        let wait = retry_after(e_of(&res), done, a.retries, reached);
-        match (&res, wait) {
-            (Err(e), Some(wait)) => {
-                if !a.quiet {
-                    errln!(
-                        "ferry: {e}; reconnecting in {} (retry {} of {})",
-                        human::secs(wait.as_secs_f64()),
-                        done + 1,
-                        a.retries
-                    );
+    // Once for the run: every attempt runs the same deployed ferry.
+    let deployed = match &deploy_to {
+        Some(host) => deploy(&mut ropts, host, &a.deploy, &stats),
+        None => Ok(()),
+    };
+    let res = match deployed {
+        Err(e) => Err(e),
+        Ok(()) => loop {
+            let res = match (&plan, &remote_dest) {
+                (Some(plan), _) => ferry_core::sync_local(plan, &opts, &stats),
+                (None, Some(d)) => ferry_core::remote::sync_push(&paths, d, &opts, &ropts, &stats),
+                (None, None) => {
+                    ferry_core::remote::sync_pull(&remote_srcs, &dest, &opts, &ropts, &stats)
                 }
-                std::thread::sleep(wait);
-                earlier.take(&stats);
-                // --max-delete counts the deletions of every attempt.
-                opts.max_delete = a
-                    .engine
-                    .max_delete
-                    .map(|m| m.saturating_sub(earlier.deleted()));
-                stats.restart();
-                Stats::add(&stats.reconnects, 1);
+            };
+            let done = stats.reconnects.load(Ordering::Relaxed);
+            let reached = stats.sessions.load(Ordering::Relaxed) > 0;
+            let wait = retry_after(e_of(&res), done, a.retries, reached);
+            match (&res, wait) {
+                (Err(e), Some(wait)) => {
+                    if !a.quiet {
+                        errln!(
+                            "ferry: {e}; reconnecting in {} (retry {} of {})",
+                            human::secs(wait.as_secs_f64()),
+                            done + 1,
+                            a.retries
+                        );
+                    }
+                    std::thread::sleep(wait);
+                    earlier.take(&stats);
+                    // --max-delete counts the deletions of every attempt.
+                    opts.max_delete = a
+                        .engine
+                        .max_delete
+                        .map(|m| m.saturating_sub(earlier.deleted()));
+                    stats.restart();
+                    Stats::add(&stats.reconnects, 1);
+                }
+                _ => break res,
             }
-            _ => break res,
-        }
+        },
     };
     earlier.give(&stats);
     progress.finish();
@@ -387,6 +424,24 @@ fn run_inner(mut a: SyncArgs) -> i32 {
         outln!("{}", summary(&report, a.engine.dry_run));
     }
     code
+}
+
+/// `--deploy`: put this ferry (or the binary it names) on `host` and run
+/// that one there; what it did becomes notices.
+fn deploy(
+    ropts: &mut ferry_core::remote::RemoteOptions,
+    host: &str,
+    binary: &Option<Option<std::path::PathBuf>>,
+    stats: &Stats,
+) -> Result<(), Error> {
+    let binary = binary.as_ref().and_then(|b| b.as_deref());
+    let d = ferry_core::remote::deploy::deploy(&ropts.rsh, host, binary)?;
+    for n in d.notices {
+        stats.notice(n);
+    }
+    ropts.remote_ferry = d.path;
+    ropts.deployed = true;
+    Ok(())
 }
 
 /// The work of attempts that failed: what they committed stays done, so

@@ -218,7 +218,7 @@ impl SshServer {
             format!(
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host\nAuthorizedKeysFile {d}/authorized_keys\n\
                  PermitRootLogin yes\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 UsePAM no\nPidFile {d}/sshd.pid\nLogLevel ERROR\nPrintMotd no\n",
+                 UsePAM no\nPidFile {d}/sshd.pid\nLogLevel ERROR\nPrintMotd no\nPermitUserEnvironment yes\n",
                 d = dir.path().display()
             ),
         )
@@ -254,6 +254,27 @@ impl SshServer {
             self.port,
             self.dir.path().join("id").display()
         )
+    }
+
+    /// Set `vars` in the environment of every later login (over what
+    /// sshd sets: `PATH`, `HOME`...), through the key's `environment=`
+    /// options: a test's remote side then finds what it needs, and writes
+    /// nothing of the real user's (`HOME`, `XDG_CACHE_HOME`).
+    pub fn set_env(&self, vars: &[(&str, &str)]) {
+        let key = fs::read_to_string(self.dir.path().join("id.pub")).unwrap();
+        let opts: Vec<String> = vars
+            .iter()
+            .map(|(k, v)| {
+                assert!(!v.contains(['"', '\\', '\n']), "{v:?}");
+                format!("environment=\"{k}={v}\"")
+            })
+            .collect();
+        let line = if opts.is_empty() {
+            key
+        } else {
+            format!("{} {key}", opts.join(","))
+        };
+        fs::write(self.dir.path().join("authorized_keys"), line).unwrap();
     }
 
     /// `user@127.0.0.1:path`.

@@ -126,7 +126,10 @@ fn failures_give_one_clear_line_and_documented_codes() {
     let out = ferry(&remote_args(&rsh, "/nonexistent/ferry", &[p(&src), &dst]));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{err}");
-    assert!(err.contains("not installed"), "{err}");
+    assert!(
+        err.contains("not installed") && err.contains("--deploy"),
+        "{err}"
+    );
 
     // Something that is not ferry answers.
     let out = ferry(&remote_args(&rsh, "/bin/echo", &[p(&src), &dst]));
@@ -148,7 +151,11 @@ fn failures_give_one_clear_line_and_documented_codes() {
     let out = ferry(&remote_args(&rsh, p(&wrapper), &[p(&src), &dst]));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{err}");
-    assert!(err.contains("version 99"), "{err}");
+    assert!(
+        err.contains("version 99") && err.contains("run with --deploy"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 #[test]

@@ -57,6 +57,77 @@ pub enum Error {
     /// or the root held by another session): later it may not be.
     #[error("{0}")]
     Busy(String),
+    /// The remote shell found no ferry to run (it exited 127) or could not
+    /// run the one it found (126): another connection would not help;
+    /// `--deploy` would.
+    #[error("{}", no_ferry_line(.host, .ferry, *.found, *.deployed, .said))]
+    NoFerry {
+        host: String,
+        /// What was run (`--remote-ferry`, or the deployed path).
+        ferry: String,
+        /// 126: it is there but could not be executed.
+        found: bool,
+        /// It was the copy `--deploy` put there.
+        deployed: bool,
+        /// The remote side's last words on stderr.
+        said: String,
+    },
+    /// The peer's Hello names another protocol version.
+    #[error(
+        "protocol error: peer speaks protocol version {peer}, this ferry speaks {}",
+        ferry_link::PROTOCOL_VERSION
+    )]
+    PeerVersion { peer: u32 },
+    /// The ferry started on `host` over ssh speaks another version (a
+    /// [`Error::PeerVersion`] or a framing [`LinkError::Version`]).
+    #[error("{}", remote_version_line(.host, .source, *.deployed))]
+    RemoteVersion {
+        host: String,
+        #[source]
+        source: Box<Error>,
+        deployed: bool,
+    },
+    /// `--deploy` cannot serve this host with this binary (another OS or
+    /// architecture, not an executable for it, a `ferry://` daemon):
+    /// nothing was uploaded.
+    #[error("{0}")]
+    DeployRefused(String),
+}
+
+/// The line of an [`Error::NoFerry`].
+fn no_ferry_line(host: &str, ferry: &str, found: bool, deployed: bool, said: &str) -> String {
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({said})")
+    };
+    match (found, deployed) {
+        (false, false) => {
+            let at = if ferry == "ferry" {
+                "(not on its PATH)".to_string()
+            } else {
+                format!("at {ferry}")
+            };
+            format!(
+                "ferry is not installed on {host} {at}: run with --deploy to copy this ferry there, or give its path with --remote-ferry{said}"
+            )
+        }
+        (true, false) => format!(
+            "the ferry on {host} ({ferry}) could not be run: run with --deploy to copy this ferry there{said}"
+        ),
+        (_, true) => format!(
+            "the ferry deployed to {host}:{ferry} could not be run (a cache directory mounted noexec? set XDG_CACHE_HOME there to another place){said}"
+        ),
+    }
+}
+
+/// The line of an [`Error::RemoteVersion`].
+fn remote_version_line(host: &str, source: &Error, deployed: bool) -> String {
+    if deployed {
+        format!("the ferry deployed to {host} is another version ({source}): --deploy=PATH must name a build of this same ferry")
+    } else {
+        format!("the ferry on {host} is another version ({source}): run with --deploy to use this ferry there, or install the same version on both hosts")
+    }
 }
 
 impl Error {
@@ -86,6 +157,10 @@ impl Error {
             | Error::Protocol(_)
             | Error::Partial { .. }
             | Error::NoRemote(_)
+            | Error::NoFerry { .. }
+            | Error::PeerVersion { .. }
+            | Error::RemoteVersion { .. }
+            | Error::DeployRefused(_)
             | Error::Auth(_)
             | Error::Interrupted => false,
         }
@@ -104,7 +179,11 @@ impl Error {
                 | LinkError::Corrupt(_)
                 | LinkError::Checksum,
             ) => Class::Protocol,
-            Error::Link(_) | Error::NoRemote(_) | Error::Busy(_) => Class::Connection,
+            Error::Link(_) | Error::NoRemote(_) | Error::NoFerry { .. } | Error::Busy(_) => {
+                Class::Connection
+            }
+            Error::PeerVersion { .. } | Error::RemoteVersion { .. } => Class::Protocol,
+            Error::DeployRefused(_) => Class::Usage,
             Error::Peer { class, .. } => match class {
                 FatalClass::Io => Class::Io,
                 FatalClass::Protocol => Class::Protocol,
@@ -255,6 +334,52 @@ mod tests {
         assert!(!Error::Protocol("bad list".into()).retryable());
         assert!(!Error::Usage("bad flag".into()).retryable());
         assert!(!Error::Interrupted.retryable());
+    }
+
+    #[test]
+    fn a_missing_or_other_ferry_suggests_deploy_unless_deployed() {
+        let nf = |ferry: &str, found, deployed, said: &str| Error::NoFerry {
+            host: "me@box".into(),
+            ferry: ferry.into(),
+            found,
+            deployed,
+            said: said.into(),
+        };
+        let e = nf("ferry", false, false, "sh: 1: ferry: not found");
+        assert_eq!(
+            e.to_string(),
+            "ferry is not installed on me@box (not on its PATH): run with --deploy to copy this \
+             ferry there, or give its path with --remote-ferry (sh: 1: ferry: not found)"
+        );
+        assert_eq!(e.class(), Class::Connection);
+        assert!(!e.retryable());
+        assert!(nf("/opt/f", false, false, "")
+            .to_string()
+            .contains("me@box at /opt/f: run with --deploy"));
+        assert!(nf("/opt/f", true, false, "")
+            .to_string()
+            .contains("could not be run: run with --deploy"));
+        let deployed = nf("/h/.cache/ferry/ferry-ab", true, true, "Permission denied").to_string();
+        assert!(
+            deployed.contains("noexec") && !deployed.contains("run with --deploy"),
+            "{deployed}"
+        );
+        let v = |deployed| Error::RemoteVersion {
+            host: "box".into(),
+            source: Box::new(Error::PeerVersion { peer: 99 }),
+            deployed,
+        };
+        assert_eq!(v(false).class(), Class::Protocol);
+        assert!(!v(false).retryable());
+        let line = v(false).to_string();
+        assert!(
+            line.contains("protocol version 99") && line.contains("run with --deploy"),
+            "{line}"
+        );
+        assert!(v(true)
+            .to_string()
+            .contains("--deploy=PATH must name a build"));
+        assert_eq!(Error::DeployRefused("x".into()).class(), Class::Usage);
     }
 
     #[test]

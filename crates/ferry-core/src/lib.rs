@@ -370,11 +370,7 @@ pub(crate) fn hello(
     match first {
         Message::Hello { version, .. } if version == ferry_link::PROTOCOL_VERSION => Ok(()),
         Message::Hello { version, .. } => {
-            let msg = format!(
-                "peer speaks protocol version {version}, this ferry speaks {}",
-                ferry_link::PROTOCOL_VERSION
-            );
-            let e = Error::Protocol(msg);
+            let e = Error::PeerVersion { peer: version };
             let _ = tx.send(error::fatal(&e));
             Err(e)
         }

@@ -131,18 +131,25 @@ impl RemoteChild {
     /// after `grace` (`Duration::MAX`: wait for ever).
     pub fn wait_with_grace(&mut self, grace: Duration) -> io::Result<ExitStatus> {
         if grace != Duration::MAX {
-            let until = Instant::now().checked_add(grace);
-            while until.is_some_and(|u| Instant::now() < u) {
-                if let Some(st) = self.child.try_wait()? {
-                    return Ok(st);
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            if let Some(st) = self.wait_for(grace)? {
+                return Ok(st);
             }
-            if self.child.try_wait()?.is_none() {
-                let _ = self.child.kill();
-            }
+            let _ = self.child.kill();
         }
         self.child.wait()
+    }
+
+    /// Wait up to `d` for the remote side to exit, leaving it running if
+    /// it does not: its status, or `None`.
+    pub fn wait_for(&mut self, d: Duration) -> io::Result<Option<ExitStatus>> {
+        let until = Instant::now().checked_add(d);
+        while until.is_some_and(|u| Instant::now() < u) {
+            if let Some(st) = self.child.try_wait()? {
+                return Ok(Some(st));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child.try_wait()
     }
 
     /// With [`Stderr::Tail`], once the child has exited: the last lines it

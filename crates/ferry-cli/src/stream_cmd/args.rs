@@ -96,6 +96,12 @@ pub struct PipeArgs {
     /// Path of ferry on the remote host.
     #[arg(long, default_value = "ferry", value_name = "PATH")]
     pub remote_ferry: String,
+    /// For a host with no ferry (or another version): upload this ferry
+    /// (or the binary at PATH) over ssh into the host's ~/.cache/ferry,
+    /// reused by later runs, and run it from there (as `sync --deploy`).
+    #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
+          conflicts_with = "remote_ferry")]
+    pub deploy: Option<Option<PathBuf>>,
     /// Carry the data through ssh instead of a direct TCP connection.
     #[arg(long)]
     pub via_ssh: bool,

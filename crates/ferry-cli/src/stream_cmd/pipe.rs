@@ -33,7 +33,11 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
             return code::IO;
         }
     };
-    let Some(cmd) = rsh::rsh_command(&a.rsh, &a.target, &remote_recv_words(&a)) else {
+    let ferry = match remote_ferry(&a) {
+        Ok(f) => f,
+        Err(c) => return c,
+    };
+    let Some(cmd) = rsh::rsh_command(&a.rsh, &a.target, &remote_recv_words(&a, &ferry)) else {
         return super::usage("--rsh is empty");
     };
     let rsh = cmd.get_program().to_string_lossy().into_owned();
@@ -57,7 +61,7 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         Ok(d) => d,
         Err(e) => {
             drop((ssh_in, ssh_out));
-            return remote_failed(child, &e, host, &rsh, &a.remote_ferry);
+            return remote_failed(child, &e, host, &rsh, &ferry, a.deploy.is_some());
         }
     };
     if let Route::ViaSsh(Some(_)) = &dialled.route {
@@ -112,11 +116,34 @@ fn session_key(o: &StreamOpts) -> Result<(String, Options), i32> {
     }
 }
 
-/// The words that run `ferry recv` on the remote host, in the mode
-/// `pipe` drives: key on stdin, port announced on stdout.
-fn remote_recv_words(a: &PipeArgs) -> Vec<String> {
+/// The ferry to run on the host: `--remote-ferry`, or with `--deploy`
+/// the copy put there first. On failure, the exit code.
+fn remote_ferry(a: &PipeArgs) -> Result<String, i32> {
+    let Some(binary) = &a.deploy else {
+        return Ok(a.remote_ferry.clone());
+    };
+    match ferry_core::remote::deploy::deploy(&a.rsh, &a.target, binary.as_deref()) {
+        Ok(d) => {
+            for n in d.notices {
+                errln!("ferry pipe: note: {n}");
+            }
+            Ok(d.path)
+        }
+        Err(e) => {
+            errln!("ferry pipe: {e}");
+            Err(match e.class() {
+                ferry_core::Class::Usage => code::USAGE,
+                _ => code::REMOTE,
+            })
+        }
+    }
+}
+
+/// The words that run `ferry recv` (`ferry`) on the remote host, in the
+/// mode `pipe` drives: key on stdin, port announced on stdout.
+fn remote_recv_words(a: &PipeArgs, ferry: &str) -> Vec<String> {
     let mut remote = vec![
-        a.remote_ferry.clone(),
+        ferry.to_string(),
         "recv".into(),
         "--listen".into(),
         format!("{}:0", a.remote_listen),
@@ -149,8 +176,28 @@ fn remote_failed(
     host: &str,
     rsh: &str,
     remote_ferry: &str,
+    deployed: bool,
 ) -> i32 {
     let mut grace = Duration::from_secs(10);
+    // The remote shell found no ferry (127), or could not run it (126):
+    // said by its status, whichever way the dial noticed.
+    if matches!(e, DialError::KeyNotTaken(_) | DialError::Offer(_))
+        && !matches!(e, DialError::Offer(OfferError::TimedOut(_)))
+    {
+        let status = child.wait_for(Duration::from_secs(2)).ok().flatten();
+        if let Some(c @ (126 | 127)) = status.and_then(|s| s.code()) {
+            let e = ferry_core::Error::NoFerry {
+                host: host.to_string(),
+                ferry: remote_ferry.to_string(),
+                found: c == 126,
+                deployed,
+                // Its own words went to our stderr already.
+                said: String::new(),
+            };
+            errln!("ferry pipe: {e}");
+            return code::REMOTE;
+        }
+    }
     match e {
         DialError::KeyNotTaken(_) => {
             errln!("ferry pipe: {rsh} exited before the remote ferry started")
@@ -159,10 +206,17 @@ fn remote_failed(
             grace = Duration::ZERO;
             errln!("ferry pipe: the remote side did not start: {e}");
         }
-        DialError::Offer(e) => errln!(
-            "ferry pipe: the remote side did not start (is {remote_ferry} installed there? it said {:?})",
-            e.said()
-        ),
+        DialError::Offer(e) => {
+            let hint = if deployed {
+                ""
+            } else {
+                "; run with --deploy to copy this ferry there"
+            };
+            errln!(
+                "ferry pipe: the remote side did not start (is {remote_ferry} installed there? it said {:?}){hint}",
+                e.said()
+            )
+        }
         DialError::Lost {
             offer, fell_back, ..
         } => {

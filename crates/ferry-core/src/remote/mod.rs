@@ -12,10 +12,12 @@
 //! (through [`ferry_link::rsh`]) and reports how it failed, `tcp` carries
 //! the data over a direct connection instead (`--direct`: the bootstrap is
 //! [`ferry_link::direct`]'s, in its sync dialect), and `session` drives a
-//! push, a pull or the remote side's `serve --stdio`.
+//! push, a pull or the remote side's `serve --stdio`. `deploy` puts this
+//! ferry on a host that has none (`--deploy`) before a session starts.
 
 mod command;
 pub mod daemon;
+pub mod deploy;
 mod session;
 mod ssh;
 mod tcp;
@@ -76,6 +78,9 @@ pub struct RemoteOptions {
     pub direct: bool,
     /// The key of a daemon reached at `ferry://` (`--key-file`).
     pub key: Option<ferry_channel::Psk>,
+    /// `remote_ferry` is the copy [`deploy::deploy`] put there (`--deploy`):
+    /// errors then say so instead of suggesting `--deploy`.
+    pub deployed: bool,
 }
 
 impl Default for RemoteOptions {
@@ -85,6 +90,7 @@ impl Default for RemoteOptions {
             remote_ferry: "ferry".into(),
             direct: false,
             key: None,
+            deployed: false,
         }
     }
 }

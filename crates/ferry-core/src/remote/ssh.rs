@@ -17,6 +17,9 @@ use crate::stats::Stats;
 /// A running remote side.
 pub(super) struct Remote {
     host: String,
+    /// The remote ferry that was run, and whether `--deploy` put it there.
+    ferry: String,
+    deployed: bool,
     /// Held open in direct mode, closed when the session ends.
     stdin: Option<ChildStdin>,
     child: RemoteChild,
@@ -45,6 +48,8 @@ pub(super) fn spawn(
     })?;
     let mut remote = Remote {
         host: host.to_string(),
+        ferry: ropts.remote_ferry.clone(),
+        deployed: ropts.deployed,
         child,
         stdin: None,
     };
@@ -87,6 +92,14 @@ impl Remote {
         let code = status.ok().and_then(|s| s.code());
         match res {
             Ok(v) => Ok(v),
+            // Another version of ferry: what --deploy is for.
+            Err(e @ (Error::PeerVersion { .. } | Error::Link(LinkError::Version(_)))) => {
+                Err(Error::RemoteVersion {
+                    host: self.host,
+                    source: Box::new(e),
+                    deployed: self.deployed,
+                })
+            }
             Err(Error::Link(LinkError::BadMagic(text))) => Err(Error::Protocol(format!(
                 "{} did not answer as ferry (it said {text:?}); is the remote shell printing a banner?",
                 self.host
@@ -94,21 +107,30 @@ impl Remote {
             Err(Error::Link(LinkError::Closed)) | Err(Error::Link(LinkError::Io(_))) => {
                 let why = match code {
                     Some(255) => format!("ssh to {} failed: {}", self.host, or_unknown(&tail)),
-                    Some(127) => {
-                        return Err(Error::NoRemote(format!(
-                            "ferry is not installed on {} (or not on its PATH; give it with --remote-ferry): {}",
-                            self.host,
-                            or_unknown(&tail)
-                        )))
+                    // The shell's "not found" (127) and "cannot execute"
+                    // (126).
+                    Some(c @ (126 | 127)) => {
+                        return Err(Error::NoFerry {
+                            host: self.host,
+                            ferry: self.ferry,
+                            found: c == 126,
+                            deployed: self.deployed,
+                            said: tail,
+                        })
                     }
                     // Its usage error (an older ferry that lacks an
                     // option): a new connection would get the same.
                     Some(1) => {
+                        let hint = if self.deployed {
+                            ""
+                        } else {
+                            " (an older ferry? --deploy runs this one there)"
+                        };
                         return Err(Error::NoRemote(format!(
-                            "the ferry on {} refused the session: {}",
+                            "the ferry on {} refused the session{hint}: {}",
                             self.host,
                             or_unknown(&tail)
-                        )))
+                        )));
                     }
                     Some(c) => format!(
                         "connection to {} lost; the remote side exited with status {c}: {}",
