@@ -250,6 +250,9 @@ impl Dispatcher<'_, '_> {
             Some(decide::Kind::Symlink) => Some(dest.read_link()?),
             _ => None,
         };
+        if decide::leave_existing(&self.sh.opts.skip, kind) {
+            return Ok(());
+        }
         let current = current.as_ref().map(|t| t.as_bytes());
         match decide::symlink_at(kind, current, &e.target) {
             decide::SymlinkAt::Keep => {

@@ -81,7 +81,11 @@ impl Dispatcher<'_, '_> {
         let dry = self.sh.opts.dry_run;
         let dest = self.tree.loc(&e.path, dry)?;
         let target = self.tree.loc(target_rel, dry)?;
-        if let (Some(a), Some(b)) = (Self::stat(&dest)?, Self::stat(&target)?) {
+        let old = Self::stat(&dest)?;
+        if decide::leave_existing(&self.sh.opts.skip, old.as_ref().map(|s| s.kind)) {
+            return Ok(());
+        }
+        if let (Some(a), Some(b)) = (old, Self::stat(&target)?) {
             if decide::already_linked(&a, &b) {
                 return Ok(());
             }
