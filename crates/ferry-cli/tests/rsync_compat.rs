@@ -7,6 +7,8 @@
 //! - [`meta`]: `-A`, `-u`, `--ignore-existing`, sizes, `--backup`,
 //!   `--chmod`, `--link-dest`.
 //! - [`flags`]: command lines as typed, `--stats`, exit codes, `--log-file`.
+//! - [`thirty`]: thirty everyday command lines on a rich tree (links, hard
+//!   links, ACLs, xattrs, owners), every kept attribute compared.
 
 mod common;
 #[path = "rsync_compat/delete.rs"]
@@ -17,6 +19,8 @@ mod flags;
 mod meta;
 #[path = "rsync_compat/rules.rs"]
 mod rules;
+#[path = "rsync_compat/thirty.rs"]
+mod thirty;
 
 use std::collections::BTreeSet;
 use std::fs;
