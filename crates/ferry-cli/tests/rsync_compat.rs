@@ -8,6 +8,8 @@
 //!   `--chmod`, `--link-dest`.
 //! - [`flags`]: command lines as typed, `--stats`, exit codes, `--log-file`.
 //! - [`itemize`]: `-i` lines, rsync's selection flags and the `--no-` forms.
+//! - [`thirty`]: thirty everyday command lines on a rich tree (links, hard
+//!   links, ACLs, xattrs, owners), every kept attribute compared.
 
 mod common;
 #[path = "rsync_compat/delete.rs"]
@@ -20,6 +22,8 @@ mod itemize;
 mod meta;
 #[path = "rsync_compat/rules.rs"]
 mod rules;
+#[path = "rsync_compat/thirty.rs"]
+mod thirty;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -89,10 +89,12 @@ fn delete_excluded_and_max_delete() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["files_deleted"], 2, "{j}");
     let err = String::from_utf8_lossy(&out.stderr);
-    // In name order: e1 and e2 go; e3, old/sub/e4 and scratch.tmp are
-    // skipped (the directories holding what stays are not counted).
-    assert!(err.contains("--max-delete limit of 2: 3 skipped"), "{err}");
-    assert!(!dst.join("e1").exists() && !dst.join("e2").exists() && dst.join("e3").exists());
+    // In rsync's order (directories first, names from the end, contents
+    // before their directory): old/sub/e4 and old/sub go; old, scratch.tmp,
+    // e3, e2 and e1 are skipped, as rsync skips them.
+    assert!(err.contains("--max-delete limit of 2: 5 skipped"), "{err}");
+    assert!(!dst.join("old/sub").exists() && dst.join("old").exists());
+    assert!(dst.join("e1").exists() && dst.join("e3").exists() && dst.join("scratch.tmp").exists());
     assert_eq!(
         listing(&dst).len(),
         listing(&src).len() + 5,

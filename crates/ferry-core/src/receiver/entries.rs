@@ -274,6 +274,9 @@ impl Dispatcher<'_, '_> {
             Some(decide::Kind::Symlink) => Some(dest.read_link()?),
             _ => None,
         };
+        if decide::leave_existing(&self.sh.opts.skip, kind) {
+            return Ok(());
+        }
         let current = current.as_ref().map(|t| t.as_bytes());
         let at = decide::symlink_at(kind, current, &e.target);
         // Listed as rsync lists it: new unless a symlink was there.

@@ -78,7 +78,11 @@ impl Dispatcher<'_, '_> {
         let dry = self.sh.opts.dry_run;
         let dest = self.tree.loc(&e.path, dry)?;
         let target = self.tree.loc(target_rel, dry)?;
-        if let (Some(a), Some(b)) = (Self::stat(&dest)?, Self::stat(&target)?) {
+        let old = Self::stat(&dest)?;
+        if decide::leave_existing(&self.sh.opts.skip, old.as_ref().map(|s| s.kind)) {
+            return Ok(());
+        }
+        if let (Some(a), Some(b)) = (old, Self::stat(&target)?) {
             if decide::already_linked(&a, &b) {
                 return Ok(());
             }
@@ -154,7 +158,9 @@ impl Dispatcher<'_, '_> {
         let protect = (!opts.delete_excluded).then_some(&opts.excludes);
         let mut extras = decide::extras(rel, entries, &self.seen, protect);
         extras.retain(|x| !super::backup::is_backup(opts, &x.name));
-        extras.sort_by(|a, b| a.name.cmp(&b.name));
+        // In rsync's order: which entries a --max-delete limit spares is
+        // then the same (and does not depend on the directory's hash order).
+        extras.sort_by(|a, b| decide::rsync_delete_order((&a.name, a.is_dir), (&b.name, b.is_dir)));
         for x in extras {
             self.tree.forget(&x.rel);
             self.delete_tree(&dir, &x.name, x.rel, x.is_dir, budget);
@@ -191,9 +197,7 @@ impl Dispatcher<'_, '_> {
             );
             if let Ok(sub) = sub {
                 let mut children = crate::destdir::list(&sub).unwrap_or_default();
-                // In name order: which entries a --max-delete limit spares
-                // does not depend on the directory's hash order.
-                children.sort();
+                children.sort_by(|a, b| decide::rsync_delete_order((&a.0, a.1), (&b.0, b.1)));
                 for (child, d) in children {
                     let crel = decide::child_rel(&rel, child.as_bytes());
                     let protected = (!opts.delete_excluded

@@ -93,6 +93,17 @@ fn sendable_as_file(is_file: bool, is_block_device: bool, top: bool) -> bool {
     is_file || (top && is_block_device)
 }
 
+/// Whether the extended attribute `name` is sent, as rsync splits them:
+/// `-X` (`xattrs`) the attributes outside the `system.` namespace, `-A`
+/// (`acls`) the POSIX ACLs (`system.posix_acl_*`); other `system.`
+/// attributes never (the kernel derives them).
+fn xattr_wanted(name: &[u8], xattrs: bool, acls: bool) -> bool {
+    match name.strip_prefix(b"system.") {
+        Some(rest) => acls && rest.starts_with(b"posix_acl_"),
+        None => xattrs,
+    }
+}
+
 /// Take the next entry id; the list holds at most `u32::MAX` entries.
 fn take_id(next: &mut u32) -> Result<u32> {
     let id = *next;
@@ -200,11 +211,8 @@ impl Walker<'_> {
         }
         if self.opts.xattrs || self.opts.acls {
             e.xattrs = fsutil::read_xattrs(path).map_err(|err| Error::io(path, err))?;
-            if !self.opts.xattrs {
-                // -A alone: the ACLs, which Linux keeps as these attributes.
-                e.xattrs
-                    .retain(|(k, _)| k.starts_with(b"system.posix_acl_"));
-            }
+            e.xattrs
+                .retain(|(k, _)| xattr_wanted(k, self.opts.xattrs, self.opts.acls));
         }
         if ft.is_dir() {
             e.kind = Some(EntryKind::Dir);
@@ -356,6 +364,16 @@ impl Walker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dash_x_sends_no_acls_and_dash_a_only_acls() {
+        let acl = b"system.posix_acl_access";
+        let user = b"user.note";
+        assert!(xattr_wanted(user, true, false) && !xattr_wanted(acl, true, false));
+        assert!(xattr_wanted(acl, false, true) && !xattr_wanted(user, false, true));
+        assert!(xattr_wanted(acl, true, true) && xattr_wanted(b"security.selinux", true, true));
+        assert!(!xattr_wanted(b"system.nfs4_acl", true, true));
+    }
 
     #[test]
     fn the_first_of_a_name_is_kept_and_directories_merge() {

@@ -144,9 +144,39 @@ pub(crate) fn extras(
         .collect()
 }
 
+/// The order rsync deletes the entries of one directory in, which decides
+/// what a `--max-delete` limit spares: its sorted list (files before
+/// directories, each by name) walked backwards, so directories first, each
+/// kind by name from the end.
+pub(crate) fn rsync_delete_order(a: (&OsStr, bool), b: (&OsStr, bool)) -> std::cmp::Ordering {
+    (b.1, b.0).cmp(&(a.1, a.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deletion_goes_in_rsyncs_order() {
+        let mut v = vec![
+            ("e1", false),
+            ("old", true),
+            ("e3", false),
+            ("a", true),
+            ("z", false),
+        ];
+        v.sort_by(|a, b| rsync_delete_order((OsStr::new(a.0), a.1), (OsStr::new(b.0), b.1)));
+        assert_eq!(
+            v,
+            [
+                ("old", true),
+                ("a", true),
+                ("z", false),
+                ("e3", false),
+                ("e1", false)
+            ]
+        );
+    }
 
     #[test]
     fn root_directory_is_used_and_a_missing_one_created() {

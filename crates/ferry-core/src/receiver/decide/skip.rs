@@ -26,6 +26,14 @@ pub(crate) fn leave_alone(
     }
 }
 
+/// Whether a symlink or hard-link entry is left as the destination has
+/// it: with `--ignore-existing`, whatever is there stays (a file where the
+/// source has a symlink, a file where it has another name of a linked
+/// file), as rsync leaves any existing entry that is not a directory.
+pub(crate) fn leave_existing(rules: &SkipRules, old: Option<Kind>) -> bool {
+    rules.ignore_existing && old.is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +85,18 @@ mod tests {
         assert!(!leave_alone(&sized, 10, (0, 0), None));
         assert!(!leave_alone(&sized, 100, (0, 0), None));
         assert!(leave_alone(&sized, 101, (0, 0), None));
+    }
+
+    #[test]
+    fn ignore_existing_leaves_any_existing_entry() {
+        let ie = SkipRules {
+            ignore_existing: true,
+            ..Default::default()
+        };
+        for k in [Kind::File, Kind::Symlink, Kind::Dir] {
+            assert!(leave_existing(&ie, Some(k)), "{k:?}");
+            assert!(!leave_existing(&SkipRules::default(), Some(k)));
+        }
+        assert!(!leave_existing(&ie, None));
     }
 }
