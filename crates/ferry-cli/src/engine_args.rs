@@ -163,6 +163,10 @@ pub struct EngineArgs {
     /// Do not recurse: directories are skipped (rsync without -r).
     #[arg(long, visible_alias = "no-r")]
     pub no_recursive: bool,
+    /// The sender does not list the root directory itself (what
+    /// --files-from asks of a remote sender).
+    #[arg(long, hide = true)]
+    pub no_root_entry: bool,
     /// The receiver tells the sending side of each change it makes (what
     /// a client asks of a remote receiver when it lists changes).
     #[arg(long, hide = true)]
@@ -268,6 +272,7 @@ impl EngineArgs {
             hard_links: !self.no_hard_links,
             symlinks: !self.no_links,
             recursive: !self.no_recursive,
+            list_root: !self.no_root_entry && self.files_from.is_none(),
             list_changes: self.list_changes,
             excludes,
             threads: self

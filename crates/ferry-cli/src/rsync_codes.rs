@@ -38,6 +38,17 @@ pub fn code(code: i32, err: Option<&Error>) -> i32 {
 
 /// rsync's number for ferry's exit `code` (`timeout`: the link went
 /// silent for --timeout).
+/// rsync's 25 for a run whose only failure is that `--max-delete` held
+/// deletions back (in rsync's numbers only: ferry's own code is 2).
+pub fn max_delete(code: i32, r: &Report) -> i32 {
+    let only_the_limit = r.deletes_held > 0 && r.files_failed <= 1;
+    if RSYNC_CODES.load(Ordering::SeqCst) && code == 23 && only_the_limit {
+        25
+    } else {
+        code
+    }
+}
+
 pub fn rsync_number(code: i32, timeout: bool) -> i32 {
     match code {
         exit::OK => 0,

@@ -375,6 +375,7 @@ fn run_inner(mut a: SyncArgs) -> i32 {
         Err(e) => class_code(e.class()),
     };
     let code = crate::rsync_codes::code(code, e_of(&res));
+    let code = crate::rsync_codes::max_delete(code, &report);
     for line in &report.notices {
         errln!("ferry: note: {line}");
     }

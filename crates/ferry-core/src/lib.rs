@@ -105,6 +105,10 @@ pub struct SyncOptions {
     /// Recurse into directories (`-r`, the default): without it the
     /// sender skips directories.
     pub recursive: bool,
+    /// The sender lists the root directory itself (its permissions and
+    /// times reach the destination root). `--files-from` turns it off, as
+    /// rsync's list names only what it names.
+    pub list_root: bool,
     /// `--numeric-ids`: owners and groups by number; without it the
     /// sender names them and the receiver maps the names to its own ids.
     pub numeric_ids: bool,
@@ -190,6 +194,7 @@ impl Default for SyncOptions {
             hard_links: true,
             symlinks: true,
             recursive: true,
+            list_root: true,
             numeric_ids: false,
             list_changes: false,
             hello_wait: None,

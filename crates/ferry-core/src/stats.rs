@@ -24,6 +24,8 @@ pub struct Stats {
     /// Files that vanished or changed while the sender read them (not
     /// sent; warnings, see [`Stats::vanished`]).
     pub files_vanished: AtomicU64,
+    /// Deletions `--max-delete` held back.
+    pub deletes_held: AtomicU64,
     /// Logical size of the source's files.
     pub bytes_total: AtomicU64,
     /// Logical size of the files that are being transferred (the progress
@@ -166,6 +168,7 @@ impl Stats {
             &self.files_deleted,
             &self.files_failed,
             &self.files_vanished,
+            &self.deletes_held,
             &self.bytes_total,
             &self.bytes_transferred,
             &self.bytes_done,
@@ -193,6 +196,7 @@ impl Stats {
             files_deleted: self.files_deleted.load(Relaxed),
             files_failed: self.files_failed.load(Relaxed),
             files_vanished: self.files_vanished.load(Relaxed),
+            deletes_held: self.deletes_held.load(Relaxed),
             bytes_total: self.bytes_total.load(Relaxed),
             bytes_transferred: self.bytes_transferred.load(Relaxed),
             bytes_wire: self.bytes_wire.load(Relaxed),
@@ -222,6 +226,8 @@ pub struct Report {
     /// Files that vanished or changed while being read: not sent, the
     /// destination's copy kept (exit 24 when nothing failed).
     pub files_vanished: u64,
+    /// Deletions `--max-delete` held back (rsync's exit 25).
+    pub deletes_held: u64,
     pub bytes_total: u64,
     pub bytes_transferred: u64,
     pub bytes_wire: u64,

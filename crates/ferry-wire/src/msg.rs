@@ -122,6 +122,8 @@ pub struct ReceiverReport {
     /// Files that vanished or changed while the sender read them
     /// ([`Message::FileChanged`]): not sent, the receiver's copy kept.
     pub files_vanished: u64,
+    /// Deletions `--max-delete` held back (version 8).
+    pub deletes_held: u64,
     /// One line per failed entry, capped, for the side that prints.
     pub errors: Vec<String>,
 }

@@ -32,6 +32,7 @@ impl Dispatcher<'_, '_> {
                     self.delete_extras(&e.path, &mut budget);
                 }
                 if budget.skipped > 0 && opts.max_delete.is_some() {
+                    Stats::add(&stats.deletes_held, budget.skipped);
                     stats.error(format!(
                         "deletions stopped at the --max-delete limit of {}: {} skipped",
                         opts.max_delete.unwrap_or(0),

@@ -319,6 +319,7 @@ fn receiver_report(stats: &Stats) -> ReceiverReport {
         delta_mismatch: stats.delta_mismatch.load(Ordering::Relaxed),
         bytes_resumed: rep.bytes_resumed,
         files_vanished: rep.files_vanished,
+        deletes_held: rep.deletes_held,
         errors: rep.errors,
     }
 }

@@ -44,6 +44,7 @@ pub(super) fn serve_args_with(
         (!opts.hard_links, "--no-hard-links"),
         (!opts.symlinks, "--no-links"),
         (!opts.recursive, "--no-recursive"),
+        (!opts.list_root, "--no-root-entry"),
         (opts.list_changes, "--list-changes"),
         (opts.skip.update, "--update"),
         (opts.skip.ignore_existing, "--ignore-existing"),

@@ -31,6 +31,7 @@ fn fill(stats: &Stats, r: &ReceiverReport) {
         (&stats.files_deleted, r.files_deleted),
         (&stats.files_failed, r.files_failed),
         (&stats.files_vanished, r.files_vanished),
+        (&stats.deletes_held, r.deletes_held),
         (&stats.bytes_total, r.bytes_total),
         (&stats.bytes_transferred, r.bytes_transferred),
         (&stats.bytes_written, r.bytes_written),

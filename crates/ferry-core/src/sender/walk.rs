@@ -216,7 +216,9 @@ impl Walker<'_> {
         }
         if ft.is_dir() {
             e.kind = Some(EntryKind::Dir);
-            self.send(e)?;
+            if !rel.is_empty() || self.opts.list_root {
+                self.send(e)?;
+            }
             return self.visit_children(path, &rel);
         }
         if ft.is_symlink() {

@@ -273,7 +273,7 @@ fn have(i: &mut In) -> Result<Message, DecodeError> {
 
 /// A `ReceiverDone` after its tag.
 fn report(i: &mut In) -> Result<Message, DecodeError> {
-    let mut v = [0u64; 14];
+    let mut v = [0u64; 15];
     for x in v.iter_mut() {
         *x = i.var()?;
     }
@@ -297,6 +297,7 @@ fn report(i: &mut In) -> Result<Message, DecodeError> {
         delta_mismatch: v[11],
         bytes_resumed: v[12],
         files_vanished: v[13],
+        deletes_held: v[14],
         errors,
     })))
 }

@@ -268,6 +268,7 @@ fn write_report<O: Out>(o: &mut O, r: &ReceiverReport) {
         r.delta_mismatch,
         r.bytes_resumed,
         r.files_vanished,
+        r.deletes_held,
     ] {
         o.var(v);
     }

@@ -140,6 +140,7 @@ fn every_message_roundtrips() {
         delta_mismatch: 2,
         bytes_resumed: 1 << 33,
         files_vanished: 3,
+        deletes_held: 4,
         errors: vec!["x".into()],
     })));
     for class in [

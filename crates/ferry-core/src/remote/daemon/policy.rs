@@ -35,6 +35,7 @@ const FLAGS: &[&str] = &[
     "--no-hard-links",
     "--no-links",
     "--no-recursive",
+    "--no-root-entry",
     "--list-changes",
     "--update",
     "--ignore-existing",
