@@ -75,9 +75,20 @@ pub struct EngineArgs {
     /// not deleted by --delete. Not with --inplace.
     #[arg(short = 'b', long)]
     pub backup: bool,
-    /// The backups' suffix (default `~`).
+    /// The backups' suffix (default `~`; none with --backup-dir).
     #[arg(long, value_name = "SUFFIX", allow_hyphen_values = true)]
     pub suffix: Option<String>,
+    /// Keep backups (implies --backup) in DIR, under their paths relative
+    /// to the destination, instead of beside them. DIR is on the
+    /// receiving host, relative to the destination unless absolute, and
+    /// on the destination's filesystem.
+    #[arg(long, value_name = "DIR")]
+    pub backup_dir: Option<std::path::PathBuf>,
+    /// Give every file this owner and group on the receiving host (names
+    /// or numbers; `USER`, `USER:GROUP` or `:GROUP`), as rsync's --chown.
+    /// Only a receiver running as root can.
+    #[arg(long, value_name = "USER:GROUP")]
+    pub chown: Option<String>,
     /// Hard-link files that DIR (an earlier copy; relative to the
     /// destination unless absolute) holds unchanged, instead of sending
     /// them: snapshots that share what did not change. Repeatable.
@@ -163,6 +174,10 @@ pub struct EngineArgs {
     /// Do not recurse: directories are skipped (rsync without -r).
     #[arg(long, visible_alias = "no-r")]
     pub no_recursive: bool,
+    /// Do not cross filesystem boundaries: a directory on another
+    /// filesystem than its source (a mount point) is copied empty.
+    #[arg(short = 'x', long)]
+    pub one_file_system: bool,
     /// The sender does not list the root directory itself (what
     /// --files-from asks of a remote sender).
     #[arg(long, hide = true)]
@@ -232,22 +247,32 @@ impl EngineArgs {
                 return Err("--timeout takes a number of seconds, at least 2 (0: none)".into())
             }
         };
-        let backup = match (self.backup, &self.suffix) {
+        let backing_up = self.backup || self.backup_dir.is_some();
+        let backup = match (backing_up, &self.suffix) {
             (false, _) => None,
             (true, _) if self.inplace => {
                 return Err("--backup with --inplace: ferry backs up by a hard link before the rename that --inplace does without".into())
             }
-            (true, Some(s)) if s.is_empty() || s.contains('/') => {
-                return Err(format!("--suffix {s:?}: a suffix is not empty and has no /"))
+            (true, Some(s)) if (s.is_empty() && self.backup_dir.is_none()) || s.contains('/') => {
+                return Err(format!(
+                    "--suffix {s:?}: a suffix has no / (and is empty only with --backup-dir)"
+                ))
             }
-            (true, s) => Some(s.clone().unwrap_or_else(|| "~".into())),
+            (true, Some(s)) => Some(s.clone()),
+            (true, None) if self.backup_dir.is_some() => Some(String::new()),
+            (true, None) => Some("~".into()),
         };
+        if let Some(c) = &self.chown {
+            ferry_core::ids::parse_chown(c)?;
+        }
         Ok(SyncOptions {
             checksum: self.checksum,
             delete: self.delete || self.delete_excluded,
             delete_excluded: self.delete_excluded,
             max_delete: self.max_delete,
             backup,
+            backup_dir: self.backup_dir.clone(),
+            chown: self.chown.clone(),
             link_dest: self.link_dest.clone(),
             chmod: ferry_core::chmod::Chmod::parse(&self.chmod).map_err(|e| e.to_string())?,
             skip: ferry_core::SkipRules {
@@ -273,6 +298,7 @@ impl EngineArgs {
             symlinks: !self.no_links,
             recursive: !self.no_recursive,
             list_root: !self.no_root_entry && self.files_from.is_none(),
+            one_file_system: self.one_file_system,
             list_changes: self.list_changes,
             excludes,
             threads: self

@@ -147,14 +147,7 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         "--append" | "--append-verify" => {
             "not supported: ferry sends only the changed parts of a file anyway (--delta)"
         }
-        "-x"
-        | "--one-file-system"
-        | "-R"
-        | "--relative"
-        | "--backup-dir"
-        | "--chown"
-        | "--remove-source-files"
-        | "--existing" => {
+        "-R" | "--relative" | "--remove-source-files" | "--existing" => {
             "ferry does not take this rsync option yet (see ferry sync --help)"
         }
         _ => return None,
@@ -173,7 +166,7 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in ["--no-D", "--zc", "--out-format", "--append", "-D", "-x"] {
+        for f in ["--no-D", "--zc", "--out-format", "--append", "-D", "-R"] {
             assert!(super::advice(f).is_some(), "{f}");
         }
         assert!(super::unknown_option("--out-format").contains("-i"));

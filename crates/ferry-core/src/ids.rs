@@ -85,6 +85,36 @@ pub fn id_of(which: Which, name: &[u8]) -> Option<u32> {
     }
 }
 
+/// `--chown`'s `USER`, `USER:GROUP` or `:GROUP` as this host's ids
+/// (names or numbers); an unknown name is an error.
+pub fn parse_chown(spec: &str) -> Result<(Option<u32>, Option<u32>), String> {
+    let (user, group) = spec.split_once(':').unwrap_or((spec, ""));
+    let one = |which: Which, s: &str| -> Result<Option<u32>, String> {
+        if s.is_empty() {
+            return Ok(None);
+        }
+        if let Ok(n) = s.parse::<u32>() {
+            return Ok(Some(n));
+        }
+        id_of(which, s.as_bytes()).map(Some).ok_or_else(|| {
+            format!(
+                "--chown {spec}: no {} {s:?} on this host",
+                match which {
+                    Which::User => "user",
+                    Which::Group => "group",
+                }
+            )
+        })
+    };
+    let ids = (one(Which::User, user)?, one(Which::Group, group)?);
+    if ids == (None, None) {
+        return Err(format!(
+            "--chown {spec:?}: name a user, a group, or both (USER:GROUP)"
+        ));
+    }
+    Ok(ids)
+}
+
 /// The sender's side: which ids have been named already.
 #[derive(Debug, Default)]
 pub struct Namer {
@@ -175,6 +205,17 @@ mod tests {
         assert_eq!(m.map_with(Which::User, 0, b"alice", look), 0);
         // A name sent again cannot remap an id already mapped.
         assert_eq!(m.map_with(Which::User, 1000, b"bob", look), 501);
+    }
+
+    #[test]
+    fn chown_specs() {
+        assert_eq!(parse_chown("root:root"), Ok((Some(0), Some(0))));
+        assert_eq!(parse_chown("65534"), Ok((Some(65534), None)));
+        assert_eq!(parse_chown(":7"), Ok((None, Some(7))));
+        assert!(parse_chown(":").is_err());
+        assert!(parse_chown("no-such-user-here:")
+            .unwrap_err()
+            .contains("no user"));
     }
 
     #[test]

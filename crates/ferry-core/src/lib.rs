@@ -105,6 +105,9 @@ pub struct SyncOptions {
     /// Recurse into directories (`-r`, the default): without it the
     /// sender skips directories.
     pub recursive: bool,
+    /// `-x`: the sender does not descend into directories on another
+    /// filesystem than the source's (the mount point itself is listed).
+    pub one_file_system: bool,
     /// The sender lists the root directory itself (its permissions and
     /// times reach the destination root). `--files-from` turns it off, as
     /// rsync's list names only what it names.
@@ -137,6 +140,12 @@ pub struct SyncOptions {
     /// `--backup`: the suffix of the backups of replaced and deleted
     /// entries, kept beside them (`None`: no backups).
     pub backup: Option<String>,
+    /// `--backup-dir`: backups go there (relative to the destination
+    /// unless absolute), under their relative paths.
+    pub backup_dir: Option<std::path::PathBuf>,
+    /// `--chown USER:GROUP`: the owner and group every entry gets, resolved
+    /// on the receiving host (see [`ids::parse_chown`]).
+    pub chown: Option<String>,
     /// rsync's options that leave some files alone (`--update`,
     /// `--ignore-existing`, `--min-size`, `--max-size`).
     pub skip: SkipRules,
@@ -195,6 +204,7 @@ impl Default for SyncOptions {
             symlinks: true,
             recursive: true,
             list_root: true,
+            one_file_system: false,
             numeric_ids: false,
             list_changes: false,
             hello_wait: None,
@@ -204,6 +214,8 @@ impl Default for SyncOptions {
             max_delete: None,
             skip: SkipRules::default(),
             backup: None,
+            backup_dir: None,
+            chown: None,
             chmod: chmod::Chmod::default(),
             link_dest: Vec::new(),
             threads: default_threads(),

@@ -51,7 +51,7 @@ fn rsync_command_lines_run_as_typed() {
         ("--out-format=%n", "-i"),
         ("--no-D", "never copies"),
         ("--info=stats2", "progress2"),
-        ("--backup-dir=x", "does not take"),
+        ("-R", "does not take"),
         ("-D", "skips device"),
         ("--filter=P keep", "protect"),
     ] {
@@ -62,7 +62,7 @@ fn rsync_command_lines_run_as_typed() {
         assert!(err.contains(word), "{flags}: {err}");
     }
     // A usage error is 1 either way.
-    let out = ferry(&["sync", "--rsync-exit-codes", "-x", "a", "b"]);
+    let out = ferry(&["sync", "--rsync-exit-codes", "--relative", "a", "b"]);
     assert_eq!(out.status.code(), Some(1));
     // A missing source is ferry's I/O error: 11 in rsync's numbers.
     let out = ferry(&["sync", "--rsync-exit-codes", "/nonexistent/a", "b"]);

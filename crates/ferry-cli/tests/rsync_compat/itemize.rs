@@ -222,3 +222,50 @@ fn selection_and_no_flags_keep_what_rsync_keeps() {
         }
     }
 }
+
+/// `-x`: a filesystem mounted inside the source is copied as an empty
+/// directory, as rsync copies it.
+#[test]
+fn one_file_system_stops_at_a_mount_point() {
+    if !is_root() {
+        skip("one_file_system_stops_at_a_mount_point: mounting needs root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    base(&src);
+    let mnt = src.join("d/mnt");
+    fs::create_dir(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mount tmpfs");
+    // Unmounted whatever happens below.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    fs::write(mnt.join("inside"), "on another filesystem").unwrap();
+    let (r, f) = (d.path().join("r"), d.path().join("f"));
+    rsync(&["-ax"], &slash(&src), &r, true);
+    let out = ferry(&["sync", "-ax", &slash(&src), p(&f)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(listing(&f), listing(&r));
+    assert!(f.join("d/mnt").is_dir() && !f.join("d/mnt/inside").exists());
+    // Without -x, it is copied.
+    let all = d.path().join("all");
+    let out = ferry(&["sync", "-a", &slash(&src), p(&all)]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(all.join("d/mnt/inside").is_file());
+}

@@ -9,8 +9,8 @@
 //! and the two exit codes (ferry's with `--rsync-exit-codes`) must agree.
 //! Six lines push over a real sshd, rsync and ferry both.
 //!
-//! [`NEEDS_MAIN`] holds lines whose flags are being added on main; they
-//! run only with `--ignored` until then.
+//! [`MORE`] holds further lines: `-i`, `--chown`, `--backup-dir`, `-x`,
+//! the `--no-` forms.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -154,16 +154,20 @@ const LINES: &[Line] = &[
     ssh(&["-a", "--timeout=30"], Empty),
 ];
 
-/// Lines whose flags main is adding (`-i`, `--chown`, `--backup-dir`,
-/// `-x`, the `--no-` forms): not counted in the thirty, run by
-/// [`needs_main_lines_match_rsync`] (ignored until the merge). Each has
+/// Lines of the flags added after the thirty (`-i`, `--chown`,
+/// `--backup-dir`, `-x`, the `--no-` forms), two pushed over ssh. Each has
 /// `-H` so that only the new flag is tried.
-const NEEDS_MAIN: &[Line] = &[
+const MORE: &[Line] = &[
     line(&["-aHi", "--delete"], Old),
     line(&["-aH", "--chown=65534:65534"], Empty),
     line(&["-aH", "--backup", "--backup-dir={prev}"], Old),
     line(&["-aHx"], Empty),
     line(&["-aH", "--no-perms", "--no-owner", "--no-group"], Empty),
+    ssh(&["-aH", "--chown=65534:65534"], Old),
+    ssh(
+        &["-aHi", "--no-perms", "--delete", "--backup-dir=../bak"],
+        Old,
+    ),
 ];
 
 /// Lines that pin fixes made while comparing (each also has a unit test
@@ -187,9 +191,8 @@ fn fixes_found_by_the_thirty_stay_fixed() {
 }
 
 #[test]
-#[ignore = "the flags are being added on main: enable after the merge"]
-fn needs_main_lines_match_rsync() {
-    run_lines("needs_main_lines_match_rsync", NEEDS_MAIN);
+fn more_lines_match_rsync() {
+    run_lines("more_lines_match_rsync", MORE);
 }
 
 fn run_lines(test: &str, lines: &[Line]) {

@@ -30,6 +30,12 @@ impl Dispatcher<'_, '_> {
             e.uid = self.ids.map(Which::User, e.uid, &e.owner);
             e.gid = self.ids.map(Which::Group, e.gid, &e.group);
         }
+        if let Some(u) = self.chown.0 {
+            e.uid = u;
+        }
+        if let Some(g) = self.chown.1 {
+            e.gid = g;
+        }
         if let Some(uri) = self.nbd.clone() {
             return self.nbd_entry(e, &uri);
         }
@@ -315,7 +321,7 @@ impl Dispatcher<'_, '_> {
         if let Err(err) = self
             .link_meta(e, &tmp)
             .op("set metadata of")
-            .and_then(|_| super::backup::keep_replaced(self.sh.opts, dest).op("back up"))
+            .and_then(|_| super::backup::keep_replaced(self.sh, dest).op("back up"))
             .and_then(|_| tmp.rename_to(dest).op("rename into place"))
         {
             let _ = tmp.remove_file();
@@ -627,12 +633,13 @@ impl Dispatcher<'_, '_> {
     pub(super) fn fix_meta(&self, e: &Entry, dest: &Loc, old: &decide::Stat) -> io::Result<()> {
         let opts = self.sh.opts;
         let steps = decide::meta_fixes(e, old, self.sh.keep, opts.meta_xattrs());
-        if steps.mode {
-            dest.chmod(e.mode).op("set permissions of")?;
-        }
+        // Owner first: chown clears set-user-ID and set-group-ID bits.
         if steps.owner {
             let (u, g) = self.sh.keep.ids(e);
             dest.chown(u, g).op("set owner of")?;
+        }
+        if steps.mode {
+            dest.chmod(e.mode).op("set permissions of")?;
         }
         if steps.mtime {
             dest.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")?;

@@ -362,7 +362,7 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
         }
     }
     if let Some(t) = &f.tmp {
-        super::backup::keep_replaced(sh.opts, &f.loc).op("back up")?;
+        super::backup::keep_replaced(sh, &f.loc).op("back up")?;
         t.rename_to(&f.loc).op("rename into place")?;
         sh.changed(&f.loc);
         t.unregister_temp();

@@ -97,7 +97,7 @@ impl Dispatcher<'_, '_> {
         let r = tmp
             .hard_link_to(&target)
             .op("link")
-            .and_then(|_| super::backup::keep_replaced(self.sh.opts, &dest).op("back up"))
+            .and_then(|_| super::backup::keep_replaced(self.sh, &dest).op("back up"))
             .and_then(|_| tmp.rename_to(&dest).op("rename into place"));
         if r.is_err() {
             let _ = tmp.remove_file();
@@ -229,15 +229,18 @@ impl Dispatcher<'_, '_> {
             rustix::fs::AtFlags::empty()
         };
         let res = match (&opts.backup, is_dir) {
-            (Some(suffix), false) => super::backup::keep_deleted(dir, name, suffix),
+            (Some(suffix), false) => self
+                .tree
+                .loc(&rel, false)
+                .and_then(|l| super::backup::keep_deleted(self.sh, &l, suffix)),
             _ => rustix::fs::unlinkat(dir, name, flags).map_err(io::Error::from),
         };
         match res {
             Ok(()) => {
                 Stats::add(&stats.files_deleted, 1);
                 self.sh.changed_rel(&rel);
-                // A backup stays in the directory, which stays too.
-                opts.backup.is_none() || is_dir
+                // A backup beside it stays in the directory, which stays too.
+                opts.backup.is_none() || opts.backup_dir.is_some() || is_dir
             }
             Err(err) => {
                 stats.error(format!(

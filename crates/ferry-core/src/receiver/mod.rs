@@ -50,6 +50,8 @@ struct Shared<'a> {
     opts: &'a SyncOptions,
     /// The attributes set (see [`decide::Keep`]).
     keep: decide::Keep,
+    /// `--backup-dir`, opened (and made) at the start.
+    backup_dir: Option<DestDir>,
     stats: &'a Stats,
     cache: Option<Arc<ferry_delta::SigCache>>,
     /// First fatal error (disk full, …): the run stops.
@@ -156,9 +158,11 @@ pub fn run_receiver(
     let root = fsutil::is_root();
     let shared = Shared {
         opts,
+        backup_dir: setup.backup_dir,
         keep: decide::Keep {
-            owner: opts.owner && root,
-            group: opts.group && root,
+            // --chown sets what it names, as rsync's does.
+            owner: (opts.owner || setup.chown.0.is_some()) && root,
+            group: (opts.group || setup.chown.1.is_some()) && root,
             perms: opts.perms,
             times: opts.times,
         },
@@ -223,6 +227,7 @@ pub fn run_receiver(
             whole_only: HashSet::new(),
             link_dests: None,
             ids: Default::default(),
+            chown: setup.chown,
             umask: fsutil::umask(),
         };
         let r = d.run(&rx, &senders);
@@ -253,6 +258,9 @@ pub fn run_receiver(
 /// opened as the handle everything below it is reached through.
 struct Setup {
     tree: DestDir,
+    backup_dir: Option<DestDir>,
+    /// `--chown`'s ids on this host.
+    chown: (Option<u32>, Option<u32>),
     root_created: bool,
     /// A file-or-directory path that the first entry decides.
     late: Option<PathBuf>,
@@ -291,7 +299,30 @@ impl Setup {
             )),
             _ => None,
         };
+        let backup_dir = match (&opts.backup_dir, opts.dry_run) {
+            (Some(dir), false) => {
+                // Relative to the destination directory, as in rsync.
+                let base = match &late {
+                    Some(p) => p.parent().unwrap_or(Path::new(".")),
+                    None => root,
+                };
+                let path = base.join(dir);
+                fs::create_dir_all(&path)
+                    .map_err(|err| Error::io_op("create directory", &path, err))?;
+                Some(
+                    DestDir::open(&path)
+                        .map_err(|err| Error::io_op("open directory", &path, err))?,
+                )
+            }
+            _ => None,
+        };
+        let chown = match &opts.chown {
+            Some(spec) => crate::ids::parse_chown(spec).map_err(Error::Usage)?,
+            None => (None, None),
+        };
         Ok(Setup {
+            chown,
+            backup_dir,
             tree,
             root_created,
             late,
@@ -392,6 +423,8 @@ struct Dispatcher<'a, 'b> {
     link_dests: Option<Vec<DestDir>>,
     /// The sender's owners and groups, by name, as this host's ids.
     ids: crate::ids::Mapper,
+    /// `--chown`: the owner and group every entry gets.
+    chown: (Option<u32>, Option<u32>),
     /// The process umask: what new entries' permissions lose without
     /// `--perms`.
     umask: u32,

@@ -45,6 +45,7 @@ pub(super) fn serve_args_with(
         (!opts.symlinks, "--no-links"),
         (!opts.recursive, "--no-recursive"),
         (!opts.list_root, "--no-root-entry"),
+        (opts.one_file_system, "--one-file-system"),
         (opts.list_changes, "--list-changes"),
         (opts.skip.update, "--update"),
         (opts.skip.ignore_existing, "--ignore-existing"),
@@ -79,6 +80,12 @@ pub(super) fn serve_args_with(
     if let Some(s) = &opts.backup {
         a.push("--backup".into());
         a.push(format!("--suffix={s}"));
+    }
+    if let Some(d) = &opts.backup_dir {
+        a.push(format!("--backup-dir={}", d.display()));
+    }
+    if let Some(c) = &opts.chown {
+        a.push(format!("--chown={c}"));
     }
     if let Some(n) = opts.skip.min_size {
         a.push(format!("--min-size={n}B"));

@@ -41,6 +41,7 @@ pub(super) fn walk_all(
         // one is sent, as rsync keeps the first; directories merge.
         names: (sources.len() > 1).then(HashMap::new),
         namer: Default::default(),
+        top_dev: 0,
     };
     for src in sources {
         let text = src.path.to_string_lossy();
@@ -124,6 +125,8 @@ struct Walker<'a> {
     names: Option<HashMap<Vec<u8>, bool>>,
     /// Which owners and groups have been named to the receiver.
     namer: crate::ids::Namer,
+    /// The filesystem of the source being walked (`-x` stays on it).
+    top_dev: u64,
 }
 
 impl Walker<'_> {
@@ -158,6 +161,9 @@ impl Walker<'_> {
         top: bool,
     ) -> Result<()> {
         let ft = meta.file_type();
+        if top {
+            self.top_dev = meta.dev();
+        }
         let name = rel.rsplit(|&b| b == b'/').next().unwrap_or(&rel);
         if !top
             && (self
@@ -218,6 +224,10 @@ impl Walker<'_> {
             e.kind = Some(EntryKind::Dir);
             if !rel.is_empty() || self.opts.list_root {
                 self.send(e)?;
+            }
+            // -x: a mount point is listed, what is mounted there is not.
+            if self.opts.one_file_system && meta.dev() != self.top_dev {
+                return Ok(());
             }
             return self.visit_children(path, &rel);
         }

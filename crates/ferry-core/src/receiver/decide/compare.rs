@@ -268,9 +268,11 @@ pub(crate) fn meta_for_new(kind: EntryKind, keep: Keep, xattrs: bool) -> MetaSte
 /// (and ACLs) whenever they are asked for.
 pub(crate) fn meta_fixes(e: &Entry, old: &Stat, keep: Keep, xattrs: bool) -> MetaSteps {
     let d = differs(e, old, keep);
+    let owner = d.owner || d.group;
     MetaSteps {
-        owner: d.owner || d.group,
-        mode: d.perms,
+        owner,
+        // A chown clears set-ID bits: they are set again after it.
+        mode: d.perms || (owner && keep.perms && e.mode & 0o6000 != 0),
         // Also without any: those the source lost go.
         xattrs,
         mtime: d.time,

@@ -36,6 +36,7 @@ const FLAGS: &[&str] = &[
     "--no-links",
     "--no-recursive",
     "--no-root-entry",
+    "--one-file-system",
     "--list-changes",
     "--update",
     "--ignore-existing",
@@ -58,6 +59,7 @@ const VALUED: &[&str] = &[
     "--bwlimit=",
     "--timeout=",
     "--compress=",
+    "--chown=",
 ];
 
 /// Most paths one pull may name.

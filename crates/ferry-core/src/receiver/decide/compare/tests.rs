@@ -263,3 +263,21 @@ fn without_perms_new_entries_get_the_umask_and_old_ones_keep_theirs() {
     };
     assert_eq!(group_only.ids(&e), (None, Some(1000)));
 }
+
+#[test]
+fn set_id_bits_are_set_again_after_a_chown() {
+    let mut e = file(10);
+    e.mode = 0o104755;
+    let old = Stat {
+        uid: 5,
+        ..same_as(&e)
+    };
+    let f = meta_fixes(&e, &old, Keep::ALL, false);
+    assert!(f.owner && f.mode);
+    e.mode = 0o100755;
+    let old = Stat {
+        uid: 5,
+        ..same_as(&e)
+    };
+    assert!(!meta_fixes(&e, &old, Keep::ALL, false).mode);
+}
