@@ -174,6 +174,15 @@ pub struct EngineArgs {
     /// Do not recurse: directories are skipped (rsync without -r).
     #[arg(long, visible_alias = "no-r")]
     pub no_recursive: bool,
+    /// Copy device nodes, FIFOs and sockets as such (rsync's -D,
+    /// --devices --specials; part of -a). Devices are made only by a
+    /// receiver running as root, skipped otherwise, as rsync does.
+    #[arg(short = 'D', long = "specials", visible_alias = "devices")]
+    pub specials: bool,
+    /// Skip device nodes, FIFOs and sockets (each named with -v), even
+    /// with -a.
+    #[arg(long = "no-specials", visible_aliases = ["no-D", "no-devices"])]
+    pub no_specials: bool,
     /// Do not cross filesystem boundaries: a directory on another
     /// filesystem than its source (a mount point) is copied empty.
     #[arg(short = 'x', long)]
@@ -299,6 +308,7 @@ impl EngineArgs {
             recursive: !self.no_recursive,
             list_root: !self.no_root_entry && self.files_from.is_none(),
             one_file_system: self.one_file_system,
+            specials: self.specials && !self.no_specials,
             list_changes: self.list_changes,
             excludes,
             threads: self

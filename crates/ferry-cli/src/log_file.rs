@@ -27,6 +27,8 @@ impl LogFile {
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        // One line each, whatever a peer put in the text.
+        let text = ferry_core::itemize::escaped(text.as_bytes());
         let l = format!("{} [{}] {text}\n", stamp(secs), std::process::id());
         if let Ok(mut f) = self.0.lock() {
             let _ = f.write_all(l.as_bytes());

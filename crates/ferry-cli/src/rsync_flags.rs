@@ -12,9 +12,9 @@ use clap::Args;
 pub struct RsyncArgs {
     /// Archive mode, as rsync's -a (-rlptgoD): with any of -a -r -l -p -t
     /// -g -o -H, ferry keeps exactly what they name, as rsync does (hard
-    /// links only with -H); with none of them it keeps all of it and hard
-    /// links. Owner and group are set when ferry runs as root. Device and
-    /// special files (-D) are skipped, each named with -v.
+    /// links only with -H); with none of them it keeps all but device and
+    /// special files, and hard links. Owner and group are set when ferry
+    /// runs as root, device nodes made only then.
     #[arg(short = 'a', long)]
     pub archive: bool,
     /// Recurse into directories.
@@ -76,7 +76,7 @@ impl RsyncArgs {
     /// rsync's selection: with any of -a -r -l -p -t -g -o -H, what is
     /// kept is what they name (turned off in `opts` where they do not
     /// name it); with none, `opts` keeps ferry's defaults.
-    pub fn select(&self, opts: &mut ferry_core::SyncOptions, files_from: bool) {
+    pub fn select(&self, opts: &mut ferry_core::SyncOptions, files_from: bool, no_specials: bool) {
         let a = self.archive;
         let any = [
             a,
@@ -99,6 +99,8 @@ impl RsyncArgs {
         opts.group &= a || self.group;
         opts.owner &= a || self.owner;
         opts.hard_links &= self.hard_links;
+        // rsync's -a has -D.
+        opts.specials |= a && !no_specials;
     }
 
     /// Whether progress was asked for the rsync way (-P, --info=progress2).
@@ -130,12 +132,6 @@ impl RsyncArgs {
 pub fn advice(flag: &str) -> Option<&'static str> {
     let default = "is what ferry does by default: leave it out";
     Some(match flag {
-        "--no-D" | "--no-devices" | "--no-specials" => {
-            "ferry never copies device or special files: leave it out"
-        }
-        "-D" | "--devices" | "--specials" => {
-            "ferry skips device and special files (each is named with -v); a block device can be a source or destination of its own"
-        }
         "--zc" | "--compress-choice" | "--zl" | "--compress-level" => {
             "choose with --compress zstd[:LEVEL]|lz4|none (ferry's --compress takes the mode)"
         }
@@ -166,7 +162,7 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in ["--no-D", "--zc", "--out-format", "--append", "-D", "-R"] {
+        for f in ["--zc", "--out-format", "--append", "-R"] {
             assert!(super::advice(f).is_some(), "{f}");
         }
         assert!(super::unknown_option("--out-format").contains("-i"));

@@ -131,7 +131,7 @@ fn change_line(l: Listed<'_>, itemize: bool, dry: bool, sending: bool) -> Option
     let line = match l {
         Listed::Change(c) if itemize => return Some(itemize::itemized(c, sending)),
         Listed::Change(c) => itemize::verbose(c)?,
-        Listed::Line(s) => s.to_string(),
+        Listed::Line(s) => itemize::escaped(s.as_bytes()),
     };
     Some(if dry { format!("would {line}") } else { line })
 }
@@ -216,7 +216,11 @@ fn run_inner(mut a: SyncArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    a.rsync.select(&mut opts, a.engine.files_from.is_some());
+    a.rsync.select(
+        &mut opts,
+        a.engine.files_from.is_some(),
+        a.engine.no_specials,
+    );
     let progress_asked = match a.rsync.progress() {
         Ok(p) => a.progress.as_deref() == Some("lines") || p,
         Err(e) => {
@@ -376,11 +380,13 @@ fn run_inner(mut a: SyncArgs) -> i32 {
     };
     let code = crate::rsync_codes::code(code, e_of(&res));
     let code = crate::rsync_codes::max_delete(code, &report);
+    // Each line whole: a peer's text cannot start another.
+    let one = |l: &str| itemize::escaped(l.as_bytes());
     for line in &report.notices {
-        errln!("ferry: note: {line}");
+        errln!("ferry: note: {}", one(line));
     }
     for line in &report.errors {
-        errln!("ferry: {line}");
+        errln!("ferry: {}", one(line));
     }
     if let Some(l) = &log {
         for line in &report.notices {

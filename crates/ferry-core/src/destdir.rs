@@ -294,6 +294,18 @@ impl Loc {
         )?)
     }
 
+    /// Make a device node, FIFO or socket (`mode`'s type) named as the
+    /// entry, with device number `rdev`.
+    pub fn mknod(&self, mode: u32, rdev: u64) -> io::Result<()> {
+        Ok(rustix::fs::mknodat(
+            self.parent()?,
+            &self.name,
+            rustix::fs::FileType::from_raw_mode(mode),
+            Mode::from_raw_mode(mode & 0o777),
+            rdev,
+        )?)
+    }
+
     /// Remove a non-directory.
     pub fn remove_file(&self) -> io::Result<()> {
         Ok(rustix::fs::unlinkat(
@@ -432,9 +444,20 @@ impl Loc {
     }
 
     /// The entry opened for its metadata calls (`fchmod`, `fsetxattr`),
-    /// never through a symlink and never waiting (a FIFO); `None` when it
-    /// cannot be opened so (no read permission, a socket).
+    /// never through a symlink; only a regular file or a directory (opening
+    /// a device can act on it: a tape rewinds when closed; a FIFO would
+    /// wait). `None` otherwise, or when it cannot be opened so (no read
+    /// permission): the callers then go through an `O_PATH` handle.
     fn meta_fd(&self) -> Option<OwnedFd> {
+        let st =
+            rustix::fs::statat(self.parent().ok()?, &self.name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        if !matches!(
+            kind,
+            rustix::fs::FileType::RegularFile | rustix::fs::FileType::Directory
+        ) {
+            return None;
+        }
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         rustix::fs::openat(
             self.parent().ok()?,

@@ -217,6 +217,8 @@ pub fn fatal(e: &Error) -> Message {
 
 /// What a peer's `Fatal` means here.
 pub fn from_fatal(class: FatalClass, msg: String) -> Error {
+    // The peer's words, on one line and harmless to a terminal.
+    let msg = crate::itemize::escaped(msg.as_bytes());
     Error::Peer { class, msg }
 }
 

@@ -18,71 +18,110 @@ pub enum Which {
     Group,
 }
 
+/// Call a `get*_r` lookup with a buffer that grows while it says the
+/// buffer is too small (a group with many members needs more than 4 KiB).
+fn with_buffer<T>(mut call: impl FnMut(&mut [u8]) -> Result<Option<T>, i32>) -> Option<T> {
+    let mut len = 4096;
+    loop {
+        let mut buf = vec![0u8; len];
+        match call(&mut buf) {
+            Err(libc::ERANGE) if len < (1 << 22) => len *= 4,
+            Err(_) => return None,
+            Ok(v) => return v,
+        }
+    }
+}
+
 /// The name of `id` on this host.
 pub fn name_of(which: Which, id: u32) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: the `*_r` functions write only into `ent` and `buf` (of the
-    // length given), and `res` points to `ent` or is null.
-    unsafe {
-        let name = match which {
-            Which::User => {
-                let mut ent: libc::passwd = std::mem::zeroed();
-                let mut res = std::ptr::null_mut();
-                let rc =
-                    libc::getpwuid_r(id, &mut ent, buf.as_mut_ptr().cast(), buf.len(), &mut res);
-                if rc != 0 || res.is_null() || ent.pw_name.is_null() {
-                    return None;
+    with_buffer(|buf| {
+        // SAFETY: the `*_r` functions write only into `ent` and `buf` (of
+        // the length given), and `res` is null or points to `ent`, whose
+        // name points into `buf`, read before `buf` goes.
+        unsafe {
+            let name = match which {
+                Which::User => {
+                    let mut ent: libc::passwd = std::mem::zeroed();
+                    let mut res = std::ptr::null_mut();
+                    let rc = libc::getpwuid_r(
+                        id,
+                        &mut ent,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        &mut res,
+                    );
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                    if res.is_null() || ent.pw_name.is_null() {
+                        return Ok(None);
+                    }
+                    CStr::from_ptr(ent.pw_name)
                 }
-                CStr::from_ptr(ent.pw_name)
-            }
-            Which::Group => {
-                let mut ent: libc::group = std::mem::zeroed();
-                let mut res = std::ptr::null_mut();
-                let rc =
-                    libc::getgrgid_r(id, &mut ent, buf.as_mut_ptr().cast(), buf.len(), &mut res);
-                if rc != 0 || res.is_null() || ent.gr_name.is_null() {
-                    return None;
+                Which::Group => {
+                    let mut ent: libc::group = std::mem::zeroed();
+                    let mut gres = std::ptr::null_mut();
+                    let rc = libc::getgrgid_r(
+                        id,
+                        &mut ent,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        &mut gres,
+                    );
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                    if gres.is_null() || ent.gr_name.is_null() {
+                        return Ok(None);
+                    }
+                    CStr::from_ptr(ent.gr_name)
                 }
-                CStr::from_ptr(ent.gr_name)
-            }
-        };
-        Some(name.to_bytes().to_vec())
-    }
+            };
+            Ok(Some(name.to_bytes().to_vec()))
+        }
+    })
 }
 
 /// The id `name` has on this host.
 pub fn id_of(which: Which, name: &[u8]) -> Option<u32> {
     let name = CString::new(name).ok()?;
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: as in `name_of`.
-    unsafe {
-        match which {
-            Which::User => {
-                let mut ent: libc::passwd = std::mem::zeroed();
-                let mut res = std::ptr::null_mut();
-                let rc = libc::getpwnam_r(
-                    name.as_ptr(),
-                    &mut ent,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    &mut res,
-                );
-                (rc == 0 && !res.is_null()).then_some(ent.pw_uid)
-            }
-            Which::Group => {
-                let mut ent: libc::group = std::mem::zeroed();
-                let mut res = std::ptr::null_mut();
-                let rc = libc::getgrnam_r(
-                    name.as_ptr(),
-                    &mut ent,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    &mut res,
-                );
-                (rc == 0 && !res.is_null()).then_some(ent.gr_gid)
+    with_buffer(|buf| {
+        // SAFETY: as in `name_of`.
+        unsafe {
+            match which {
+                Which::User => {
+                    let mut ent: libc::passwd = std::mem::zeroed();
+                    let mut res = std::ptr::null_mut();
+                    let rc = libc::getpwnam_r(
+                        name.as_ptr(),
+                        &mut ent,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        &mut res,
+                    );
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                    Ok((!res.is_null()).then_some(ent.pw_uid))
+                }
+                Which::Group => {
+                    let mut ent: libc::group = std::mem::zeroed();
+                    let mut res = std::ptr::null_mut();
+                    let rc = libc::getgrnam_r(
+                        name.as_ptr(),
+                        &mut ent,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        &mut res,
+                    );
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                    Ok((!res.is_null()).then_some(ent.gr_gid))
+                }
             }
         }
-    }
+    })
 }
 
 /// `--chown`'s `USER`, `USER:GROUP` or `:GROUP` as this host's ids

@@ -7,7 +7,8 @@
 //! - `Y`: `>` received (printed `<` by a sender: sent), `c` created
 //!   locally (a directory, a symlink), `h` a hard link, `.` only
 //!   attributes changed, `*` a message (`*deleting`).
-//! - `X`: `f` file, `d` directory, `L` symlink.
+//! - `X`: `f` file, `d` directory, `L` symlink, `D` device, `S` FIFO or
+//!   socket.
 //! - then `c` checksum (or a symlink's target) differs, `s` size, `t`
 //!   modification time, `p` permissions, `o` owner, `g` group, `u`
 //!   (never: ferry keeps no access times), `a` ACL, `x` extended
@@ -35,6 +36,10 @@ pub enum Kind {
     File,
     Dir,
     Symlink,
+    /// A device node (`D`).
+    Device,
+    /// A FIFO or socket (`S`).
+    Special,
 }
 
 /// Which attributes differ from what the destination had.
@@ -69,6 +74,8 @@ pub fn code(update: Update, kind: Kind, new: bool, a: Attrs) -> [u8; 11] {
         Kind::File => b'f',
         Kind::Dir => b'd',
         Kind::Symlink => b'L',
+        Kind::Device => b'D',
+        Kind::Special => b'S',
     };
     if new {
         return [y, x, b'+', b'+', b'+', b'+', b'+', b'+', b'+', b'+', b'+'];
@@ -118,14 +125,29 @@ pub enum Listed<'a> {
     Line(&'a str),
 }
 
+/// Whether `c` must not reach a terminal or a log as it is: a control
+/// character, or one that reorders or hides text (bidi overrides and
+/// isolates, zero-width and line/paragraph separators).
+pub fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}')
+}
+
 /// `bytes` for a terminal: valid UTF-8 as it is, anything else and every
-/// control character as rsync writes them, `\#ooo` (octal), so that a
-/// name from a peer cannot move the cursor or retitle the window.
+/// [`unsafe_char`] as rsync writes them, `\#ooo` (octal), so that a
+/// name from a peer cannot move the cursor, retitle the window, start a
+/// line or reorder what follows.
 pub fn escaped(bytes: &[u8]) -> String {
+    escaped_but(bytes, |_| false)
+}
+
+/// [`escaped`], except the characters `keep` allows (a multi-line text's
+/// newlines).
+pub fn escaped_but(bytes: &[u8], keep: impl Fn(char) -> bool) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         for ch in chunk.valid().chars() {
-            if ch.is_control() {
+            if unsafe_char(ch) && !keep(ch) {
                 let mut b = [0u8; 4];
                 for byte in ch.encode_utf8(&mut b).bytes() {
                     out.push_str(&format!("\\#{byte:03o}"));
@@ -169,6 +191,7 @@ pub fn verbose(c: &Change) -> Option<String> {
         (_, b'L') if new || c.code[2] == b'c' => format!("symlink {path} -> {to}"),
         // The root is named on the summary line's side, not here.
         (b'c', b'd') if new && c.path != b"./" => format!("created {path}"),
+        (b'c', b'D' | b'S') if new => format!("new {path}"),
         (b'>', _) if new => format!("new {path}"),
         (b'>', _) => format!("update {path}"),
         _ => return None,
@@ -288,5 +311,11 @@ mod tests {
         assert_eq!(escaped("x\u{85}y".as_bytes()), "x\\#302\\#205y");
         let c = change(*b">f+++++++++", b"\n", false, b"");
         assert_eq!(itemized(&c, false), ">f+++++++++ \\#012");
+        // Right-to-left overrides and line separators are escaped too.
+        assert_eq!(
+            escaped("a\u{202E}b\u{2028}".as_bytes()),
+            "a\\#342\\#200\\#256b\\#342\\#200\\#250"
+        );
+        assert_eq!(escaped_but(b"a\nb\x1b", |c| c == '\n'), "a\nb\\#033");
     }
 }

@@ -86,9 +86,11 @@ pub struct SyncOptions {
     /// Copy POSIX ACLs (`-A`): the `system.posix_acl_*` attributes, also
     /// without `xattrs`.
     pub acls: bool,
-    /// Set owner and group (default when running as root).
+    /// Set owners (`-o`, the default; only a receiver running as root
+    /// can).
     pub owner: bool,
-    /// Set the group (`-g`; default when running as root).
+    /// Set groups (`-g`, the default; only a receiver running as root
+    /// does).
     pub group: bool,
     /// Set permissions (`-p`, the default): without it new entries get the
     /// source's permission bits less the receiver's umask, and existing
@@ -105,6 +107,10 @@ pub struct SyncOptions {
     /// Recurse into directories (`-r`, the default): without it the
     /// sender skips directories.
     pub recursive: bool,
+    /// `-D`: device nodes, FIFOs and sockets are sent and made at the
+    /// destination (devices only by a receiver running as root, as
+    /// rsync); without it the sender skips them.
+    pub specials: bool,
     /// `-x`: the sender does not descend into directories on another
     /// filesystem than the source's (the mount point itself is listed).
     pub one_file_system: bool,
@@ -196,8 +202,8 @@ impl Default for SyncOptions {
             inplace: false,
             xattrs: false,
             acls: false,
-            owner: fsutil::is_root(),
-            group: fsutil::is_root(),
+            owner: true,
+            group: true,
             perms: true,
             times: true,
             hard_links: true,
@@ -205,6 +211,7 @@ impl Default for SyncOptions {
             recursive: true,
             list_root: true,
             one_file_system: false,
+            specials: false,
             numeric_ids: false,
             list_changes: false,
             hello_wait: None,

@@ -13,6 +13,10 @@ pub enum EntryKind {
     /// A further name of a file already listed; [`Entry::link_to`] is that
     /// file's id.
     HardLink = 3,
+    /// A device node, FIFO or socket (`-D`), made at the destination as
+    /// such: its type is [`Entry::mode`]'s, a device's number
+    /// [`Entry::rdev`].
+    Special = 4,
 }
 
 impl EntryKind {
@@ -22,6 +26,7 @@ impl EntryKind {
             1 => Self::Dir,
             2 => Self::Symlink,
             3 => Self::HardLink,
+            4 => Self::Special,
             _ => return None,
         })
     }
@@ -59,6 +64,8 @@ pub struct Entry {
     pub owner: Vec<u8>,
     /// The name of the group `gid`, sent as [`Entry::owner`] is.
     pub group: Vec<u8>,
+    /// A device node's number (`st_rdev`); 0 for anything else.
+    pub rdev: u64,
 }
 
 impl Entry {

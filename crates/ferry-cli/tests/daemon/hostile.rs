@@ -383,3 +383,80 @@ fn a_push_never_writes_into_a_fifo_and_a_device_daemon_needs_its_device() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// What protocol 8 added gives a daemon's client nothing more: `--no-perms`
+/// does not bring back the set-ID bits of the file it replaces, `-D` makes
+/// no device or FIFO, and a write-only daemon lists nothing it holds.
+#[test]
+fn no_perms_specials_and_listings_give_a_client_nothing_more() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let (root, src) = (t.path().join("root"), t.path().join("src"));
+    std::fs::create_dir_all(root.join("in/secret")).unwrap();
+    std::fs::write(root.join("in/secret/passwords.txt"), b"hunter2").unwrap();
+    std::fs::write(root.join("in/tool"), b"old").unwrap();
+    std::fs::set_permissions(
+        root.join("in/tool"),
+        std::fs::Permissions::from_mode(0o6755),
+    )
+    .unwrap();
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("tool"), b"#!/bin/sh\necho mine\n").unwrap();
+    let ok = Command::new("mkfifo")
+        .arg(src.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    if is_root() {
+        let ok = Command::new("mknod")
+            .arg(src.join("disk"))
+            .args(["b", "7", "0"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let key = key_file(t.path(), KEY);
+    let d = Daemon::start(&key, &["--root", p(&root)]);
+    let o = run(&[
+        "sync",
+        "-rD",
+        "--no-perms",
+        &slash(&src),
+        &d.url("in/"),
+        "--key-file",
+        p(&key),
+    ]);
+    // The nodes are refused (each a failure), the file is taken.
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not taken from a daemon's client"),
+        "{}",
+        stderr(&o)
+    );
+    let tool = root.join("in/tool");
+    assert_eq!(std::fs::read(&tool).unwrap(), b"#!/bin/sh\necho mine\n");
+    let mode = std::fs::metadata(&tool).unwrap().permissions().mode();
+    assert_eq!(mode & 0o6000, 0, "set-ID bits came back: {mode:o}");
+    assert!(!root.join("in/fifo").exists() && !root.join("in/disk").exists());
+
+    // A write-only daemon: a dry run with --delete -i lists nothing of it.
+    let w = Daemon::start(&key, &["--root", p(&root), "--write-only"]);
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = run(&[
+        "sync",
+        "-n",
+        "-i",
+        "--delete",
+        &slash(&empty),
+        &w.url("in/"),
+        "--key-file",
+        p(&key),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("secret") && !out.contains("deleting"),
+        "{out}"
+    );
+    assert!(root.join("in/secret/passwords.txt").exists());
+}

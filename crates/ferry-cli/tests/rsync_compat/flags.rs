@@ -49,10 +49,10 @@ fn rsync_command_lines_run_as_typed() {
     // What ferry does not take is refused in one line naming the way.
     for (flags, word) in [
         ("--out-format=%n", "-i"),
-        ("--no-D", "never copies"),
+        ("--append", "changed parts"),
         ("--info=stats2", "progress2"),
         ("-R", "does not take"),
-        ("-D", "skips device"),
+        ("--remove-source-files", "does not take"),
         ("--filter=P keep", "protect"),
     ] {
         let out = ferry(&["sync", flags, "a", "b"]);

@@ -269,3 +269,75 @@ fn one_file_system_stops_at_a_mount_point() {
     assert_eq!(out.status.code(), Some(0));
     assert!(all.join("d/mnt/inside").is_file());
 }
+
+/// `-D` (part of `-a`): FIFOs, sockets and, as root, device nodes are
+/// made as rsync makes them, locally and pushed over ssh; `--no-D` and a
+/// plain run skip them.
+#[test]
+fn devices_and_specials_as_rsync_makes_them() {
+    let Some(srv) = SshServer::start("devices_and_specials_as_rsync_makes_them") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    base(&src);
+    let ok = Command::new("mkfifo")
+        .args(["-m", "640"])
+        .arg(src.join("d/fifo"))
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+    if is_root() {
+        let ok = Command::new("mknod")
+            .arg(src.join("d/null"))
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let kinds = |root: &Path| {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let mut v = Vec::new();
+        for rel in ["d/fifo", "sock", "d/null"] {
+            let m = fs::symlink_metadata(root.join(rel)).ok();
+            v.push(m.map(|m| {
+                let t = m.file_type();
+                (
+                    t.is_fifo(),
+                    t.is_socket(),
+                    t.is_char_device(),
+                    m.rdev(),
+                    m.mode() & 0o7777,
+                )
+            }));
+        }
+        v
+    };
+    let r = d.path().join("r");
+    rsync(&["-a"], &slash(&src), &r, true);
+    let f = d.path().join("f");
+    let i = ferry_i(&["-ai"], &src, p(&f));
+    assert_eq!(kinds(&f), kinds(&r));
+    assert!(
+        i.contains("cS+++++++++ d/fifo") && i.contains("cS+++++++++ sock"),
+        "{i:?}"
+    );
+    // Again: nothing to do.
+    assert!(ferry_i(&["-ai"], &src, p(&f)).is_empty());
+    let pushed = d.path().join("pushed");
+    let bin = ferry_bin();
+    ferry_i(
+        &["-a", "-e", &srv.rsh(), "--remote-ferry", p(&bin)],
+        &src,
+        &srv.remote(&pushed),
+    );
+    assert_eq!(kinds(&pushed), kinds(&r));
+    for flags in [&["-a", "--no-D"][..], &[]] {
+        let g = d.path().join(format!("g{}", flags.len()));
+        let mut args = flags.to_vec();
+        args.push("-q");
+        ferry_i(&args, &src, p(&g));
+        assert_eq!(kinds(&g), [None, None, None], "{flags:?}");
+    }
+}

@@ -82,6 +82,7 @@ impl Dispatcher<'_, '_> {
             .and_then(|l| match e.kind() {
                 EntryKind::Dir => self.dir(e, &l),
                 EntryKind::Symlink => self.symlink(&e, &l),
+                EntryKind::Special => self.special(&e, &l),
                 _ => self.file(e, &l),
             });
         self.outcome(res, &shown)
@@ -238,6 +239,10 @@ impl Dispatcher<'_, '_> {
         if !self.sh.opts.perms {
             let had = old.filter(|o| o.kind == decide::Kind::Dir).map(|o| o.mode);
             e.mode = decide::mode_without_perms(e.mode, had, self.umask);
+            if self.sh.opts.untrusted_sender {
+                // The old copy's set-ID bits are not the client's to keep.
+                decide::defang(&mut e);
+            }
         }
         let at = decide::dir_at(kind);
         // The root this run made is listed as made, as rsync lists it.
@@ -332,6 +337,87 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
+    /// A device node, FIFO or socket (`-D`): made as such under a
+    /// temporary name and renamed into place, or, when one of the same
+    /// type and number is there, its attributes fixed.
+    pub(super) fn special(&mut self, e: &Entry, dest: &Loc) -> io::Result<()> {
+        let Some(node) = decide::node_kind(e.mode) else {
+            return Err(io::Error::other(
+                "listed as special, but not a device, FIFO or socket",
+            ));
+        };
+        if self.sh.opts.untrusted_sender {
+            return Err(io::Error::other(
+                "device and special files are not taken from a daemon's client",
+            ));
+        }
+        let device = matches!(node, decide::Kind::CharDevice | decide::Kind::BlockDevice);
+        if device && !fsutil::is_root() {
+            // As rsync: only root makes device nodes; the others skip them.
+            return Ok(());
+        }
+        let x = if device {
+            ItemKind::Device
+        } else {
+            ItemKind::Special
+        };
+        let old = Self::stat(dest)?;
+        let dry = self.sh.opts.dry_run;
+        if let Some(o) = old.filter(|o| decide::same_node(e, o)) {
+            let a = decide::differs(e, &o, self.sh.keep);
+            if a.any() {
+                self.sh.item(
+                    itemize::code(Update::Meta, x, false, a),
+                    &e.path,
+                    false,
+                    b"",
+                );
+            }
+            if !dry {
+                self.node_meta(e, dest, decide::meta_fixes(e, &o, self.sh.keep, false))?;
+            }
+            return Ok(());
+        }
+        if old.is_some_and(|o| o.kind == decide::Kind::Dir) {
+            self.clear(dest, decide::Kind::Dir)?;
+        }
+        let code = itemize::code(Update::Local, x, true, Attrs::default());
+        self.sh.item(code, &e.path, false, b"");
+        if dry {
+            return Ok(());
+        }
+        let tmp = dest.sibling(&fsutil::temp_name_for(dest.name()));
+        tmp.mknod(e.mode, e.rdev).op("make node")?;
+        let steps = decide::meta_for_new(EntryKind::Special, self.sh.keep, false);
+        if let Err(err) = self
+            .node_meta(e, &tmp, steps)
+            .and_then(|_| super::backup::keep_replaced(self.sh, dest).op("back up"))
+            .and_then(|_| tmp.rename_to(dest).op("rename into place"))
+        {
+            let _ = tmp.remove_file();
+            return Err(err);
+        }
+        Stats::add(&self.sh.stats.files_transferred, 1);
+        self.sh.changed(dest);
+        Ok(())
+    }
+
+    /// A node's owner, permissions and time (never opened: see
+    /// [`Loc::chmod`]).
+    fn node_meta(&self, e: &Entry, p: &Loc, steps: decide::MetaSteps) -> io::Result<()> {
+        if steps.owner {
+            let (u, g) = self.sh.keep.ids(e);
+            p.chown(u, g).op("set owner of")?;
+        }
+        if steps.mode {
+            p.chmod(e.mode).op("set permissions of")?;
+        }
+        if steps.mtime {
+            p.set_mtime(e.mtime, e.mtime_nsec).op("set mtime of")?;
+        }
+        Ok(())
+    }
+
     pub(super) fn link_meta(&self, e: &Entry, p: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
         let steps = decide::meta_for_new(EntryKind::Symlink, self.sh.keep, opts.meta_xattrs());
@@ -353,6 +439,10 @@ impl Dispatcher<'_, '_> {
         if !opts.perms {
             let had = old.filter(|o| o.kind == decide::Kind::File).map(|o| o.mode);
             e.mode = decide::mode_without_perms(e.mode, had, self.umask);
+            if self.sh.opts.untrusted_sender {
+                // The old copy's set-ID bits are not the client's to keep.
+                decide::defang(&mut e);
+            }
         }
         if decide::leave_alone(&opts.skip, e.size, (e.mtime, e.mtime_nsec), old.as_ref()) {
             return Ok(());

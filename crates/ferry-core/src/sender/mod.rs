@@ -160,6 +160,8 @@ pub fn run_sender(
             workers,
             prehash_tx,
             progress,
+            // The changes a remote receiver reports, when they were asked for.
+            progress.filter(|_| opts.list_changes),
         );
         let requests = s.spawn(move || -> Result<ReceiverReport> {
             let _over = requests::SetOnDrop(over);

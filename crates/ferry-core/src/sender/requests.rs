@@ -79,6 +79,8 @@ pub(super) struct Requests<'s> {
     /// Delta sources to pre-hash.
     prehash: Sender<Arc<SrcFile>>,
     progress: Option<&'s Stats>,
+    /// Who lists a remote receiver's changes (`None`: none were asked for).
+    changes: Option<&'s Stats>,
     pending: HashMap<u32, Pending>,
     /// What each file was asked for.
     wanted: HashMap<u32, WantMode>,
@@ -94,8 +96,10 @@ impl<'s> Requests<'s> {
         workers: Vec<ScopedJoinHandle<'s, Result<()>>>,
         prehash: Sender<Arc<SrcFile>>,
         progress: Option<&'s Stats>,
+        changes: Option<&'s Stats>,
     ) -> Self {
         Self {
+            changes,
             table,
             tx,
             jobs: Some(jobs),
@@ -118,11 +122,14 @@ impl<'s> Requests<'s> {
                 Message::EndOfList => self.end_of_list()?,
                 Message::ReceiverDone(r) => return Ok(*r),
                 // A remote receiver's change, for the client to list.
-                Message::Change(c) => {
-                    if let Some(st) = self.progress {
-                        st.change(&c);
+                Message::Change(c) => match self.changes {
+                    Some(st) => st.change(&c),
+                    None => {
+                        return Err(Error::Protocol(
+                            "unrequested Change from the receiver".into(),
+                        ))
                     }
-                }
+                },
                 Message::Fatal { class, error } => {
                     return Err(crate::error::from_fatal(class, error))
                 }

@@ -241,6 +241,14 @@ impl Walker<'_> {
             self.send(e)?;
             return Ok(());
         }
+        let node = ft.is_char_device() || ft.is_fifo() || ft.is_socket() || ft.is_block_device();
+        // -D: a node as a node (a block device named as a source is read
+        // as the image it holds).
+        if self.opts.specials && node && !(top && ft.is_block_device()) {
+            e.kind = Some(EntryKind::Special);
+            e.rdev = meta.rdev();
+            return self.send(e);
+        }
         if !sendable_as_file(ft.is_file(), ft.is_block_device(), top) {
             self.stats
                 .change_line(format!("skipping non-regular file {}", path.display()));

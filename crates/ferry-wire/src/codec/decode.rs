@@ -162,7 +162,8 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             }
             Message::Change(Box::new(Change {
                 code,
-                path: i.bytes(MAX_STR, "path")?.to_vec(),
+                // A directory's path has its `/` on top of the limit.
+                path: i.bytes(MAX_STR + 1, "path")?.to_vec(),
                 to: i.bytes(MAX_STR, "change target")?.to_vec(),
             }))
         }
@@ -204,6 +205,7 @@ fn entry(i: &mut In) -> Result<Message, DecodeError> {
     };
     let owner = i.bytes(MAX_NAME, "owner name")?.to_vec();
     let group = i.bytes(MAX_NAME, "group name")?.to_vec();
+    let rdev = i.var()?;
     Ok(Message::Entry(Box::new(Entry {
         id,
         path,
@@ -220,6 +222,7 @@ fn entry(i: &mut In) -> Result<Message, DecodeError> {
         digest,
         owner,
         group,
+        rdev,
     })))
 }
 

@@ -249,6 +249,7 @@ fn write_entry<O: Out>(o: &mut O, e: &Entry) {
     }
     o.bytes(&e.owner);
     o.bytes(&e.group);
+    o.var(e.rdev);
 }
 
 /// A `ReceiverDone` after its tag.

@@ -56,6 +56,7 @@ fn every_message_roundtrips() {
         digest: Some([9; 32]),
         owner: b"alice".to_vec(),
         group: b"staff".to_vec(),
+        rdev: 0x0801,
     })));
     roundtrip(Message::Change(Box::new(Change {
         code: *b">f.st......",

@@ -38,6 +38,8 @@ pub(crate) struct Stat {
     pub(crate) mtime_nsec: u32,
     pub(crate) dev: u64,
     pub(crate) ino: u64,
+    /// A device node's number.
+    pub(crate) rdev: u64,
 }
 
 impl Stat {
@@ -69,6 +71,7 @@ impl Stat {
             mtime_nsec: m.mtime_nsec() as u32,
             dev: m.dev(),
             ino: m.ino(),
+            rdev: m.rdev(),
         }
     }
 }
@@ -191,6 +194,26 @@ pub(crate) fn symlink_at(existing: Option<Kind>, current: Option<&[u8]>, want: &
     }
 }
 
+/// The kind of node a special entry's `mode` names (`None`: not a
+/// device, FIFO or socket, which a special entry must be).
+pub(crate) fn node_kind(mode: u32) -> Option<Kind> {
+    Some(match mode & libc::S_IFMT {
+        libc::S_IFCHR => Kind::CharDevice,
+        libc::S_IFBLK => Kind::BlockDevice,
+        libc::S_IFIFO => Kind::Fifo,
+        libc::S_IFSOCK => Kind::Other,
+        _ => return None,
+    })
+}
+
+/// Whether the destination's `old` already is the node `e` describes:
+/// the same type and, for a device, the same number (then only its
+/// attributes are fixed; otherwise a new node replaces it).
+pub(crate) fn same_node(e: &Entry, old: &Stat) -> bool {
+    old.mode & libc::S_IFMT == e.mode & libc::S_IFMT
+        && (!matches!(old.kind, Kind::CharDevice | Kind::BlockDevice) || old.rdev == e.rdev)
+}
+
 /// The hard link already names the same inode as its target.
 pub(crate) fn already_linked(link: &Stat, target: &Stat) -> bool {
     link.dev == target.dev && link.ino == target.ino
@@ -258,6 +281,12 @@ pub(crate) fn meta_for_new(kind: EntryKind, keep: Keep, xattrs: bool) -> MetaSte
             owner,
             mtime: keep.times,
             ..MetaSteps::default()
+        },
+        EntryKind::Special => MetaSteps {
+            owner,
+            mode: true,
+            xattrs: false,
+            mtime: keep.times,
         },
         EntryKind::HardLink => MetaSteps::default(),
     }

@@ -54,6 +54,7 @@ pub(crate) mod fixture {
             digest: None,
             owner: Vec::new(),
             group: Vec::new(),
+            rdev: 0,
         }
     }
 
@@ -69,6 +70,7 @@ pub(crate) mod fixture {
             mtime_nsec: e.mtime_nsec,
             dev: 1,
             ino: 2,
+            rdev: 0,
         }
     }
 }

@@ -49,6 +49,7 @@ mod tests {
             mtime_nsec: 0,
             dev: 1,
             ino: 2,
+            rdev: 0,
         }
     }
 

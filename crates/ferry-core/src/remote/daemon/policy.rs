@@ -37,6 +37,7 @@ const FLAGS: &[&str] = &[
     "--no-recursive",
     "--no-root-entry",
     "--one-file-system",
+    "--specials",
     "--list-changes",
     "--update",
     "--ignore-existing",
@@ -135,6 +136,11 @@ pub fn fit(mut r: Request, cfg: &DaemonConfig, cores: usize) -> Result<Request, 
         return Err(Refusal::Direction(
             "this daemon is read-only: it serves pulls, not pushes".into(),
         ));
+    }
+    if !cfg.allow_send {
+        // What a write-only daemon holds is not told, not even as the
+        // changes a push makes (or, with --dry-run, would make).
+        r.opts.list_changes = false;
     }
     if r.send && r.paths.is_empty() {
         return Err(Refusal::Usage("a pull names at least one path".into()));

@@ -281,3 +281,39 @@ fn set_id_bits_are_set_again_after_a_chown() {
     };
     assert!(!meta_fixes(&e, &old, Keep::ALL, false).mode);
 }
+
+#[test]
+fn special_nodes_by_type_and_number() {
+    assert_eq!(node_kind(0o020644), Some(Kind::CharDevice));
+    assert_eq!(node_kind(0o060660), Some(Kind::BlockDevice));
+    assert_eq!(node_kind(0o010644), Some(Kind::Fifo));
+    assert_eq!(node_kind(0o140755), Some(Kind::Other));
+    assert_eq!(node_kind(0o100644), None);
+    assert_eq!(node_kind(0o040755), None);
+    let mut e = file(0);
+    e.kind = Some(EntryKind::Special);
+    e.mode = 0o020644;
+    e.rdev = 0x0103;
+    let old = Stat {
+        kind: Kind::CharDevice,
+        mode: 0o020600,
+        rdev: 0x0103,
+        ..same_as(&e)
+    };
+    assert!(same_node(&e, &old));
+    assert!(!same_node(
+        &e,
+        &Stat {
+            rdev: 0x0105,
+            ..old
+        }
+    ));
+    assert!(!same_node(
+        &e,
+        &Stat {
+            kind: Kind::Fifo,
+            mode: 0o010644,
+            ..old
+        }
+    ));
+}
