@@ -32,96 +32,72 @@ fn with_buffer<T>(mut call: impl FnMut(&mut [u8]) -> Result<Option<T>, i32>) -> 
     }
 }
 
-/// The name of `id` on this host.
-pub fn name_of(which: Which, id: u32) -> Option<Vec<u8>> {
+/// One `get*_r` lookup: `call` fills an entry of type `E` using the
+/// buffer; `take` reads what is wanted from it while the buffer lives.
+fn lookup<E, T>(
+    call: impl Fn(&mut E, &mut [u8], &mut *mut E) -> i32,
+    take: impl Fn(&E) -> Option<T>,
+) -> Option<T> {
     with_buffer(|buf| {
-        // SAFETY: the `*_r` functions write only into `ent` and `buf` (of
-        // the length given), and `res` is null or points to `ent`, whose
-        // name points into `buf`, read before `buf` goes.
-        unsafe {
-            let name = match which {
-                Which::User => {
-                    let mut ent: libc::passwd = std::mem::zeroed();
-                    let mut res = std::ptr::null_mut();
-                    let rc = libc::getpwuid_r(
-                        id,
-                        &mut ent,
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        &mut res,
-                    );
-                    if rc != 0 {
-                        return Err(rc);
-                    }
-                    if res.is_null() || ent.pw_name.is_null() {
-                        return Ok(None);
-                    }
-                    CStr::from_ptr(ent.pw_name)
-                }
-                Which::Group => {
-                    let mut ent: libc::group = std::mem::zeroed();
-                    let mut gres = std::ptr::null_mut();
-                    let rc = libc::getgrgid_r(
-                        id,
-                        &mut ent,
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        &mut gres,
-                    );
-                    if rc != 0 {
-                        return Err(rc);
-                    }
-                    if gres.is_null() || ent.gr_name.is_null() {
-                        return Ok(None);
-                    }
-                    CStr::from_ptr(ent.gr_name)
-                }
-            };
-            Ok(Some(name.to_bytes().to_vec()))
+        // SAFETY: `E` is a C struct (passwd, group) for which all zeroes
+        // is a valid value; the `*_r` functions write only into it and
+        // `buf` (of the length they are given), and `res` is null or
+        // points to the entry, whose strings point into `buf`, read by
+        // `take` before `buf` goes.
+        let mut ent: E = unsafe { std::mem::zeroed() };
+        let mut res = std::ptr::null_mut();
+        match call(&mut ent, buf, &mut res) {
+            0 if res.is_null() => Ok(None),
+            0 => Ok(take(&ent)),
+            rc => Err(rc),
         }
     })
+}
+
+/// The bytes of a C string in a looked-up entry.
+fn c_bytes(p: *const libc::c_char) -> Option<Vec<u8>> {
+    // SAFETY: `p` is null or a NUL-terminated string in the lookup's buffer.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes().to_vec())
+}
+
+/// The name of `id` on this host.
+pub fn name_of(which: Which, id: u32) -> Option<Vec<u8>> {
+    // SAFETY (the calls): each gets its own entry, the buffer and its length.
+    match which {
+        Which::User => lookup(
+            |e: &mut libc::passwd, b, r| unsafe {
+                libc::getpwuid_r(id, e, b.as_mut_ptr().cast(), b.len(), r)
+            },
+            |e| c_bytes(e.pw_name),
+        ),
+        Which::Group => lookup(
+            |e: &mut libc::group, b, r| unsafe {
+                libc::getgrgid_r(id, e, b.as_mut_ptr().cast(), b.len(), r)
+            },
+            |e| c_bytes(e.gr_name),
+        ),
+    }
 }
 
 /// The id `name` has on this host.
 pub fn id_of(which: Which, name: &[u8]) -> Option<u32> {
     let name = CString::new(name).ok()?;
-    with_buffer(|buf| {
-        // SAFETY: as in `name_of`.
-        unsafe {
-            match which {
-                Which::User => {
-                    let mut ent: libc::passwd = std::mem::zeroed();
-                    let mut res = std::ptr::null_mut();
-                    let rc = libc::getpwnam_r(
-                        name.as_ptr(),
-                        &mut ent,
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        &mut res,
-                    );
-                    if rc != 0 {
-                        return Err(rc);
-                    }
-                    Ok((!res.is_null()).then_some(ent.pw_uid))
-                }
-                Which::Group => {
-                    let mut ent: libc::group = std::mem::zeroed();
-                    let mut res = std::ptr::null_mut();
-                    let rc = libc::getgrnam_r(
-                        name.as_ptr(),
-                        &mut ent,
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        &mut res,
-                    );
-                    if rc != 0 {
-                        return Err(rc);
-                    }
-                    Ok((!res.is_null()).then_some(ent.gr_gid))
-                }
-            }
-        }
-    })
+    let n = name.as_ptr();
+    // SAFETY (the calls): as in `name_of`; `n` lives as long as `name`.
+    match which {
+        Which::User => lookup(
+            |e: &mut libc::passwd, b, r| unsafe {
+                libc::getpwnam_r(n, e, b.as_mut_ptr().cast(), b.len(), r)
+            },
+            |e| Some(e.pw_uid),
+        ),
+        Which::Group => lookup(
+            |e: &mut libc::group, b, r| unsafe {
+                libc::getgrnam_r(n, e, b.as_mut_ptr().cast(), b.len(), r)
+            },
+            |e| Some(e.gr_gid),
+        ),
+    }
 }
 
 /// `--chown`'s `USER`, `USER:GROUP` or `:GROUP` as this host's ids

@@ -37,6 +37,7 @@ mod entries;
 mod file;
 mod finish;
 mod link_dest;
+mod nodes;
 mod partial;
 mod readback;
 mod signer;
