@@ -143,7 +143,20 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         "--append" | "--append-verify" => {
             "not supported: ferry sends only the changed parts of a file anyway (--delta)"
         }
-        "-R" | "--relative" | "--remove-source-files" | "--existing" => {
+        "--size-only" => {
+            "not supported: ferry compares size and modification time (to the nanosecond), or content with -c"
+        }
+        "-I" | "--ignore-times" => "not supported: -c compares every file by content instead",
+        "--compare-dest" | "--copy-dest" => {
+            "not supported: --link-dest hard-links unchanged files from an earlier copy"
+        }
+        "--rsync-path" => "use --remote-ferry PATH (ferry's path on the remote host)",
+        "--daemon" => "use ferry serve --listen ADDR:PORT (and ferry:// URLs)",
+        "--no-whole-file" => "use --delta",
+        "-C" | "--cvs-exclude" | "-F" => {
+            "not supported: give the rules with --exclude, --exclude-from or --filter"
+        }
+        "-R" | "--relative" | "--remove-source-files" | "--existing" | "--modify-window" => {
             "ferry does not take this rsync option yet (see ferry sync --help)"
         }
         _ => return None,
@@ -162,7 +175,14 @@ pub fn unknown_option(flag: &str) -> String {
 mod tests {
     #[test]
     fn common_rsync_flags_get_advice() {
-        for f in ["--zc", "--out-format", "--append", "-R"] {
+        for f in [
+            "--zc",
+            "--out-format",
+            "--append",
+            "-R",
+            "--size-only",
+            "--rsync-path",
+        ] {
             assert!(super::advice(f).is_some(), "{f}");
         }
         assert!(super::unknown_option("--out-format").contains("-i"));
