@@ -62,6 +62,12 @@ pub struct DaemonArgs {
     /// /dev/termination-log), replacing what it held.
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub termination_log: Option<PathBuf>,
+    /// One JSON object a second on stderr for each session under way
+    /// (`session`: the peer and what it asked; bytes done and in all,
+    /// rate, ETA, phase, files), and one when it ends.
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "json", value_parser = ["json"], requires = "listen")]
+    pub progress: Option<String>,
 }
 
 /// Run the daemon; returns the exit code (`--once`), or never.
@@ -136,7 +142,17 @@ pub fn run(
         }
         errln!("ferry serve: {l}")
     });
-    match daemon::serve_daemon(listener, psk, cfg, Arc::new(parse_request), log) {
+    let watch: Option<Arc<daemon::Watch>> = d.progress.as_ref().map(|_| {
+        let w: Arc<daemon::Watch> = Arc::new(|session: &str, stats| {
+            let p = crate::progress::Progress::start_json_as(
+                crate::progress::SyncMeter(stats),
+                Some(printable(session)),
+            );
+            Box::new(move || p.finish())
+        });
+        w
+    });
+    match daemon::serve_daemon(listener, psk, cfg, Arc::new(parse_request), log, watch) {
         Ok(end) => {
             if let Some(p) = &d.termination_log {
                 write_termination_log(p, &end);

@@ -131,11 +131,17 @@ impl Progress {
     /// One JSON object a second on stderr, for programs (a Pod's log):
     /// whatever stderr is, and with `--json` too (that goes to stdout).
     pub fn start_json(meter: impl Meter) -> Self {
+        Self::start_json_as(meter, None)
+    }
+
+    /// [`Progress::start_json`], each object naming `session` (a
+    /// daemon's sessions run side by side).
+    pub fn start_json_as(meter: impl Meter, session: Option<String>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let thread = std::thread::Builder::new()
             .name("ferry-progress".into())
-            .spawn(move || json_lines(meter, &st))
+            .spawn(move || json_lines(meter, &st, session.as_deref()))
             .ok();
         Self { stop, thread }
     }
@@ -226,7 +232,7 @@ fn phase(total: Option<u64>, done: u64, files: Option<(u64, u64)>, over: bool) -
 
 /// The JSON progress object: bytes done and in all, the rate since the
 /// start, the seconds left at that rate, the phase, files.
-fn json_line(m: &impl Meter, elapsed: f64, over: bool) -> String {
+fn json_line(m: &impl Meter, elapsed: f64, over: bool, session: Option<&str>) -> String {
     let done = m.done();
     let total = m.total();
     let rate = if elapsed > 0.0 {
@@ -250,15 +256,21 @@ fn json_line(m: &impl Meter, elapsed: f64, over: bool) -> String {
         o["files_done"] = f.into();
         o["files_total"] = n.into();
     }
+    if let Some(s) = session {
+        o["session"] = s.into();
+    }
     o.to_string()
 }
 
-fn json_lines(mut m: impl Meter, stop: &AtomicBool) {
+fn json_lines(mut m: impl Meter, stop: &AtomicBool, session: Option<&str>) {
     let start = Instant::now();
     each_second(&mut m, stop, |m, secs| {
-        errln!("{}", json_line(m, secs, false))
+        errln!("{}", json_line(m, secs, false, session))
     });
-    errln!("{}", json_line(&m, start.elapsed().as_secs_f64(), true));
+    errln!(
+        "{}",
+        json_line(&m, start.elapsed().as_secs_f64(), true, session)
+    );
 }
 
 #[cfg(test)]
@@ -285,7 +297,7 @@ mod tests {
     #[test]
     fn json_progress_says_where_the_sync_stands() {
         let v = |m: Fixed, t: f64, over: bool| -> serde_json::Value {
-            serde_json::from_str(&json_line(&m, t, over)).unwrap()
+            serde_json::from_str(&json_line(&m, t, over, None)).unwrap()
         };
         let start = v(Fixed(Some(0), 0, Some((0, 0))), 0.0, false);
         assert_eq!(start["phase"], "starting");

@@ -465,3 +465,48 @@ fn a_device_daemon_serves_one_image() {
     let o = pull(&d, "etc/passwd", &t.path().join("x"), p(&key));
     assert_eq!(code(&o), 1, "{}", stderr(&o));
 }
+
+/// `serve --listen --progress=json`: each session says how it stands, a
+/// JSON object a second on stderr and one at its end, named by its peer
+/// and what it asked.
+#[test]
+fn a_daemon_reports_each_sessions_progress_as_json() {
+    let (t, src, root, key) = fixture();
+    std::fs::write(src.join("big"), bytes(5, 24 << 20)).unwrap();
+    let d = Daemon::start(&key, &["--root", p(&root), "--progress=json"]);
+    ferry_ok(&["sync", &slash(&src), &d.url("in/"), "--key-file", p(&key)]);
+    let pulled = t.path().join("pulled");
+    let o = pull(&d, "in/big", &pulled, p(&key));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The end of a session is printed as it ends; give the log a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let objects = loop {
+        let objs: Vec<serde_json::Value> = d
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let ends = objs.iter().filter(|o| o["phase"] == "done").count();
+        if ends >= 2 || Instant::now() > deadline {
+            break objs;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let end_of = |what: &str| {
+        objects
+            .iter()
+            .find(|o| {
+                o["phase"] == "done" && o["session"].as_str().is_some_and(|s| s.contains(what))
+            })
+            .unwrap_or_else(|| panic!("no end of a {what} in {objects:?}"))
+            .clone()
+    };
+    let push = end_of("push to");
+    assert!(push["bytes_done"].as_u64().unwrap() >= 24 << 20, "{push}");
+    assert!(
+        push["session"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{push}"
+    );
+    let pull = end_of("pull");
+    assert!(pull["bytes_done"].as_u64().unwrap() >= 24 << 20, "{pull}");
+}

@@ -246,23 +246,25 @@ pub fn serve_stdio(
         paths: paths.to_vec(),
         opts: opts.clone(),
     };
-    serve_link(ep, flushed, &req).map(|_| ())
+    serve_link(ep, flushed, &req, &Stats::default(), false).map(|_| ())
 }
 
 /// The serving side of a session on `ep`: the sender of `req.paths`, or
-/// the receiver into the one path. The report is the receiver's (the
-/// peer's, when this side sends).
+/// the receiver into the one path, counting into `stats` (a sender its
+/// progress too when `count`). The report is the receiver's (the peer's,
+/// when this side sends).
 pub(super) fn serve_link(
     mut ep: ferry_link::Endpoint,
     flushed: ferry_link::Flushed,
     req: &Request,
+    stats: &Stats,
+    count: bool,
 ) -> Result<ReceiverReport> {
     let (opts, paths) = (&req.opts, &req.paths);
-    let stats = Stats::default();
     let res = if req.send {
         ep.tx = sending_link(ep.tx, &ep.link_rate, opts);
         match plan::source_specs(paths, crate::endpoint::is_dir) {
-            Ok(specs) => sender::run_sender(ep, &specs, opts, &stats, false),
+            Ok(specs) => sender::run_sender(ep, &specs, opts, stats, count),
             Err(e) => Err(e),
         }
     } else {
@@ -276,7 +278,7 @@ pub(super) fn serve_link(
         } else {
             Dest::Dir(dest.into())
         };
-        receiver::run_receiver(ep, &dest, opts, &stats)
+        receiver::run_receiver(ep, &dest, opts, stats)
     };
     // Our last message (the report, or the error) must leave before exit;
     // with --timeout, a peer that stopped reading is not waited for.

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use client::{daemon_connect, parse_url, DaemonUrl};
-pub use server::{serve_daemon, Log, SessionEnd};
+pub use server::{serve_daemon, Log, SessionEnd, Watch};
 
 use crate::SyncOptions;
 

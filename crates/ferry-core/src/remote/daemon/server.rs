@@ -25,6 +25,7 @@ use super::confine::{confine, printable, Confined};
 use super::policy::{self, Refusal};
 use super::{DaemonConfig, ParseRequest, Request, Target};
 use crate::error::{Error, Result};
+use crate::stats::Stats;
 
 /// Connections still in their handshake at once.
 pub const MAX_HANDSHAKES: usize = 16;
@@ -100,12 +101,18 @@ const REFUSED: &str = "request refused";
 /// Lines for the daemon's log (stderr).
 pub type Log = dyn Fn(&str) + Send + Sync;
 
+/// Told of each session as it starts (a label: the peer and what it
+/// asked, and the session's live counters); what it returns is called
+/// when the session ends. The CLI's `--progress=json` prints from it.
+pub type Watch = dyn Fn(&str, Arc<Stats>) -> Box<dyn FnOnce() + Send> + Send + Sync;
+
 struct Shared {
     psk: Psk,
     cfg: DaemonConfig,
     root: Option<OwnedFd>,
     parse: Arc<ParseRequest>,
     log: Arc<Log>,
+    watch: Option<Arc<Watch>>,
     /// Connections in their handshake, oldest first, by number.
     handshakes: Mutex<VecDeque<(u64, TcpStream)>>,
     sessions: AtomicUsize,
@@ -126,6 +133,7 @@ pub fn serve_daemon(
     cfg: DaemonConfig,
     parse: Arc<ParseRequest>,
     log: Arc<Log>,
+    watch: Option<Arc<Watch>>,
 ) -> Result<SessionEnd> {
     let root = match &cfg.target {
         Target::Root(p) => Some(
@@ -149,6 +157,7 @@ pub fn serve_daemon(
         root,
         parse,
         log,
+        watch,
         handshakes: Mutex::new(VecDeque::new()),
         sessions: AtomicUsize::new(0),
         taken: AtomicBool::new(false),
@@ -391,7 +400,15 @@ fn session_run(
         };
     }
     let (ep, flushed) = ferry_link::stream_link_flushed(reader, writer);
-    let result = super::super::session::serve_link(ep, flushed, &req);
+    let stats = Arc::new(Stats::default());
+    let watched = sh
+        .watch
+        .as_ref()
+        .map(|w| w(&format!("{peer}: {what}"), stats.clone()));
+    let result = super::super::session::serve_link(ep, flushed, &req, &stats, true);
+    if let Some(done) = watched {
+        done();
+    }
     // The link's threads end with the connection, whatever the client
     // does with its end.
     let _ = sock.shutdown(std::net::Shutdown::Both);
