@@ -152,7 +152,11 @@ pub fn run(
         });
         w
     });
-    match daemon::serve_daemon(listener, psk, cfg, Arc::new(parse_request), log, watch) {
+    // Streams go into files beneath a root (a device daemon takes syncs).
+    let stream = matches!(cfg.target, daemon::Target::Root(_))
+        .then(|| crate::stream_cmd::daemon_receiver(psk.clone(), cfg.timeout));
+    let hooks = daemon::Hooks { watch, stream };
+    match daemon::serve_daemon(listener, psk, cfg, Arc::new(parse_request), log, hooks) {
         Ok(end) => {
             if let Some(p) = &d.termination_log {
                 write_termination_log(p, &end);

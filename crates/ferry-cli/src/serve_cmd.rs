@@ -46,6 +46,7 @@ impl ServeArgs {
             file_or_dir: self.file_or_dir,
             paths: self.paths.clone(),
             opts: self.engine.options()?,
+            stream: false,
         })
     }
 }

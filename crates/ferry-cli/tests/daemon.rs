@@ -510,3 +510,84 @@ fn a_daemon_reports_each_sessions_progress_as_json() {
     let pull = end_of("pull");
     assert!(pull["bytes_done"].as_u64().unwrap() >= 24 << 20, "{pull}");
 }
+
+/// `ferry send [FILE] ferry://HOST:PORT/PATH`: a stream (a file, or stdin)
+/// goes into PATH beneath the daemon's root, resumes what an earlier
+/// stream left there, and never goes anywhere else.
+#[test]
+fn streams_go_into_a_file_beneath_the_root() {
+    let (t, _src, root, key) = fixture();
+    std::fs::create_dir_all(root.join("backups")).unwrap();
+    let data = bytes(11, 12 << 20);
+    let input = t.path().join("pool.zfs");
+    std::fs::write(&input, &data).unwrap();
+    let d = Daemon::start(&key, &["--root", p(&root)]);
+    let send = |url: &str, extra: &[&str]| {
+        let mut a = vec!["send", url, p(&input), "--key-file", p(&key)];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let o = send(&d.url("backups/pool.zfs"), &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read(root.join("backups/pool.zfs")).unwrap(), data);
+    // From stdin.
+    let mut child = Command::new(ferry_bin())
+        .args(["send", &d.url("backups/piped"), "--key-file", p(&key)])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&data).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(std::fs::read(root.join("backups/piped")).unwrap(), data);
+    // What an interrupted stream left is offered and kept.
+    std::fs::write(root.join("backups/half"), &data[..5 << 20]).unwrap();
+    let o = send(&d.url("backups/half"), &["--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["bytes_resumed"], 5 << 20, "{j}");
+    assert_eq!(std::fs::read(root.join("backups/half")).unwrap(), data);
+
+    // Never outside the root, never through a symlink, never into a FIFO.
+    let outside = t.path().join("outside");
+    std::fs::write(&outside, b"keep").unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+    let ok = Command::new("mkfifo")
+        .arg(root.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    for bad in ["../outside", "link", "fifo", "backups/", "missing/x"] {
+        let o = send(&d.url(bad), &[]);
+        assert_ne!(code(&o), 0, "{bad}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).trim().lines().count(),
+            1,
+            "{bad}: {}",
+            stderr(&o)
+        );
+    }
+    assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+    // A wrong key is refused (7), and nothing is written.
+    let wrong = key_file(t.path(), "ffffffffffffffffffffffffffffffff");
+    let o = run(&[
+        "send",
+        &d.url("backups/w"),
+        p(&input),
+        "--key-file",
+        p(&wrong),
+    ]);
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    assert!(!root.join("backups/w").exists());
+    // A read-only daemon takes no stream; a device daemon neither.
+    let ro = Daemon::start(&key, &["--root", p(&root), "--read-only"]);
+    let o = send(&ro.url("backups/ro"), &[]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(!root.join("backups/ro").exists());
+    let dev = t.path().join("disk.img");
+    std::fs::write(&dev, vec![0u8; 1 << 20]).unwrap();
+    let dd = Daemon::start(&key, &["--device", p(&dev)]);
+    let o = send(&dd.url(""), &[]);
+    assert_ne!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read(&dev).unwrap(), vec![0u8; 1 << 20]);
+}

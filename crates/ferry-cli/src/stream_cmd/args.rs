@@ -42,8 +42,15 @@ pub struct StreamOpts {
 /// `producer | ferry send HOST:PORT [FILE]`
 #[derive(clap::Args, Debug)]
 pub struct SendArgs {
-    /// The receiver (`ferry recv --listen ...`), as HOST:PORT.
+    /// The receiver: a `ferry recv --listen ...` as HOST:PORT, or a daemon
+    /// (`ferry serve --listen --root DIR`) as ferry://HOST[:PORT]/PATH,
+    /// which writes the stream into PATH beneath its root (with the
+    /// daemon's key).
     pub dest: String,
+    /// With a daemon: start PATH over instead of offering what it holds
+    /// for a resume.
+    #[arg(long)]
+    pub no_resume: bool,
     /// Read this file instead of stdin.
     pub file: Option<PathBuf>,
     #[command(flatten)]

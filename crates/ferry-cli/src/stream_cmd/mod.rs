@@ -40,7 +40,7 @@ use crate::exit as code;
 
 pub use args::{PipeArgs, RecvArgs, SendArgs};
 pub use pipe::run_pipe;
-pub use recv::run_recv;
+pub use recv::{daemon_receiver, run_recv};
 pub use send::run_send;
 
 fn usage(msg: &str) -> i32 {

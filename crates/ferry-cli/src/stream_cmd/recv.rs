@@ -239,7 +239,7 @@ fn recv_to_command(
 /// wrote can be offered to the sender (see `ferry_stream::Offer`). Written
 /// through [`FileOut`] once the sender has said where the stream starts:
 /// the file is cut there first (at 0 when the sender starts over).
-struct ResumableFile {
+pub(crate) struct ResumableFile {
     file: Option<File>,
     out: Option<FileOut>,
     start: Arc<Mutex<u64>>,
@@ -264,6 +264,19 @@ impl ResumableFile {
                 File::create(path).map_err(|e| io_err("cannot create", e))?
             }
             Err(e) => return Err(io_err("cannot create", e)),
+        };
+        Self::from_file(f, resume, &path.display().to_string())
+    }
+
+    /// An open file (read and write) as the output; `shown` names it in
+    /// messages.
+    pub(crate) fn from_file(
+        f: File,
+        resume: bool,
+        shown: &str,
+    ) -> Result<(Self, RecvHooks), StreamError> {
+        let io_err = |what: &str, e: io::Error| {
+            StreamError::new(ErrorKind::Io, format!("{what} {shown}: {e}"))
         };
         let m = f.metadata().map_err(|e| io_err("cannot stat", e))?;
         let start = Arc::new(Mutex::new(0));
@@ -323,4 +336,45 @@ fn wait_status(child: &Mutex<Child>) -> Option<i32> {
     let st = ch.wait().ok()?;
     use std::os::unix::process::ExitStatusExt;
     Some(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
+}
+
+/// A daemon's stream receiver (`serve --listen --root`): a stream a
+/// client pushes (`ferry send ... ferry://HOST:PORT/PATH`) into the file
+/// the daemon opened beneath its root, over the bare connection, with the
+/// daemon's key. Each session's buffer is 64 MiB: a daemon serves several.
+pub fn daemon_receiver(
+    key: Psk,
+    idle: Option<std::time::Duration>,
+) -> Arc<ferry_core::remote::daemon::StreamRecv> {
+    Arc::new(move |file: File, conn: std::net::TcpStream, resume: bool| {
+        let mut opts = Options::new(key.clone());
+        opts.buffer = 64 << 20;
+        opts.idle = idle;
+        let fail = |e: StreamError| {
+            use ferry_link::FatalClass;
+            let class = match e.kind {
+                ErrorKind::Usage => FatalClass::Usage,
+                ErrorKind::Io | ErrorKind::ConsumerExited => FatalClass::Io,
+                _ => FatalClass::Connection,
+            };
+            ferry_core::Error::Peer {
+                class,
+                msg: e.to_string(),
+            }
+        };
+        let r = conn
+            .try_clone()
+            .map_err(|e| fail(StreamError::new(ErrorKind::Io, e.to_string())))?;
+        let ctl = conn
+            .try_clone()
+            .map_err(|e| fail(StreamError::new(ErrorKind::Io, e.to_string())))?;
+        let shut = move || {
+            let _ = ctl.shutdown(std::net::Shutdown::Write);
+        };
+        let open: ferry_stream::Opener<ResumableFile> =
+            Box::new(move || ResumableFile::from_file(file, resume, "the stream's file"));
+        ferry_stream::recv_over(&opts, r, conn, open, Some(Box::new(shut)))
+            .map(|s| s.bytes)
+            .map_err(fail)
+    })
 }

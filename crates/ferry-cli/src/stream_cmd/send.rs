@@ -1,5 +1,6 @@
 //! `producer | ferry send HOST:PORT [FILE]`.
 
+use std::net::TcpStream;
 use std::time::Instant;
 
 use super::args::{options, read_key, SendArgs};
@@ -7,6 +8,35 @@ use super::report::{exit_code, json_to, report, JsonTo};
 use super::{open_input, resolve, usage};
 use crate::exit as code;
 use crate::progress::{Progress, StreamMeter};
+
+/// Where `send` sends.
+enum To {
+    Recv(std::net::SocketAddr),
+    Daemon(ferry_core::remote::daemon::DaemonUrl),
+}
+
+type Halves = (TcpStream, TcpStream, Box<dyn Fn() + Send>);
+
+/// Ask the daemon at `u` to take a stream into its path; the connection
+/// (split, and how to cut it) once it has accepted.
+fn to_daemon(
+    opts: &ferry_stream::Options,
+    u: &ferry_core::remote::daemon::DaemonUrl,
+    no_resume: bool,
+) -> Result<Halves, ferry_core::Error> {
+    let mut args = vec!["recv".to_string()];
+    if no_resume {
+        args.push("--no-resume".into());
+    }
+    args.extend(["--".to_string(), u.path.clone()]);
+    let s = ferry_core::remote::daemon::daemon_stream(&u.host, u.port, &opts.key, &args)?;
+    let io = |e: std::io::Error| ferry_core::Error::Link(ferry_link::LinkError::Io(e.to_string()));
+    let (r, ctl) = (s.try_clone().map_err(io)?, s.try_clone().map_err(io)?);
+    let abort = move || {
+        let _ = ctl.shutdown(std::net::Shutdown::Both);
+    };
+    Ok((r, s, Box::new(abort)))
+}
 
 pub fn run_send(a: SendArgs) -> i32 {
     let key = match read_key(&a.o) {
@@ -17,12 +47,17 @@ pub fn run_send(a: SendArgs) -> i32 {
         Ok(o) => o,
         Err(e) => return usage(&e),
     };
-    let peer = match resolve(&a.dest) {
-        Ok(p) => p,
-        Err(e) => {
-            errln!("ferry send: {e}");
-            return code::CONNECTION;
-        }
+    // A daemon (ferry://HOST:PORT/PATH) or a `ferry recv --listen`.
+    let to = match ferry_core::remote::daemon::parse_url(&a.dest) {
+        Some(Ok(u)) => To::Daemon(u),
+        Some(Err(e)) => return usage(&e),
+        None => match resolve(&a.dest) {
+            Ok(p) => To::Recv(p),
+            Err(e) => {
+                errln!("ferry send: {e}");
+                return code::CONNECTION;
+            }
+        },
     };
     let input = match open_input(a.file.as_deref()) {
         Ok(i) => i,
@@ -33,7 +68,17 @@ pub fn run_send(a: SendArgs) -> i32 {
     };
     let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
     let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
-    let res = ferry_stream::send_file(&opts, input, peer);
+    let res = match to {
+        To::Recv(peer) => ferry_stream::send_file(&opts, input, peer),
+        To::Daemon(u) => match to_daemon(&opts, &u, a.no_resume) {
+            Ok((r, w, abort)) => ferry_stream::send_file_over(&opts, input, r, w, Some(abort)),
+            Err(e) => {
+                p.finish();
+                errln!("ferry send: {e}");
+                return crate::sync_cmd::class_code(e.class());
+            }
+        },
+    };
     p.finish();
     let c = match &res {
         Ok(_) => code::OK,

@@ -245,6 +245,7 @@ pub fn serve_stdio(
         file_or_dir,
         paths: paths.to_vec(),
         opts: opts.clone(),
+        stream: false,
     };
     serve_link(ep, flushed, &req, &Stats::default(), false).map(|_| ())
 }

@@ -2,6 +2,7 @@
 //! handshake with the key, the request and its answer.
 
 use std::io::{BufWriter, Read, Write};
+use std::net::TcpStream;
 
 use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Psk, Role};
 use ferry_link::daemon::{self as pre, Status};
@@ -83,6 +84,26 @@ pub fn daemon_connect(
     psk: &Psk,
     args: &[String],
 ) -> Result<(Endpoint, Flushed)> {
+    let (reader, writer, _) = dial(host, port, psk, args)?;
+    Ok(ferry_link::stream_link_flushed(reader, writer))
+}
+
+/// As [`daemon_connect`], for a stream request (`recv -- PATH`): the bare
+/// connection once the daemon has accepted, on which the stream then
+/// makes its own handshake (fresh keys, the same pre-shared key).
+pub fn daemon_stream(host: &str, port: u16, psk: &Psk, args: &[String]) -> Result<TcpStream> {
+    let (_, _, sock) = dial(host, port, psk, args)?;
+    Ok(sock)
+}
+
+type Dialed = (
+    ChannelReader<TcpStream>,
+    BufWriter<ChannelWriter<TcpStream>>,
+    TcpStream,
+);
+
+/// Connect, prove the key, send the request and read an accepting answer.
+fn dial(host: &str, port: u16, psk: &Psk, args: &[String]) -> Result<Dialed> {
     let name = shown(host, port);
     let link = |what: String| Error::Link(LinkError::Io(what));
     let s = connect(host, port).map_err(|e| link(e.to_string()))?;
@@ -95,6 +116,7 @@ pub fn daemon_connect(
             other => Error::Protocol(format!("{name}: handshake: {other}")),
         })?;
     let r = s.try_clone().map_err(|e| link(e.to_string()))?;
+    let sock = s.try_clone().map_err(|e| link(e.to_string()))?;
     let ctl = s.try_clone().ok();
     let mut reader = ChannelReader::new(r, &session);
     let mut writer = BufWriter::with_capacity(1 << 20, ChannelWriter::new(s, &session));
@@ -121,7 +143,7 @@ pub fn daemon_connect(
         let _ = c.set_read_timeout(None);
     }
     match status {
-        Status::Accepted => Ok(ferry_link::stream_link_flushed(reader, writer)),
+        Status::Accepted => Ok((reader, writer, sock)),
         Status::Usage => Err(Error::Usage(format!("{name} refused the session: {text}"))),
         Status::Io => Err(Error::Peer {
             class: FatalClass::Io,

@@ -33,7 +33,7 @@ pub enum ConfineError {
     Symlink(String),
     #[error("{path:?}: {source}")]
     Io { path: String, source: io::Error },
-    #[error("{0:?} is neither a regular file nor a directory; the daemon writes only those")]
+    #[error("{0:?} is neither a regular file nor a directory; the daemon writes only those (and a stream only into a regular file)")]
     Special(String),
 }
 
@@ -149,6 +149,53 @@ pub fn confine(
     })
 }
 
+/// The file `client` names beneath the root, opened for a stream to be
+/// written into it (created, mode 0644 less the umask, when missing): the
+/// directories on the way as [`confine`] opens them, the file itself
+/// without following a symlink, and only a regular file (a FIFO or a
+/// device would block the session or take its data elsewhere).
+pub fn open_file(root: &OwnedFd, client: &str) -> Result<std::fs::File, ConfineError> {
+    let comps = components(client)?;
+    let io = |source: io::Error| ConfineError::Io {
+        path: client.into(),
+        source,
+    };
+    let Some((last, dirs)) = comps.split_last().filter(|_| !client.ends_with('/')) else {
+        return Err(io(io::Error::other("a stream goes into a file: name one")));
+    };
+    let parent = if dirs.is_empty() {
+        root.try_clone().map_err(io)?
+    } else {
+        crate::destdir::open_beneath(root, dirs.join("/").as_bytes()).map_err(io)?
+    };
+    let name = OsStr::from_bytes(last.as_bytes());
+    let regular = |mode| FileType::from_raw_mode(mode) == FileType::RegularFile;
+    match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+            return Err(ConfineError::Symlink(client.into()))
+        }
+        Ok(st) if !regular(st.st_mode) => return Err(ConfineError::Special(client.into())),
+        Ok(_) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(io(e.into())),
+    }
+    let flags =
+        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd =
+        rustix::fs::openat(&parent, name, flags, Mode::from_raw_mode(0o644)).map_err(
+            |e| match e {
+                rustix::io::Errno::LOOP => ConfineError::Symlink(client.into()),
+                e => io(e.into()),
+            },
+        )?;
+    // Whatever raced the look above, what was opened is what is written.
+    let st = rustix::fs::fstat(&fd).map_err(|e| io(e.into()))?;
+    if !regular(st.st_mode) {
+        return Err(ConfineError::Special(client.into()));
+    }
+    rustix::fs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| io(e.into()))?;
+    Ok(std::fs::File::from(fd))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +263,41 @@ mod tests {
             confine(&fd, rs, "missing/x", true),
             Err(ConfineError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn stream_files_stay_beneath_the_root_and_are_regular() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let r = t.path().join("root");
+        std::fs::create_dir_all(r.join("a")).unwrap();
+        std::fs::write(outside.path().join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink(outside.path(), r.join("out")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), r.join("a/link")).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(r.join("a/fifo"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+        let fd = root(&r);
+        use std::io::Write;
+        open_file(&fd, "a/new.zfs")
+            .unwrap()
+            .write_all(b"data")
+            .unwrap();
+        assert_eq!(std::fs::read(r.join("a/new.zfs")).unwrap(), b"data");
+        assert!(open_file(&fd, "/a/new.zfs").is_ok());
+        for bad in [
+            "../x",
+            "out/secret",
+            "a/link",
+            "a/fifo",
+            "a/",
+            "",
+            "missing/x",
+        ] {
+            assert!(open_file(&fd, bad).is_err(), "{bad}");
+        }
+        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"s");
     }
 }

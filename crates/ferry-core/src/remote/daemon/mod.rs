@@ -23,8 +23,8 @@ mod server;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use client::{daemon_connect, parse_url, DaemonUrl};
-pub use server::{serve_daemon, Log, SessionEnd, Watch};
+pub use client::{daemon_connect, daemon_stream, parse_url, DaemonUrl};
+pub use server::{serve_daemon, Hooks, Log, SessionEnd, StreamRecv, Watch};
 
 use crate::SyncOptions;
 
@@ -64,6 +64,10 @@ pub struct Request {
     pub file_or_dir: bool,
     pub paths: Vec<String>,
     pub opts: SyncOptions,
+    /// A stream pushed into the one file `paths[0]` names (`ferry send
+    /// FILE ferry://...`), not a sync; `opts.partial` says whether what
+    /// the file holds may be offered for a resume.
+    pub stream: bool,
 }
 
 /// Turns a request's arguments (already allowed by [`policy::check`])

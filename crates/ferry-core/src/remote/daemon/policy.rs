@@ -10,6 +10,7 @@
 //! [`crate::remote::serve_args`] writes.
 
 use super::{DaemonConfig, Request, Target};
+use crate::SyncOptions;
 
 /// Flags taken as they are.
 const FLAGS: &[&str] = &[
@@ -63,6 +64,25 @@ const VALUED: &[&str] = &[
     "--chown=",
 ];
 
+/// A `recv` request (already allowed by [`check`]): a stream into the one
+/// path after `--`.
+pub fn stream_request(args: &[String]) -> Result<Request, Refusal> {
+    let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let [path] = &args[(at + 1).min(args.len())..] else {
+        return Err(Refusal::Usage("a stream names one file".into()));
+    };
+    Ok(Request {
+        send: false,
+        file_or_dir: false,
+        paths: vec![path.clone()],
+        opts: SyncOptions {
+            partial: !args[..at].iter().any(|a| a == "--no-resume"),
+            ..SyncOptions::default()
+        },
+        stream: true,
+    })
+}
+
 /// Most paths one pull may name.
 pub const MAX_PATHS: usize = 64;
 
@@ -82,17 +102,22 @@ pub enum Refusal {
 /// then `--` and the paths.
 pub fn check(args: &[String]) -> Result<(), Refusal> {
     let mut it = args.iter();
-    if it.next().map(String::as_str) != Some("serve") {
-        return Err(Refusal::Usage(
-            "a daemon request starts with `serve`".into(),
-        ));
-    }
+    let (flags, valued): (&[&str], &[&str]) = match it.next().map(String::as_str) {
+        Some("serve") => (FLAGS, VALUED),
+        // A stream into one file: whether to offer what it holds.
+        Some("recv") => (&["--no-resume"], &[]),
+        _ => {
+            return Err(Refusal::Usage(
+                "a daemon request starts with `serve` or `recv`".into(),
+            ))
+        }
+    };
     for a in it.by_ref() {
         let a = a.as_str();
         if a == "--" {
             return Ok(());
         }
-        if FLAGS.contains(&a) || VALUED.iter().any(|p| a.starts_with(p)) {
+        if flags.contains(&a) || valued.iter().any(|p| a.starts_with(p)) {
             continue;
         }
         if let Some(rule) = a.strip_prefix("--filter=") {
@@ -144,6 +169,16 @@ pub fn fit(mut r: Request, cfg: &DaemonConfig, cores: usize) -> Result<Request, 
     }
     if r.send && r.paths.is_empty() {
         return Err(Refusal::Usage("a pull names at least one path".into()));
+    }
+    if r.stream {
+        if matches!(cfg.target, Target::Device(_)) {
+            return Err(Refusal::Usage(
+                "a device daemon takes sync sessions, not streams".into(),
+            ));
+        }
+        if r.paths.len() != 1 {
+            return Err(Refusal::Usage("a stream goes into one file".into()));
+        }
     }
     // Each path holds a directory handle for the session.
     let mut seen = std::collections::HashSet::new();
@@ -250,7 +285,29 @@ mod tests {
                 timeout: Some(Duration::from_secs(600)),
                 ..Default::default()
             },
+            stream: false,
         }
+    }
+
+    #[test]
+    fn stream_requests() {
+        assert!(check(&v(&["recv", "--", "backup.zfs"])).is_ok());
+        assert!(check(&v(&["recv", "--no-resume", "--", "x"])).is_ok());
+        // Nothing of a sync's options, nothing else.
+        assert!(check(&v(&["recv", "--delete", "--", "x"])).is_err());
+        assert!(check(&v(&["recv", "--listen=0.0.0.0:1", "--", "x"])).is_err());
+        let r = stream_request(&v(&["recv", "--no-resume", "--", "a/b"])).unwrap();
+        assert!(r.stream && !r.send && !r.opts.partial && r.paths == ["a/b"]);
+        assert!(stream_request(&v(&["recv", "--", "a", "b"])).is_err());
+        assert!(stream_request(&v(&["recv", "--"])).is_err());
+        let mut c = cfg(Target::Root("/srv".into()));
+        c.allow_receive = true;
+        assert!(fit(r.clone(), &c, 2).is_ok());
+        c.allow_receive = false;
+        assert!(matches!(fit(r.clone(), &c, 2), Err(Refusal::Direction(_))));
+        let mut dev = cfg(Target::Device("/dev/x".into()));
+        dev.allow_receive = true;
+        assert!(fit(r, &dev, 2).is_err());
     }
 
     #[test]

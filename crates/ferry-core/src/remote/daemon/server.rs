@@ -106,13 +106,28 @@ pub type Log = dyn Fn(&str) + Send + Sync;
 /// when the session ends. The CLI's `--progress=json` prints from it.
 pub type Watch = dyn Fn(&str, Arc<Stats>) -> Box<dyn FnOnce() + Send> + Send + Sync;
 
+/// Receives a stream a client pushes into `file` (`ferry send ...
+/// ferry://`), over the bare connection once the request was accepted:
+/// the stream's own handshake with the daemon's key (fresh session keys),
+/// then its data. `resume`: what the file holds may be offered. The bytes
+/// written, or why not. The CLI supplies it (`ferry-stream`).
+pub type StreamRecv = dyn Fn(std::fs::File, TcpStream, bool) -> Result<u64> + Send + Sync;
+
+/// What the daemon's user adds: a watcher of sessions, a stream receiver
+/// (without one, stream requests are refused).
+#[derive(Clone, Default)]
+pub struct Hooks {
+    pub watch: Option<Arc<Watch>>,
+    pub stream: Option<Arc<StreamRecv>>,
+}
+
 struct Shared {
     psk: Psk,
     cfg: DaemonConfig,
     root: Option<OwnedFd>,
     parse: Arc<ParseRequest>,
     log: Arc<Log>,
-    watch: Option<Arc<Watch>>,
+    hooks: Hooks,
     /// Connections in their handshake, oldest first, by number.
     handshakes: Mutex<VecDeque<(u64, TcpStream)>>,
     sessions: AtomicUsize,
@@ -133,7 +148,7 @@ pub fn serve_daemon(
     cfg: DaemonConfig,
     parse: Arc<ParseRequest>,
     log: Arc<Log>,
-    watch: Option<Arc<Watch>>,
+    hooks: Hooks,
 ) -> Result<SessionEnd> {
     let root = match &cfg.target {
         Target::Root(p) => Some(
@@ -157,7 +172,7 @@ pub fn serve_daemon(
         root,
         parse,
         log,
-        watch,
+        hooks,
         handshakes: Mutex::new(VecDeque::new()),
         sessions: AtomicUsize::new(0),
         taken: AtomicBool::new(false),
@@ -280,7 +295,14 @@ fn request(reader: &mut impl Read, sh: &Shared) -> std::result::Result<Parsed, (
     reader.read_exact(&mut body).map_err(io)?;
     let args = pre::decode_request_body(&body).map_err(|e| (Status::Usage, e.to_string()))?;
     policy::check(&args).map_err(|e| (Status::Usage, e.to_string()))?;
-    let req = (sh.parse)(&args).map_err(|e| (Status::Usage, e))?;
+    let req = if args.first().map(String::as_str) == Some("recv") {
+        if sh.hooks.stream.is_none() {
+            return Err((Status::Usage, "this daemon takes no streams".into()));
+        }
+        policy::stream_request(&args).map_err(|e| (Status::Usage, e.to_string()))?
+    } else {
+        (sh.parse)(&args).map_err(|e| (Status::Usage, e))?
+    };
     let cores = crate::default_threads();
     let req = policy::fit(req, &sh.cfg, cores).map_err(|e| match e {
         Refusal::Usage(m) | Refusal::Direction(m) => (Status::Usage, m),
@@ -359,6 +381,45 @@ fn refused(peer: SocketAddr, writer: &mut impl Write, status: Status, why: Strin
     }
 }
 
+/// A stream pushed into one file beneath the root (see [`StreamRecv`]).
+fn stream_session(
+    sock: &TcpStream,
+    writer: &mut impl Write,
+    peer: SocketAddr,
+    sh: &Shared,
+    req: &Request,
+    asked: &[String],
+) -> SessionEnd {
+    let (Some(recv), Some(root)) = (sh.hooks.stream.clone(), &sh.root) else {
+        return refused(
+            peer,
+            writer,
+            Status::Usage,
+            "this daemon takes no streams".into(),
+        );
+    };
+    let file = match super::confine::open_file(root, &req.paths[0]) {
+        Ok(f) => f,
+        Err(e) => return refused(peer, writer, Status::Io, e.to_string()),
+    };
+    let what = format!("stream into {:?}", asked.first().map_or("", String::as_str));
+    (sh.log)(&format!("{peer}: {what}"));
+    let conn = sock.try_clone();
+    let result = match (answer(writer, Status::Accepted, ""), conn) {
+        (Ok(()), Ok(conn)) => recv(file, conn, req.opts.partial).map(|n| ReceiverReport {
+            files_total: 1,
+            files_transferred: 1,
+            bytes_total: n,
+            bytes_transferred: n,
+            bytes_written: n,
+            ..ReceiverReport::default()
+        }),
+        (Err(e), _) | (_, Err(e)) => Err(Error::Link(ferry_link::LinkError::Io(e.to_string()))),
+    };
+    let _ = sock.shutdown(std::net::Shutdown::Both);
+    SessionEnd { peer, what, result }
+}
+
 fn session_run(
     sock: &TcpStream,
     mut reader: ChannelReader<TcpStream>,
@@ -381,6 +442,9 @@ fn session_run(
         };
         return refused(peer, &mut writer, Status::Busy, why.into());
     };
+    if req.stream {
+        return stream_session(sock, &mut writer, peer, sh, &req, &asked);
+    }
     let _held = match confined(&mut req, sh) {
         Ok(h) => h,
         Err((status, why)) => return refused(peer, &mut writer, status, why),
@@ -402,6 +466,7 @@ fn session_run(
     let (ep, flushed) = ferry_link::stream_link_flushed(reader, writer);
     let stats = Arc::new(Stats::default());
     let watched = sh
+        .hooks
         .watch
         .as_ref()
         .map(|w| w(&format!("{peer}: {what}"), stats.clone()));
