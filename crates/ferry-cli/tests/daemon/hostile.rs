@@ -461,3 +461,35 @@ fn no_perms_specials_and_listings_give_a_client_nothing_more() {
     );
     assert!(root.join("in/secret/passwords.txt").exists());
 }
+
+/// A client accepted for a stream that never starts it (nor sends a
+/// keepalive) gives back the root it holds alone within the daemon's
+/// timeout: the next push gets through, and the silent one's file is
+/// only created.
+#[test]
+fn a_stream_that_never_starts_gives_back_the_root() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let key = key_file(t.path(), KEY);
+    let d = Daemon::start(&key, &["--root", p(&root), "--timeout", "3"]);
+    let req: Vec<String> = ["recv", "--", "silent"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let held =
+        ferry_core::remote::daemon::daemon_stream("127.0.0.1", d.port, &psk(), &req).unwrap();
+    let input = t.path().join("in");
+    std::fs::write(&input, b"next").unwrap();
+    let start = Instant::now();
+    let o = run(&["send", &d.url("next"), p(&input), "--key-file", p(&key)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(std::fs::read(root.join("next")).unwrap(), b"next");
+    assert_eq!(std::fs::read(root.join("silent")).unwrap(), b"");
+    drop(held);
+}

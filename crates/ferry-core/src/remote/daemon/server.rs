@@ -404,6 +404,9 @@ fn stream_session(
     };
     let what = format!("stream into {:?}", asked.first().map_or("", String::as_str));
     (sh.log)(&format!("{peer}: {what}"));
+    // A client that never starts the stream, or goes silent in it (a live
+    // one sends keepalives every second), gives back its slot and the root.
+    let _ = sock.set_read_timeout(Some(sh.cfg.timeout.unwrap_or(REQUEST_WAIT)));
     let conn = sock.try_clone();
     let result = match (answer(writer, Status::Accepted, ""), conn) {
         (Ok(()), Ok(conn)) => recv(file, conn, req.opts.partial).map(|n| ReceiverReport {
