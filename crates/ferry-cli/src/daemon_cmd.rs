@@ -153,9 +153,14 @@ pub fn run(
         w
     });
     // Streams go into files beneath a root (a device daemon takes syncs).
-    let stream = matches!(cfg.target, daemon::Target::Root(_))
-        .then(|| crate::stream_cmd::daemon_receiver(psk.clone(), cfg.timeout));
-    let hooks = daemon::Hooks { watch, stream };
+    let root = matches!(cfg.target, daemon::Target::Root(_));
+    let stream = root.then(|| crate::stream_cmd::daemon_receiver(psk.clone(), cfg.timeout));
+    let stream_out = root.then(|| crate::stream_cmd::daemon_sender(psk.clone(), cfg.timeout));
+    let hooks = daemon::Hooks {
+        watch,
+        stream,
+        stream_out,
+    };
     match daemon::serve_daemon(listener, psk, cfg, Arc::new(parse_request), log, hooks) {
         Ok(end) => {
             if let Some(p) = &d.termination_log {

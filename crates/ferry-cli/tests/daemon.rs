@@ -513,7 +513,8 @@ fn a_daemon_reports_each_sessions_progress_as_json() {
 
 /// `ferry send [FILE] ferry://HOST:PORT/PATH`: a stream (a file, or stdin)
 /// goes into PATH beneath the daemon's root, resumes what an earlier
-/// stream left there, and never goes anywhere else.
+/// stream left there, and never goes anywhere else; `ferry recv --from`
+/// fetches one back.
 #[test]
 fn streams_go_into_a_file_beneath_the_root() {
     let (t, _src, root, key) = fixture();
@@ -584,6 +585,34 @@ fn streams_go_into_a_file_beneath_the_root() {
     let o = send(&ro.url("backups/ro"), &[]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(!root.join("backups/ro").exists());
+
+    // `ferry recv --from ferry://...`: a file of the root as a stream, to
+    // stdout or into a file (resumed from what that holds).
+    let fetch = |url: &str, extra: &[&str]| {
+        let mut a = vec!["recv", "--from", url, "--key-file", p(&key)];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let o = fetch(&ro.url("backups/pool.zfs"), &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(o.stdout == data, "the stream on stdout differs");
+    let local = t.path().join("local.zfs");
+    std::fs::write(&local, &data[..3 << 20]).unwrap();
+    let o = fetch(&ro.url("backups/pool.zfs"), &[p(&local), "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["bytes_resumed"], 3 << 20, "{j}");
+    assert_eq!(std::fs::read(&local).unwrap(), data);
+    for bad in ["../outside", "link", "fifo", "backups/", "backups/none"] {
+        let o = fetch(&ro.url(bad), &[]);
+        assert_ne!(code(&o), 0, "{bad}");
+        assert!(o.stdout.is_empty(), "{bad}");
+    }
+    // A write-only daemon sends nothing.
+    let wo = Daemon::start(&key, &["--root", p(&root), "--write-only"]);
+    let o = fetch(&wo.url("backups/pool.zfs"), &[]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
     let dev = t.path().join("disk.img");
     std::fs::write(&dev, vec![0u8; 1 << 20]).unwrap();
     let dd = Daemon::start(&key, &["--device", p(&dev)]);

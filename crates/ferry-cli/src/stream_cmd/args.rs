@@ -61,8 +61,17 @@ pub struct SendArgs {
 #[derive(clap::Args, Debug)]
 pub struct RecvArgs {
     /// Address to listen on, e.g. 0.0.0.0:9000 (port 0: any free port).
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub listen: String,
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        required_unless_present = "from",
+        conflicts_with = "from"
+    )]
+    pub listen: Option<String>,
+    /// Fetch the file PATH from a daemon (`ferry serve --listen --root
+    /// DIR`, with its key) as a stream, instead of waiting for a sender.
+    #[arg(long, value_name = "ferry://HOST[:PORT]/PATH")]
+    pub from: Option<String>,
     /// Write the stream to this file instead of stdout.
     #[arg(conflicts_with = "command")]
     pub file: Option<PathBuf>,

@@ -25,6 +25,7 @@
 //! they share.
 
 mod args;
+mod daemon;
 mod pipe;
 mod recv;
 mod report;
@@ -39,8 +40,9 @@ use std::path::Path;
 use crate::exit as code;
 
 pub use args::{PipeArgs, RecvArgs, SendArgs};
+pub use daemon::{daemon_receiver, daemon_sender};
 pub use pipe::run_pipe;
-pub use recv::{daemon_receiver, run_recv};
+pub use recv::run_recv;
 pub use send::run_send;
 
 fn usage(msg: &str) -> i32 {

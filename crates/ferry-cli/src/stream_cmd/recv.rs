@@ -36,10 +36,6 @@ pub fn run_recv(a: RecvArgs) -> i32 {
         Ok(o) => o,
         Err(e) => return usage(&e),
     };
-    let listen = match resolve(&a.listen) {
-        Ok(l) => l,
-        Err(e) => return usage(&e),
-    };
     let sink = if !a.command.is_empty() {
         Sink::Command(a.command.clone())
     } else if let Some(f) = &a.file {
@@ -57,26 +53,43 @@ pub fn run_recv(a: RecvArgs) -> i32 {
     );
     let (cpu0, t0) = (ferry_stream::cpu_time(), Instant::now());
 
-    let listener = match ferry_stream::bind(listen) {
-        Ok(l) => l,
-        Err(e) => {
-            let c = exit_code(&e, true);
-            report("recv", &Err(e), &opts.stats, cpu0, t0, jt, c);
-            return c;
+    // Transport: a daemon asked for a file (--from), a TCP connection to
+    // our listener, or (pipe --via-ssh) our stdin/stdout.
+    let listener;
+    let via = match (&a.from, &a.listen) {
+        (Some(url), _) => match from_daemon(url, &opts.key) {
+            Ok(s) => Via::Daemon(s),
+            Err(e) => {
+                errln!("ferry recv: {e}");
+                return crate::sync_cmd::class_code(e.class());
+            }
+        },
+        (None, Some(listen)) => {
+            let listen = match resolve(listen) {
+                Ok(l) => l,
+                Err(e) => return usage(&e),
+            };
+            listener = match ferry_stream::bind(listen) {
+                Ok(l) => l,
+                Err(e) => {
+                    let c = exit_code(&e, true);
+                    report("recv", &Err(e), &opts.stats, cpu0, t0, jt, c);
+                    return c;
+                }
+            };
+            match a.announce.then(|| announce(&listener)) {
+                Some(Err(c)) => return c,
+                Some(Ok(true)) => Via::Stdin,
+                _ => Via::Listen(&listener),
+            }
         }
-    };
-    // Transport: a TCP connection, or (pipe --via-ssh) our stdin/stdout.
-    let via_stdin = if a.announce {
-        match announce(&listener) {
-            Ok(v) => v,
-            Err(c) => return c,
+        (None, None) => {
+            return usage("recv needs --listen ADDR:PORT or --from ferry://HOST:PORT/PATH")
         }
-    } else {
-        false
     };
 
     let p = Progress::start(StreamMeter::new(opts.stats.clone()), a.o.progress, false);
-    let res = receive(&opts, &listener, via_stdin, sink, !a.no_resume);
+    let res = receive(&opts, via, sink, !a.no_resume);
     p.finish();
     let c = match &res {
         Ok(s) => s.remote_status.unwrap_or(code::OK),
@@ -120,14 +133,37 @@ fn announce(listener: &std::net::TcpListener) -> Result<bool, i32> {
     }
 }
 
+/// Where the stream comes from.
+enum Via<'a> {
+    /// A sender that dials this listener.
+    Listen(&'a std::net::TcpListener),
+    /// Our stdin and stdout (`pipe --via-ssh`).
+    Stdin,
+    /// A daemon that accepted to send a file (`--from`): the connection.
+    Daemon(std::net::TcpStream),
+}
+
+/// Ask the daemon at `url` (`ferry://HOST:PORT/PATH`) to send the file
+/// PATH as a stream; the connection once it has accepted.
+fn from_daemon(url: &str, key: &Psk) -> Result<std::net::TcpStream, ferry_core::Error> {
+    let u = match ferry_core::remote::daemon::parse_url(url) {
+        Some(Ok(u)) => u,
+        Some(Err(e)) => return Err(ferry_core::Error::Usage(e)),
+        None => {
+            return Err(ferry_core::Error::Usage(format!(
+                "--from {url:?}: not a ferry:// URL"
+            )))
+        }
+    };
+    let args: Vec<String> = ["send", "--", &u.path]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    ferry_core::remote::daemon::daemon_stream(&u.host, u.port, key, &args)
+}
+
 /// Receive one stream into `sink`.
-fn receive(
-    opts: &Options,
-    listener: &std::net::TcpListener,
-    via_stdin: bool,
-    sink: Sink,
-    resume: bool,
-) -> Result<Summary, StreamError> {
+fn receive(opts: &Options, via: Via<'_>, sink: Sink, resume: bool) -> Result<Summary, StreamError> {
     // Our stdout or FILE: a file descriptor either way, written through
     // FileOut (O_DIRECT when it is a regular file).
     // FILE is created (truncated) and COMMAND started only once a sender
@@ -135,35 +171,39 @@ fn receive(
     match sink {
         Sink::Stdout => stdout_file()
             .map_err(|e| StreamError::new(ErrorKind::Io, format!("stdout: {e}")))
-            .and_then(|f| {
-                recv_with(
-                    opts,
-                    listener,
-                    via_stdin,
-                    ferry_stream::opened(FileOut::new(f)),
-                )
-            }),
+            .and_then(|f| recv_with(opts, via, ferry_stream::opened(FileOut::new(f)))),
         Sink::File(path) => {
             let open: ferry_stream::Opener<ResumableFile> =
                 Box::new(move || ResumableFile::open(&path, resume));
-            recv_with(opts, listener, via_stdin, open)
+            recv_with(opts, via, open)
         }
-        Sink::Command(cmd) => recv_to_command(opts, listener, via_stdin, cmd),
+        Sink::Command(cmd) => recv_to_command(opts, via, cmd),
     }
 }
 
 fn recv_with<W: Write + Send + 'static>(
     opts: &Options,
-    l: &std::net::TcpListener,
-    via_stdin: bool,
+    via: Via<'_>,
     open: ferry_stream::Opener<W>,
 ) -> Result<Summary, StreamError> {
-    if via_stdin {
-        let r = stdin_file().map_err(|e| StreamError::new(ErrorKind::Io, format!("stdin: {e}")))?;
-        let w =
-            stdout_file().map_err(|e| StreamError::new(ErrorKind::Io, format!("stdout: {e}")))?;
-        ferry_stream::recv_over(opts, r, w, open, None)
-    } else {
+    let io = |what: &str, e: io::Error| StreamError::new(ErrorKind::Io, format!("{what}: {e}"));
+    let l = match via {
+        Via::Listen(l) => l,
+        Via::Stdin => {
+            let r = stdin_file().map_err(|e| io("stdin", e))?;
+            let w = stdout_file().map_err(|e| io("stdout", e))?;
+            return ferry_stream::recv_over(opts, r, w, open, None);
+        }
+        Via::Daemon(s) => {
+            let r = s.try_clone().map_err(|e| io("connection", e))?;
+            let ctl = s.try_clone().map_err(|e| io("connection", e))?;
+            let shut = move || {
+                let _ = ctl.shutdown(std::net::Shutdown::Write);
+            };
+            return ferry_stream::recv_over(opts, r, s, open, Some(Box::new(shut)));
+        }
+    };
+    {
         // A connection that fails the handshake is told on stderr and
         // dropped; recv goes on waiting.
         let refused = |peer: std::net::SocketAddr, e: &StreamError| {
@@ -173,12 +213,8 @@ fn recv_with<W: Write + Send + 'static>(
     }
 }
 
-fn recv_to_command(
-    opts: &Options,
-    l: &std::net::TcpListener,
-    via_stdin: bool,
-    cmd: Vec<String>,
-) -> Result<Summary, StreamError> {
+fn recv_to_command(opts: &Options, via: Via<'_>, cmd: Vec<String>) -> Result<Summary, StreamError> {
+    let via_stdin = matches!(via, Via::Stdin);
     // Filled once the command runs, so a failed stream can kill it.
     let started: Arc<Mutex<Option<Arc<Mutex<Child>>>>> = Arc::default();
     let slot = started.clone();
@@ -222,7 +258,7 @@ fn recv_to_command(
         };
         Ok((stdin, hooks))
     });
-    let res = recv_with(opts, l, via_stdin, open);
+    let res = recv_with(opts, via, open);
     if res.is_err() {
         // The stream failed: the command must not finish on partial input.
         if let Some(child) = started.lock().ok().and_then(|mut s| s.take()) {
@@ -336,45 +372,4 @@ fn wait_status(child: &Mutex<Child>) -> Option<i32> {
     let st = ch.wait().ok()?;
     use std::os::unix::process::ExitStatusExt;
     Some(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
-}
-
-/// A daemon's stream receiver (`serve --listen --root`): a stream a
-/// client pushes (`ferry send ... ferry://HOST:PORT/PATH`) into the file
-/// the daemon opened beneath its root, over the bare connection, with the
-/// daemon's key. Each session's buffer is 64 MiB: a daemon serves several.
-pub fn daemon_receiver(
-    key: Psk,
-    idle: Option<std::time::Duration>,
-) -> Arc<ferry_core::remote::daemon::StreamRecv> {
-    Arc::new(move |file: File, conn: std::net::TcpStream, resume: bool| {
-        let mut opts = Options::new(key.clone());
-        opts.buffer = 64 << 20;
-        opts.idle = idle;
-        let fail = |e: StreamError| {
-            use ferry_link::FatalClass;
-            let class = match e.kind {
-                ErrorKind::Usage => FatalClass::Usage,
-                ErrorKind::Io | ErrorKind::ConsumerExited => FatalClass::Io,
-                _ => FatalClass::Connection,
-            };
-            ferry_core::Error::Peer {
-                class,
-                msg: e.to_string(),
-            }
-        };
-        let r = conn
-            .try_clone()
-            .map_err(|e| fail(StreamError::new(ErrorKind::Io, e.to_string())))?;
-        let ctl = conn
-            .try_clone()
-            .map_err(|e| fail(StreamError::new(ErrorKind::Io, e.to_string())))?;
-        let shut = move || {
-            let _ = ctl.shutdown(std::net::Shutdown::Write);
-        };
-        let open: ferry_stream::Opener<ResumableFile> =
-            Box::new(move || ResumableFile::from_file(file, resume, "the stream's file"));
-        ferry_stream::recv_over(&opts, r, conn, open, Some(Box::new(shut)))
-            .map(|s| s.bytes)
-            .map_err(fail)
-    })
 }

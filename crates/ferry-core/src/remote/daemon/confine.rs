@@ -155,6 +155,16 @@ pub fn confine(
 /// without following a symlink, and only a regular file (a FIFO or a
 /// device would block the session or take its data elsewhere).
 pub fn open_file(root: &OwnedFd, client: &str) -> Result<std::fs::File, ConfineError> {
+    open_regular(root, client, true)
+}
+
+/// As [`open_file`], to read an existing regular file (a stream the
+/// daemon sends).
+pub fn open_to_read(root: &OwnedFd, client: &str) -> Result<std::fs::File, ConfineError> {
+    open_regular(root, client, false)
+}
+
+fn open_regular(root: &OwnedFd, client: &str, write: bool) -> Result<std::fs::File, ConfineError> {
     let comps = components(client)?;
     let io = |source: io::Error| ConfineError::Io {
         path: client.into(),
@@ -178,8 +188,12 @@ pub fn open_file(root: &OwnedFd, client: &str) -> Result<std::fs::File, ConfineE
         Ok(_) | Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(io(e.into())),
     }
-    let flags =
-        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let how = if write {
+        OFlags::RDWR | OFlags::CREATE
+    } else {
+        OFlags::RDONLY
+    };
+    let flags = how | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let fd =
         rustix::fs::openat(&parent, name, flags, Mode::from_raw_mode(0o644)).map_err(
             |e| match e {
@@ -299,5 +313,11 @@ mod tests {
             assert!(open_file(&fd, bad).is_err(), "{bad}");
         }
         assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"s");
+        // To read: only what is there, and the same refusals.
+        assert!(open_to_read(&fd, "a/new.zfs").is_ok());
+        for bad in ["a/none", "../x", "out/secret", "a/link", "a/fifo", "a/"] {
+            assert!(open_to_read(&fd, bad).is_err(), "{bad}");
+        }
+        assert!(!r.join("a/none").exists());
     }
 }

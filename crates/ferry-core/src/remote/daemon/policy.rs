@@ -65,14 +65,14 @@ const VALUED: &[&str] = &[
 ];
 
 /// A `recv` request (already allowed by [`check`]): a stream into the one
-/// path after `--`.
+/// path after `--`; a `send` request: a stream of it, to the client.
 pub fn stream_request(args: &[String]) -> Result<Request, Refusal> {
     let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let [path] = &args[(at + 1).min(args.len())..] else {
         return Err(Refusal::Usage("a stream names one file".into()));
     };
     Ok(Request {
-        send: false,
+        send: args.first().is_some_and(|a| a == "send"),
         file_or_dir: false,
         paths: vec![path.clone()],
         opts: SyncOptions {
@@ -106,6 +106,8 @@ pub fn check(args: &[String]) -> Result<(), Refusal> {
         Some("serve") => (FLAGS, VALUED),
         // A stream into one file: whether to offer what it holds.
         Some("recv") => (&["--no-resume"], &[]),
+        // A stream of one file, to the client.
+        Some("send") => (&[], &[]),
         _ => {
             return Err(Refusal::Usage(
                 "a daemon request starts with `serve` or `recv`".into(),
@@ -300,6 +302,9 @@ mod tests {
         assert!(r.stream && !r.send && !r.opts.partial && r.paths == ["a/b"]);
         assert!(stream_request(&v(&["recv", "--", "a", "b"])).is_err());
         assert!(stream_request(&v(&["recv", "--"])).is_err());
+        let out = stream_request(&v(&["send", "--", "pool.zfs"])).unwrap();
+        assert!(out.stream && out.send);
+        assert!(check(&v(&["send", "--no-resume", "--", "x"])).is_err());
         let mut c = cfg(Target::Root("/srv".into()));
         c.allow_receive = true;
         assert!(fit(r.clone(), &c, 2).is_ok());

@@ -113,12 +113,18 @@ pub type Watch = dyn Fn(&str, Arc<Stats>) -> Box<dyn FnOnce() + Send> + Send + S
 /// written, or why not. The CLI supplies it (`ferry-stream`).
 pub type StreamRecv = dyn Fn(std::fs::File, TcpStream, bool) -> Result<u64> + Send + Sync;
 
+/// Sends the file a client asked for (`ferry recv --from ferry://...`) as
+/// a stream over the bare connection, the daemon the stream's initiator;
+/// the bytes sent, or why not.
+pub type StreamSend = dyn Fn(std::fs::File, TcpStream) -> Result<u64> + Send + Sync;
+
 /// What the daemon's user adds: a watcher of sessions, a stream receiver
 /// (without one, stream requests are refused).
 #[derive(Clone, Default)]
 pub struct Hooks {
     pub watch: Option<Arc<Watch>>,
     pub stream: Option<Arc<StreamRecv>>,
+    pub stream_out: Option<Arc<StreamSend>>,
 }
 
 struct Shared {
@@ -300,6 +306,11 @@ fn request(reader: &mut impl Read, sh: &Shared) -> std::result::Result<Parsed, (
             return Err((Status::Usage, "this daemon takes no streams".into()));
         }
         policy::stream_request(&args).map_err(|e| (Status::Usage, e.to_string()))?
+    } else if args.first().map(String::as_str) == Some("send") {
+        if sh.hooks.stream_out.is_none() {
+            return Err((Status::Usage, "this daemon sends no streams".into()));
+        }
+        policy::stream_request(&args).map_err(|e| (Status::Usage, e.to_string()))?
     } else {
         (sh.parse)(&args).map_err(|e| (Status::Usage, e))?
     };
@@ -390,26 +401,33 @@ fn stream_session(
     req: &Request,
     asked: &[String],
 ) -> SessionEnd {
-    let (Some(recv), Some(root)) = (sh.hooks.stream.clone(), &sh.root) else {
-        return refused(
-            peer,
-            writer,
-            Status::Usage,
-            "this daemon takes no streams".into(),
-        );
+    let Some(root) = &sh.root else {
+        let why = "this daemon has no streams".to_string();
+        return refused(peer, writer, Status::Usage, why);
     };
-    let file = match super::confine::open_file(root, &req.paths[0]) {
+    let path = &req.paths[0];
+    let file = if req.send {
+        super::confine::open_to_read(root, path)
+    } else {
+        super::confine::open_file(root, path)
+    };
+    let file = match file {
         Ok(f) => f,
         Err(e) => return refused(peer, writer, Status::Io, e.to_string()),
     };
-    let what = format!("stream into {:?}", asked.first().map_or("", String::as_str));
+    let dir = if req.send { "stream of" } else { "stream into" };
+    let what = format!("{dir} {:?}", asked.first().map_or("", String::as_str));
     (sh.log)(&format!("{peer}: {what}"));
     // A client that never starts the stream, or goes silent in it (a live
     // one sends keepalives every second), gives back its slot and the root.
     let _ = sock.set_read_timeout(Some(sh.cfg.timeout.unwrap_or(REQUEST_WAIT)));
-    let conn = sock.try_clone();
-    let result = match (answer(writer, Status::Accepted, ""), conn) {
-        (Ok(()), Ok(conn)) => recv(file, conn, req.opts.partial).map(|n| ReceiverReport {
+    let run = |conn| match (&sh.hooks.stream, &sh.hooks.stream_out) {
+        (_, Some(send)) if req.send => send(file, conn),
+        (Some(recv), _) if !req.send => recv(file, conn, req.opts.partial),
+        _ => Err(Error::Usage("this daemon has no such streams".into())),
+    };
+    let result = match (answer(writer, Status::Accepted, ""), sock.try_clone()) {
+        (Ok(()), Ok(conn)) => run(conn).map(|n| ReceiverReport {
             files_total: 1,
             files_transferred: 1,
             bytes_total: n,
