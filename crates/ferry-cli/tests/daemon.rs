@@ -569,6 +569,29 @@ fn streams_go_into_a_file_beneath_the_root() {
         );
     }
     assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+    // A name that is another link of an outside file gets a file of its
+    // own; a set-ID file written over loses its bits.
+    std::fs::hard_link(&outside, root.join("backups/hl")).unwrap();
+    assert_eq!(code(&send(&d.url("backups/hl"), &[])), 0);
+    assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+    assert_eq!(std::fs::read(root.join("backups/hl")).unwrap(), data);
+    use std::os::unix::fs::PermissionsExt;
+    let suid = root.join("backups/tool");
+    std::fs::write(&suid, b"old").unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o6755)).unwrap();
+    assert_eq!(code(&send(&d.url("backups/tool"), &[])), 0);
+    let mode = std::fs::metadata(&suid).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o755, "{mode:o}");
+    // A write-only daemon offers nothing of what a file holds (its size
+    // and digest would tell a client that may not read it).
+    let w = Daemon::start(&key, &["--root", p(&root), "--write-only"]);
+    std::fs::write(root.join("backups/guess"), &data[..1 << 20]).unwrap();
+    let o = send(&w.url("backups/guess"), &["--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["bytes_resumed"], 0, "{j}");
+    assert_eq!(std::fs::read(root.join("backups/guess")).unwrap(), data);
+    drop(w);
     // A wrong key is refused (7), and nothing is written.
     let wrong = key_file(t.path(), "ffffffffffffffffffffffffffffffff");
     let o = run(&[

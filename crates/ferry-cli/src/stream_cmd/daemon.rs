@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_channel::Psk;
-use ferry_core::remote::daemon::{StreamRecv, StreamSend};
+use ferry_core::remote::daemon::{StreamDone, StreamRecv, StreamSend};
 use ferry_stream::{ErrorKind, Options, StreamError};
 
 use super::recv::ResumableFile;
@@ -24,17 +24,29 @@ fn options(key: &Psk, idle: Option<Duration>) -> Options {
     opts
 }
 
-/// A stream's failure as the daemon's session error.
+/// A stream's failure as the daemon's session error: a wrong key is an
+/// authentication failure, a broken stream a protocol error, the
+/// daemon's own file an I/O error, the rest the link's.
 fn failure(e: StreamError) -> ferry_core::Error {
-    use ferry_link::FatalClass;
-    let class = match e.kind {
-        ErrorKind::Usage => FatalClass::Usage,
-        ErrorKind::Io | ErrorKind::ConsumerExited | ErrorKind::ProducerFailed => FatalClass::Io,
-        _ => FatalClass::Connection,
-    };
-    ferry_core::Error::Peer {
-        class,
-        msg: e.to_string(),
+    use ferry_core::Error;
+    let msg = e.to_string();
+    match e.kind {
+        ErrorKind::WrongKey => Error::Auth(msg),
+        ErrorKind::Usage => Error::Usage(msg),
+        ErrorKind::Integrity => Error::Protocol(msg),
+        ErrorKind::Io | ErrorKind::ConsumerExited | ErrorKind::ProducerFailed => Error::Io {
+            path: "the stream's file".into(),
+            source: std::io::Error::other(msg),
+        },
+        _ => Error::Link(ferry_link::LinkError::Io(msg)),
+    }
+}
+
+/// What the session moved, from the stream's summary and counters.
+fn done(opts: &Options, s: ferry_stream::Summary) -> StreamDone {
+    StreamDone {
+        bytes: s.bytes,
+        resumed: ferry_stream::Stats::get(&opts.stats.resumed),
     }
 }
 
@@ -62,7 +74,7 @@ pub fn daemon_receiver(key: Psk, idle: Option<Duration>) -> Arc<StreamRecv> {
         let open: ferry_stream::Opener<ResumableFile> =
             Box::new(move || ResumableFile::from_file(file, resume, "the stream's file"));
         ferry_stream::recv_over(&opts, r, conn, open, Some(shut))
-            .map(|s| s.bytes)
+            .map(|s| done(&opts, s))
             .map_err(failure)
     })
 }
@@ -74,7 +86,7 @@ pub fn daemon_sender(key: Psk, idle: Option<Duration>) -> Arc<StreamSend> {
         let opts = options(&key, idle);
         let (r, abort) = halves(&conn, std::net::Shutdown::Both)?;
         ferry_stream::send_file_over(&opts, file, r, conn, Some(abort))
-            .map(|s| s.bytes)
+            .map(|s| done(&opts, s))
             .map_err(failure)
     })
 }

@@ -35,6 +35,8 @@ pub enum ConfineError {
     Io { path: String, source: io::Error },
     #[error("{0:?} is neither a regular file nor a directory; the daemon writes only those (and a stream only into a regular file)")]
     Special(String),
+    #[error("{0:?}: a stream goes into or comes from a regular file, not a directory")]
+    NotAFile(String),
 }
 
 /// `s` with control characters escaped, for a log line: a client's
@@ -184,6 +186,9 @@ fn open_regular(root: &OwnedFd, client: &str, write: bool) -> Result<std::fs::Fi
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
             return Err(ConfineError::Symlink(client.into()))
         }
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+            return Err(ConfineError::NotAFile(client.into()))
+        }
         Ok(st) if !regular(st.st_mode) => return Err(ConfineError::Special(client.into())),
         Ok(_) | Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(io(e.into())),
@@ -206,6 +211,23 @@ fn open_regular(root: &OwnedFd, client: &str, write: bool) -> Result<std::fs::Fi
     if !regular(st.st_mode) {
         return Err(ConfineError::Special(client.into()));
     }
+    let fd = if !write {
+        fd
+    } else if st.st_nlink != 1 || st.st_uid != rustix::process::geteuid().as_raw() {
+        // Another name of a file (perhaps outside the root), or another
+        // user's file: not written through. The name gets a new file, as a
+        // sync's rename would give it.
+        drop(fd);
+        rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(|e| io(e.into()))?;
+        let excl = flags | OFlags::EXCL;
+        rustix::fs::openat(&parent, name, excl, Mode::from_raw_mode(0o644))
+            .map_err(|e| io(e.into()))?
+    } else {
+        // Set-ID bits a write by root would keep: never for a client's bytes.
+        let mode = st.st_mode & 0o777;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| io(e.into()))?;
+        fd
+    };
     rustix::fs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| io(e.into()))?;
     Ok(std::fs::File::from(fd))
 }

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use client::{daemon_connect, daemon_stream, parse_url, DaemonUrl};
-pub use server::{serve_daemon, Hooks, Log, SessionEnd, StreamRecv, StreamSend, Watch};
+pub use server::{serve_daemon, Hooks, Log, SessionEnd, StreamDone, StreamRecv, StreamSend, Watch};
 
 use crate::SyncOptions;
 

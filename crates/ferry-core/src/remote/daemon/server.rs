@@ -111,12 +111,20 @@ pub type Watch = dyn Fn(&str, Arc<Stats>) -> Box<dyn FnOnce() + Send> + Send + S
 /// the stream's own handshake with the daemon's key (fresh session keys),
 /// then its data. `resume`: what the file holds may be offered. The bytes
 /// written, or why not. The CLI supplies it (`ferry-stream`).
-pub type StreamRecv = dyn Fn(std::fs::File, TcpStream, bool) -> Result<u64> + Send + Sync;
+pub type StreamRecv = dyn Fn(std::fs::File, TcpStream, bool) -> Result<StreamDone> + Send + Sync;
+
+/// What a stream session moved: the stream's length, and of it what was
+/// kept from an earlier one (a resume).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamDone {
+    pub bytes: u64,
+    pub resumed: u64,
+}
 
 /// Sends the file a client asked for (`ferry recv --from ferry://...`) as
 /// a stream over the bare connection, the daemon the stream's initiator;
 /// the bytes sent, or why not.
-pub type StreamSend = dyn Fn(std::fs::File, TcpStream) -> Result<u64> + Send + Sync;
+pub type StreamSend = dyn Fn(std::fs::File, TcpStream) -> Result<StreamDone> + Send + Sync;
 
 /// What the daemon's user adds: a watcher of sessions, a stream receiver
 /// (without one, stream requests are refused).
@@ -326,7 +334,7 @@ fn request(reader: &mut impl Read, sh: &Shared) -> std::result::Result<Parsed, (
 /// While a session runs, no other session changes what it walks or writes
 /// into: a symlink another client pushes cannot appear under a pull's walk
 /// or a push's destination after [`confine`] checked the path.
-enum Hold<'a> {
+pub(super) enum Hold<'a> {
     Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
     Alone(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
 }
@@ -400,6 +408,7 @@ fn stream_session(
     sh: &Shared,
     req: &Request,
     asked: &[String],
+    hold: Hold<'_>,
 ) -> SessionEnd {
     let Some(root) = &sh.root else {
         let why = "this daemon has no streams".to_string();
@@ -415,24 +424,41 @@ fn stream_session(
         Ok(f) => f,
         Err(e) => return refused(peer, writer, Status::Io, e.to_string()),
     };
+    // The file is held by its descriptor from here: the root is free for
+    // other sessions (a stream may run for hours), and the file is locked
+    // instead, so that two streams cannot interleave in it.
+    drop(hold);
+    let lock = if req.send {
+        rustix::fs::FlockOperation::NonBlockingLockShared
+    } else {
+        rustix::fs::FlockOperation::NonBlockingLockExclusive
+    };
+    if rustix::fs::flock(&file, lock).is_err() {
+        let why = "busy: another stream has this file; try again later".to_string();
+        return refused(peer, writer, Status::Busy, why);
+    }
     let dir = if req.send { "stream of" } else { "stream into" };
     let what = format!("{dir} {:?}", asked.first().map_or("", String::as_str));
     (sh.log)(&format!("{peer}: {what}"));
     // A client that never starts the stream, or goes silent in it (a live
     // one sends keepalives every second), gives back its slot and the root.
     let _ = sock.set_read_timeout(Some(sh.cfg.timeout.unwrap_or(REQUEST_WAIT)));
+    // What the file holds is offered (its size and digest) only by a
+    // daemon that would let the client read it anyway.
+    let resume = req.opts.partial && sh.cfg.allow_send;
     let run = |conn| match (&sh.hooks.stream, &sh.hooks.stream_out) {
         (_, Some(send)) if req.send => send(file, conn),
-        (Some(recv), _) if !req.send => recv(file, conn, req.opts.partial),
+        (Some(recv), _) if !req.send => recv(file, conn, resume),
         _ => Err(Error::Usage("this daemon has no such streams".into())),
     };
     let result = match (answer(writer, Status::Accepted, ""), sock.try_clone()) {
-        (Ok(()), Ok(conn)) => run(conn).map(|n| ReceiverReport {
+        (Ok(()), Ok(conn)) => run(conn).map(|d| ReceiverReport {
             files_total: 1,
             files_transferred: 1,
-            bytes_total: n,
-            bytes_transferred: n,
-            bytes_written: n,
+            bytes_total: d.bytes,
+            bytes_transferred: d.bytes,
+            bytes_written: if req.send { 0 } else { d.bytes - d.resumed },
+            bytes_resumed: d.resumed,
             ..ReceiverReport::default()
         }),
         (Err(e), _) | (_, Err(e)) => Err(Error::Link(ferry_link::LinkError::Io(e.to_string()))),
@@ -464,7 +490,7 @@ fn session_run(
         return refused(peer, &mut writer, Status::Busy, why.into());
     };
     if req.stream {
-        return stream_session(sock, &mut writer, peer, sh, &req, &asked);
+        return stream_session(sock, &mut writer, peer, sh, &req, &asked, _hold);
     }
     let _held = match confined(&mut req, sh) {
         Ok(h) => h,
