@@ -1,0 +1,207 @@
+//! The whole image: its partition table, then each partition's filesystem.
+
+use crate::error::{FsError, GuestError};
+use crate::part::{self, Scheme};
+use crate::{ext4, swap, xfs, Ranges, ReadAt, Window};
+
+/// What one filesystem reader found.
+#[derive(Debug)]
+pub struct FsMap {
+    /// "ext2", "ext3", "ext4", "xfs" or "swap".
+    pub kind: &'static str,
+    /// Byte ranges (relative to the filesystem's start) that the
+    /// filesystem certainly does not use.
+    pub free: Ranges,
+    /// Set when the filesystem says it is mounted, in use or needs
+    /// recovery: why. Its maps may change under the copy.
+    pub in_use: Option<String>,
+}
+
+/// How to map.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MapOptions {
+    /// Map filesystems that look in use as well.
+    pub force: bool,
+}
+
+/// What happened to one region of the image (a partition, or the whole
+/// image when it has no partition table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionKind {
+    /// A filesystem ferry read: `free` bytes of it are skipped.
+    Mapped { kind: &'static str, free: u64 },
+    /// Copied whole (with zero detection): not a filesystem ferry knows, or
+    /// one whose metadata did not check out.
+    Whole { why: String },
+}
+
+/// One region of the image and what was done with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub len: u64,
+    /// "the image", "partition 2", ...
+    pub what: String,
+    pub kind: RegionKind,
+}
+
+/// The guest's map of an image.
+#[derive(Debug, Default)]
+pub struct GuestMap {
+    /// The table's scheme: "GPT", "MBR" or "none".
+    pub scheme: &'static str,
+    /// Byte ranges of the image that no filesystem uses: treated as holes.
+    pub free: Ranges,
+    pub regions: Vec<Region>,
+    /// Why the partition table was not used, when it was not.
+    pub table_note: Option<String>,
+}
+
+impl GuestMap {
+    /// One line per region, for the summary.
+    pub fn summary_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(n) = &self.table_note {
+            out.push(format!("partition table not used: {n}"));
+        }
+        for r in &self.regions {
+            let line = match &r.kind {
+                RegionKind::Mapped { kind, free } => format!(
+                    "{}: {kind}, {} of {} unused, skipped",
+                    r.what,
+                    human(*free),
+                    human(r.len)
+                ),
+                RegionKind::Whole { why } => {
+                    format!("{}: copied whole ({why})", r.what)
+                }
+            };
+            out.push(line);
+        }
+        out
+    }
+}
+
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+type Reader = fn(&dyn ReadAt) -> Result<FsMap, FsError>;
+
+/// The filesystem readers, in the order they are tried.
+const READERS: [Reader; 3] = [ext4::free_ranges, xfs::free_ranges, swap::free_ranges];
+
+/// Which filesystem, if any, the region holds.
+fn probe(r: &dyn ReadAt) -> Result<Option<FsMap>, FsError> {
+    for read in READERS {
+        match read(r) {
+            Ok(m) => return Ok(Some(m)),
+            Err(FsError::NotThis(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// Map one region: its filesystem's free ranges (absolute) go into `free`.
+fn map_region(
+    img: &dyn ReadAt,
+    start: u64,
+    len: u64,
+    what: String,
+    opts: &MapOptions,
+    free: &mut Ranges,
+) -> Result<Region, GuestError> {
+    let win = Window {
+        inner: img,
+        base: start,
+        len,
+    };
+    let kind = match probe(&win) {
+        Ok(Some(m)) => {
+            if let Some(why) = &m.in_use {
+                if !opts.force {
+                    return Err(GuestError::InUse {
+                        what: m.kind,
+                        offset: start,
+                        why: why.clone(),
+                    });
+                }
+            }
+            let mut f = m.free;
+            f.clip(0, len);
+            for &(s, e) in f.as_slice() {
+                free.push(start + s, start + e);
+            }
+            RegionKind::Mapped {
+                kind: m.kind,
+                free: f.total(),
+            }
+        }
+        Ok(None) => RegionKind::Whole {
+            why: "no filesystem ferry reads".into(),
+        },
+        Err(FsError::Io(e)) if e.kind() != std::io::ErrorKind::UnexpectedEof => {
+            return Err(GuestError::Io(e))
+        }
+        Err(e) => RegionKind::Whole { why: e.to_string() },
+    };
+    Ok(Region {
+        start,
+        len,
+        what,
+        kind,
+    })
+}
+
+/// Map `img`: read its partition table (or take it as one filesystem), and
+/// each filesystem's allocation map. Only what is certainly unused ends up
+/// in [`GuestMap::free`].
+pub fn map_image(img: &dyn ReadAt, opts: &MapOptions) -> Result<GuestMap, GuestError> {
+    let size = img.size();
+    let mut map = GuestMap {
+        scheme: "none",
+        ..Default::default()
+    };
+    // A bare filesystem first: its first sectors are not a partition table.
+    let bare = match probe(img) {
+        Ok(Some(_)) => true,
+        Ok(None) => false,
+        Err(FsError::Io(e)) if e.kind() != std::io::ErrorKind::UnexpectedEof => {
+            return Err(GuestError::Io(e))
+        }
+        Err(_) => true,
+    };
+    if !bare {
+        match part::read_table(img) {
+            Ok(t) if !matches!(t.scheme, Scheme::None) => {
+                map.scheme = t.scheme.name();
+                for p in &t.parts {
+                    let what = format!("partition {} ({})", p.number, p.type_name);
+                    let region = map_region(img, p.start, p.len, what, opts, &mut map.free)?;
+                    map.regions.push(region);
+                }
+                return Ok(map);
+            }
+            Ok(_) => {}
+            Err(FsError::Io(e)) if e.kind() != std::io::ErrorKind::UnexpectedEof => {
+                return Err(GuestError::Io(e))
+            }
+            Err(e) => map.table_note = Some(e.to_string()),
+        }
+    }
+    let region = map_region(img, 0, size, "the image".into(), opts, &mut map.free)?;
+    map.regions.push(region);
+    Ok(map)
+}
