@@ -11,6 +11,7 @@ pub mod daemon_request;
 pub mod decompress;
 pub mod delta_signature;
 pub mod frame;
+pub mod guest_image;
 pub mod journal;
 pub mod listcheck;
 pub mod nbd_client;
@@ -44,6 +45,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("decompress", decompress::run),
     ("journal", journal::run),
     ("daemon_request", daemon_request::run),
+    ("guest_image", guest_image::run),
 ];
 
 /// The entry point of target `name`.

@@ -16,9 +16,17 @@ pub struct EngineArgs {
     pub delete: bool,
     /// Replace what is in the way: a non-empty directory where the source
     /// has a file, or a file given as the destination of a directory
-    /// (devices are never replaced).
+    /// (devices are never replaced). With --sparsify: copy an image whose
+    /// filesystem looks mounted or in use.
     #[arg(long)]
     pub force: bool,
+    /// For disk images, devices and NBD exports named as sources: read the
+    /// partition table (GPT, MBR) and the allocation maps of ext2/3/4, XFS
+    /// and swap, and treat the blocks the guest does not use as holes
+    /// (never read, never sent). Unknown or damaged filesystems are copied
+    /// whole; the summary says which.
+    #[arg(long)]
+    pub sparsify: bool,
     /// With --delete: delete even when the sender could not read part of
     /// the source (by default any such error turns deletion off).
     #[arg(long)]
@@ -291,6 +299,7 @@ impl EngineArgs {
                 max_size: self.max_size,
             },
             force: self.force,
+            sparsify: self.sparsify,
             ignore_errors: self.ignore_errors,
             fsync: !self.no_fsync,
             verify: self.verify,

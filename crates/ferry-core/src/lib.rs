@@ -59,8 +59,12 @@ pub struct SyncOptions {
     /// Remove destination entries that the source does not have.
     pub delete: bool,
     /// Replace a non-empty directory by a non-directory, and a top-level
-    /// non-directory destination (never a device) by a directory.
+    /// non-directory destination (never a device) by a directory. With
+    /// `sparsify`: map a filesystem that looks mounted or in use.
     pub force: bool,
+    /// Treat the blocks an image's guest filesystems do not use as holes
+    /// (named image files, devices and NBD exports; see `ferry-guest`).
+    pub sparsify: bool,
     /// Delete even after the sender could not read part of the source
     /// (without it, any such error turns `--delete` off for the run).
     pub ignore_errors: bool,
@@ -193,6 +197,7 @@ impl Default for SyncOptions {
             checksum: false,
             delete: false,
             force: false,
+            sparsify: false,
             ignore_errors: false,
             fsync: true,
             verify: false,

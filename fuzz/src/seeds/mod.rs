@@ -6,6 +6,7 @@
 //! corpus holds them and replays it.
 
 mod engine;
+mod guest;
 mod sender;
 mod wire;
 
@@ -30,6 +31,7 @@ pub fn all() -> Vec<Seed> {
     wire::decompress(&mut v);
     wire::journal(&mut v);
     wire::daemon_request(&mut v);
+    guest::guest_image(&mut v);
     v
 }
 

@@ -11,12 +11,14 @@
 //! [`Kind::of`] is the one place that tells a path argument from an NBD
 //! URI.
 
+mod guest;
 mod nbd;
 mod sink;
 mod source;
 
 use std::io;
 
+pub use guest::{looks_mounted, open_member, sparsify, split_member, MemberSource, Sparsified};
 pub use nbd::{NbdExport, NBD_CONNECTIONS};
 pub use sink::Sink;
 pub use source::Source;
@@ -49,25 +51,40 @@ impl Kind {
 }
 
 /// Whether a source argument is a directory (`None`: it does not exist).
-/// An NBD export is a file.
+/// An NBD export and a tar member are files.
 pub fn is_dir(arg: &str) -> Option<bool> {
     match Kind::of(arg) {
         Kind::Nbd => Some(false),
-        Kind::Path => std::fs::metadata(arg).ok().map(|m| m.is_dir()),
+        Kind::Path => match std::fs::metadata(arg) {
+            Ok(m) => Some(m.is_dir()),
+            Err(_) => split_member(arg).map(|_| false),
+        },
     }
 }
 
 /// The name a source has of its own in a destination directory, whatever
 /// the trailing-slash rule says: an NBD export's name (`nbd-export.img`
-/// for the default export). `None` for a path, which the plan names.
+/// for the default export), a tar member's own file name (`disk.img` for
+/// `vm.ova#dir/disk.img`). `None` for a path, which the plan names.
 pub fn own_name(arg: &str) -> Option<Vec<u8>> {
-    (Kind::of(arg) == Kind::Nbd).then(|| nbd::export_file_name(arg))
+    if Kind::of(arg) == Kind::Nbd {
+        return Some(nbd::export_file_name(arg));
+    }
+    let (_, member) = split_member(arg)?;
+    let base = member
+        .rsplit('/')
+        .find(|c| !c.is_empty() && *c != "." && *c != "..")?;
+    Some(base.as_bytes().to_vec())
 }
 
-/// Every local source must exist (itself, or the link at its path) before
-/// anything starts; an NBD export is checked when it is opened.
+/// Every local source must exist (itself, or the link at its path, or the
+/// archive of a member) before anything starts; an NBD export is checked
+/// when it is opened.
 pub fn check_sources_exist(sources: &[String]) -> Result<()> {
     for s in sources.iter().filter(|s| Kind::of(s) == Kind::Path) {
+        if split_member(s).is_some() {
+            continue;
+        }
         std::fs::symlink_metadata(s.trim_end_matches('/'))
             .or_else(|_| std::fs::symlink_metadata(s))
             .map_err(|e| Error::io(s, e))?;

@@ -30,6 +30,7 @@ pub(super) fn serve_args_with(
         (file_or_dir, "--file-or-dir"),
         (opts.delete, "--delete"),
         (opts.force, "--force"),
+        (opts.sparsify, "--sparsify"),
         (opts.ignore_errors, "--ignore-errors"),
         (!opts.fsync, "--no-fsync"),
         (opts.verify, "--verify"),

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use ferry_link::{Entry, EntryKind, Message, MsgTx};
@@ -47,6 +47,10 @@ pub(super) fn walk_all(
         let text = src.path.to_string_lossy();
         if crate::endpoint::Kind::of(&text) == crate::endpoint::Kind::Nbd {
             w.nbd(&text, src.name.clone())?;
+            continue;
+        }
+        if let Some((archive, member)) = crate::endpoint::split_member(&text) {
+            w.member(Path::new(archive), member, src.name.clone())?;
             continue;
         }
         let meta = if src.follow {
@@ -315,6 +319,15 @@ impl Walker<'_> {
             meta.len()
         };
         e.size = size;
+        if top && self.opts.sparsify {
+            let f = open_listed(path, ident, top)
+                .map_err(|err| Error::io_op("open for reading", path, err))?;
+            let mounted = crate::endpoint::looks_mounted(&f);
+            let reader: Arc<dyn Source> =
+                Arc::new(crate::direct::Reader::new(f, self.opts.direct_io));
+            let mtime = (e.mtime, e.mtime_nsec);
+            return self.send_image(path, e, mtime, reader, mounted);
+        }
         if self.opts.checksum && size > 0 {
             match open_listed(path, ident, top)
                 .and_then(|f| scan::file_digest(&f, size, self.opts.threads))
@@ -353,7 +366,7 @@ impl Walker<'_> {
             .unwrap_or_default();
         let id = self.next_id;
         self.next_id += 1;
-        let mut e = Entry {
+        let e = Entry {
             id,
             path: name,
             kind: Some(EntryKind::File),
@@ -366,15 +379,86 @@ impl Walker<'_> {
             ..Default::default()
         };
         let reader: Arc<dyn Source> = Arc::new(src);
+        let mtime = (e.mtime, e.mtime_nsec);
+        self.send_image(Path::new(uri), e, mtime, reader, None)
+    }
+
+    /// A member of a tar archive (`vm.ova#disk.img`), read in place: the
+    /// archive's owner, mode and time, the member's size.
+    fn member(&mut self, archive: &Path, member: &str, name: Vec<u8>) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(archive)
+            .map_err(|err| Error::io_op("open for reading", archive, err))?;
+        let meta = f.metadata().map_err(|err| Error::io(archive, err))?;
+        if !meta.is_file() {
+            return Err(Error::Usage(format!(
+                "{}: members are read from a regular file (a tar archive)",
+                archive.display()
+            )));
+        }
+        let reader: Arc<dyn Source> = Arc::new(crate::direct::Reader::new(f, self.opts.direct_io));
+        let m = crate::endpoint::open_member(reader, archive, member)?;
+        let size = m.len();
+        let id = take_id(&mut self.next_id)?;
+        let e = Entry {
+            id,
+            path: name,
+            kind: Some(EntryKind::File),
+            mode: libc::S_IFREG | (meta.mode() & 0o7777),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            size,
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec() as u32,
+            ..Default::default()
+        };
+        let shown = format!("{}#{member}", archive.display());
+        self.send_image(
+            Path::new(&shown),
+            e,
+            (meta.mtime(), meta.mtime_nsec() as u32),
+            Arc::new(m),
+            None,
+        )
+    }
+
+    /// A file read through a reader opened now and kept (an NBD export, a
+    /// tar member, an image under `--sparsify`): mapped through its guest
+    /// with `--sparsify`, digested with `--checksum`, entered in the table.
+    fn send_image(
+        &mut self,
+        path: &Path,
+        mut e: Entry,
+        mtime: (i64, u32),
+        mut reader: Arc<dyn Source>,
+        mounted: Option<String>,
+    ) -> Result<()> {
+        let size = e.size;
+        if self.opts.sparsify {
+            let shown = path.display().to_string();
+            let (r, map) =
+                crate::endpoint::sparsify(reader, size, &shown, self.opts.force, mounted)?;
+            reader = r;
+            if let Ok(mut n) = self.stats.notices.lock() {
+                n.extend(
+                    map.summary_lines()
+                        .into_iter()
+                        .map(|l| format!("{shown}: {l}")),
+                );
+            }
+        }
         if self.opts.checksum && size > 0 {
             e.digest = Some(
                 scan::file_digest(&*reader, size, self.opts.threads)
-                    .map_err(|err| Error::io(uri, err))?,
+                    .map_err(|err| Error::io(path, err))?,
             );
         }
         if let Ok(mut t) = self.table.lock() {
-            let f = SrcFile::kept(PathBuf::from(uri), size, (e.mtime, e.mtime_nsec), reader);
-            t.insert(id, Arc::new(f));
+            let f = SrcFile::kept(path.to_path_buf(), size, mtime, reader);
+            t.insert(e.id, Arc::new(f));
         }
         self.send(e)?;
         Ok(())

@@ -20,6 +20,7 @@ const FLAGS: &[&str] = &[
     "--file-or-dir",
     "--delete",
     "--force",
+    "--sparsify",
     "--ignore-errors",
     "--no-fsync",
     "--verify",
