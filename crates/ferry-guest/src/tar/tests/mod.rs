@@ -452,3 +452,26 @@ fn errors_read_well() {
     assert_eq!(e.to_string(), "not a tar archive (it is empty)");
     let _ = BLOCK;
 }
+
+#[test]
+fn link_names_labels_and_continuations() {
+    let target = b"t".repeat(300);
+    let a = archive(&[
+        (hdr_with(Some(GNU), "backup of monday", b'V', 0), vec![]),
+        (hdr_with(Some(GNU), "././@LongLink", b'K', 300), target),
+        (hdr("link", b'2', 0), vec![]),
+        (hdr_with(Some(GNU), "rest", b'M', 700), content("m", 700)),
+        file("disk", 3),
+    ]);
+    let what = |name| match find_member(&a, name) {
+        Err(TarError::NotRegular { what, .. }) => what,
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(what("link"), "a symbolic link");
+    assert_eq!(what("backup of monday"), "a volume label");
+    assert_eq!(
+        what("rest"),
+        "the continuation of a file from another volume"
+    );
+    assert_eq!(find_member(&a, "disk").unwrap().offset, 512 * 8);
+}
