@@ -90,7 +90,7 @@ fn listing(have: &[String], more: bool) -> String {
 
 /// How many names [`TarError::NotFound`] lists.
 const NOT_FOUND_NAMES: usize = 10;
-/// How many characters of a name [`TarError::NotFound`] shows.
+/// How many characters of a name an error message shows.
 const NOT_FOUND_NAME_CHARS: usize = 200;
 
 /// Find member `name` in the tar archive `r`: the offset and size of its
@@ -203,7 +203,7 @@ fn normalize(mut name: &[u8]) -> &[u8] {
 }
 
 /// At most [`NOT_FOUND_NAME_CHARS`] characters of a name, for a message.
-fn shorten(name: String) -> String {
+pub(super) fn shorten(name: String) -> String {
     match name.char_indices().nth(NOT_FOUND_NAME_CHARS) {
         Some((at, _)) => format!("{}...", &name[..at]),
         None => name,

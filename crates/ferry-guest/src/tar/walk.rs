@@ -182,10 +182,8 @@ pub(super) fn walk(r: &dyn ReadAt, mut visit: impl FnMut(Entry)) -> Result<(), T
                     _ => pending.pax.size.unwrap_or(hsize),
                 };
                 inside(data, size, end, || {
-                    format!(
-                        "the member {:?} at offset {pos}",
-                        String::from_utf8_lossy(&name)
-                    )
+                    let shown = super::shorten(String::from_utf8_lossy(&name).into_owned());
+                    format!("the member {shown:?} at offset {pos}")
                 })?;
                 visit(Entry {
                     name,

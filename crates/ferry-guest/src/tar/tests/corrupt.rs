@@ -215,3 +215,19 @@ fn compressed_and_other_files() {
     assert!(not(b"PK\x03\x04 zip"));
     assert!(not(&[0x55; 4096]));
 }
+
+#[test]
+fn messages_show_at_most_200_characters_of_a_name() {
+    let long = "n".repeat(5000);
+    let mut a = archive(&[
+        pax(&[("path", &long)]),
+        (hdr("x", b'0', 4000), vec![1; 4000]),
+    ]);
+    a.truncate(512 + 5120 + 512 + 100); // inside the member's data
+    let why = corrupt(find_member(&a, "x"));
+    assert!(
+        why.contains(&format!("\"{}...\"", "n".repeat(200))),
+        "{why}"
+    );
+    assert!(why.len() < 400, "{why}");
+}
