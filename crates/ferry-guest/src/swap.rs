@@ -130,6 +130,9 @@ fn version1(r: &dyn ReadAt, ps: u64) -> Result<FsMap, FsError> {
             ),
         ));
     }
+    // The region may be longer than the image (a partition cut short by a
+    // truncated image): the area's last byte must be there too.
+    read(r, &mut [0u8], end - 1)?;
     // As the kernel: at most as many bad pages as fit between the list's
     // start and the magic, each of them in 1..=last_page.
     let nr_bad = u64::from(field(NR_BADPAGES));

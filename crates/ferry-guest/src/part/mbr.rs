@@ -69,7 +69,10 @@ fn type_name(kind: u8) -> String {
 /// its second the link to the next EBR (relative to the extended
 /// partition's start) or empty at the chain's end; the other two must be
 /// empty. Every EBR must lie inside the extended partition, carry the
-/// 0x55AA signature and be visited once (a loop is corrupt).
+/// 0x55AA signature and be visited once (a loop is corrupt). A logical
+/// partition need not lie inside the extended one (Linux lists it wherever
+/// it is), but no partition may overlap another, the extended partition
+/// (for primaries), the MBR or an EBR.
 pub(super) fn read(r: &dyn ReadAt, sector0: &[u8; 512]) -> Result<Option<Table>, FsError> {
     let entries: Vec<Entry> = (0..4).map(|i| Entry::parse(sector0, i)).collect();
     if entries.iter().any(|e| e.status != 0x00 && e.status != 0x80) {
