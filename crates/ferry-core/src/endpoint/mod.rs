@@ -82,7 +82,14 @@ pub fn own_name(arg: &str) -> Option<Vec<u8>> {
 /// when it is opened.
 pub fn check_sources_exist(sources: &[String]) -> Result<()> {
     for s in sources.iter().filter(|s| Kind::of(s) == Kind::Path) {
-        if split_member(s).is_some() {
+        if let Some((archive, member)) = split_member(s) {
+            // A missing member or a compressed archive: said now, once.
+            let f = std::fs::File::open(archive).map_err(|e| Error::io(archive, e))?;
+            open_member(
+                std::sync::Arc::new(f),
+                std::path::Path::new(archive),
+                member,
+            )?;
             continue;
         }
         std::fs::symlink_metadata(s.trim_end_matches('/'))
