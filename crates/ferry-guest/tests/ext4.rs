@@ -132,6 +132,14 @@ fn dumpe2fs(img: &Path) -> Dump {
     }
 }
 
+/// Run several debugfs commands in one opening of `img` (each opening
+/// checks the checksums the previous command may have left stale).
+fn debugfs_w(img: &Path, cmds: &[&str]) {
+    let f = img.with_extension("cmds");
+    fs::write(&f, cmds.join("\n") + "\n").unwrap();
+    run("debugfs", &["-w", "-f", path_str(&f), path_str(img)]);
+}
+
 /// The blocks debugfs says file `f` uses.
 fn file_blocks(img: &Path, f: &str) -> Vec<u64> {
     let out = run("debugfs", &["-R", &format!("blocks /{f}"), path_str(img)]);
@@ -210,4 +218,348 @@ fn ext4_with_deleted_files_matches_dumpe2fs() {
         fs::metadata(&img).unwrap().len(),
         d.groups
     );
+}
+
+/// mke2fs with `opts`, filled with the content, one file deleted: the map
+/// is dumpe2fs's free list, the kept files' blocks are not in it.
+fn variant(prog: &str, size: &str, opts: &[&str], kind: &str) -> (FsMap, Dump) {
+    let dir = TempDir::new().unwrap();
+    let (content, files) = content(&dir);
+    let img = dir.path().join("img");
+    mkfs(&img, size, prog, opts, Some(&content));
+    run("debugfs", &["-w", "-R", "rm /sub/c", path_str(&img)]);
+    let m = map(&img);
+    assert_eq!(m.kind, kind, "{prog} {opts:?}");
+    assert!(m.in_use.is_none(), "{prog} {opts:?}: {:?}", m.in_use);
+    let d = check_against_dumpe2fs(&img, &m);
+    for f in files.iter().filter(|&&f| f != "sub/c") {
+        assert_misses(&m, &file_blocks(&img, f), d.block_size, f);
+    }
+    assert!(m.free.total() > 20 << 20, "{prog} {opts:?}: {}", m.free.total());
+    (m, d)
+}
+
+#[test]
+fn ext2_and_ext3() {
+    variant("mkfs.ext2", "64M", &[], "ext2");
+    variant("mkfs.ext2", "64M", &["-O", "^sparse_super,^resize_inode"], "ext2");
+    variant("mkfs.ext2", "64M", &["-b", "4096", "-g", "4096"], "ext2");
+    variant("mkfs.ext3", "64M", &[], "ext3");
+    variant("mkfs.ext3", "64M", &["-O", "meta_bg,^resize_inode"], "ext3");
+}
+
+#[test]
+fn ext4_layouts() {
+    for opts in [
+        &["-O", "^flex_bg"][..],
+        &["-O", "^64bit"],
+        &["-O", "meta_bg,^resize_inode"],
+        &["-O", "sparse_super2"],
+        &["-E", "desc_size=128"],
+        &["-b", "4096"],
+        &["-b", "2048", "-g", "2048", "-I", "128"],
+        &["-b", "65536"],
+        &["-G", "2", "-g", "1024"],
+        &["-O", "inline_data,quota,project,orphan_file"],
+    ] {
+        variant("mkfs.ext4", "64M", opts, "ext4");
+    }
+}
+
+#[test]
+fn ext4_checksum_kinds() {
+    // crc16 descriptors (uninit_bg), and none at all: BLOCK_UNINIT only
+    // with a checksum.
+    let (_, d) = variant("mkfs.ext4", "64M", &["-O", "^metadata_csum,uninit_bg"], "ext4");
+    assert!(d.uninit_groups > 0);
+    let (_, d) = variant("mkfs.ext4", "64M", &["-O", "^metadata_csum,^uninit_bg"], "ext4");
+    assert_eq!(d.uninit_groups, 0);
+    variant("mkfs.ext4", "64M", &["-O", "^metadata_csum,uninit_bg,^64bit"], "ext4");
+    // A checksum seed of its own: the UUID changed after mkfs.
+    let dir = TempDir::new().unwrap();
+    let img = dir.path().join("img");
+    mkfs(&img, "64M", "mkfs.ext4", &["-O", "metadata_csum_seed"], None);
+    run("tune2fs", &["-U", "random", path_str(&img)]);
+    check_against_dumpe2fs(&img, &map(&img));
+}
+
+#[test]
+fn big_sparse_images_with_uninit_groups() {
+    let dir = TempDir::new().unwrap();
+    let img = dir.path().join("img");
+    for opts in [
+        &[][..],
+        &["-b", "1024", "-O", "meta_bg,^resize_inode"],
+        &["-b", "1024", "-O", "meta_bg,^resize_inode,^64bit"],
+        &["-b", "1024", "-O", "^flex_bg"],
+    ] {
+        mkfs(&img, "2G", "mkfs.ext4", opts, None);
+        let m = map(&img);
+        let d = check_against_dumpe2fs(&img, &m);
+        assert!(d.uninit_groups * 2 > d.groups, "{opts:?}: {} of {}", d.uninit_groups, d.groups);
+        assert!(m.free.total() > 1900 << 20, "{opts:?}");
+    }
+}
+
+/// Mount `img` on a loop device at `mnt`; unmounted when dropped.
+struct Mounted<'a>(&'a Path);
+
+impl<'a> Mounted<'a> {
+    fn new(img: &Path, mnt: &'a Path) -> Mounted<'a> {
+        fs::create_dir_all(mnt).unwrap();
+        run("mount", &["-o", "loop", path_str(img), path_str(mnt)]);
+        Mounted(mnt)
+    }
+}
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0).status();
+    }
+}
+
+#[test]
+fn written_by_the_kernel_after_a_resize() {
+    // Grown by resize2fs (new groups BLOCK_UNINIT), then written and
+    // partly deleted by the kernel: while mounted the journal needs
+    // recovery (in use); after umount the map is dumpe2fs's again.
+    let dir = TempDir::new().unwrap();
+    let img = dir.path().join("img");
+    let mnt = dir.path().join("mnt");
+    mkfs(&img, "64M", "mkfs.ext4", &[], None);
+    File::options().write(true).open(&img).unwrap().set_len(512 << 20).unwrap();
+    run("resize2fs", &[path_str(&img)]);
+    check_against_dumpe2fs(&img, &map(&img));
+    {
+        let _m = Mounted::new(&img, &mnt);
+        for i in 0..6 {
+            random_file(&mnt.join(format!("f{i}")), 9 << 20, i);
+        }
+        fs::remove_file(mnt.join("f1")).unwrap();
+        fs::remove_file(mnt.join("f4")).unwrap();
+        run("sync", &[]);
+        let m = map(&img);
+        let why = m.in_use.expect("a mounted ext4 is in use");
+        assert!(why.contains("recovery"), "{why}");
+    }
+    let m = map(&img);
+    assert!(m.in_use.is_none(), "{:?}", m.in_use);
+    let d = check_against_dumpe2fs(&img, &m);
+    for f in ["f0", "f2", "f3", "f5"] {
+        assert_misses(&m, &file_blocks(&img, f), d.block_size, f);
+    }
+}
+
+/// Overwrite `bytes` at `off` of `img`.
+fn patch(img: &Path, off: u64, bytes: &[u8]) {
+    File::options()
+        .write(true)
+        .open(img)
+        .unwrap()
+        .write_all_at(bytes, off)
+        .unwrap();
+}
+
+fn read_at(img: &Path, off: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    File::open(img).unwrap().read_exact_at(&mut v, off).unwrap();
+    v
+}
+
+/// Where dumpe2fs says group `g`'s block bitmap is.
+fn bitmap_block(img: &Path, g: usize) -> u64 {
+    let text = run("dumpe2fs", &[path_str(img)]);
+    let group = text
+        .split(&format!("\nGroup {g}: "))
+        .nth(1)
+        .unwrap_or_else(|| panic!("dumpe2fs lists no group {g}"));
+    let at = group
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Block bitmap at "))
+        .unwrap();
+    at.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// An image made with `opts` and the content, for corrupting.
+fn image(dir: &TempDir, prog: &str, opts: &[&str]) -> PathBuf {
+    let (content, _) = content(dir);
+    let img = dir.path().join("img");
+    mkfs(&img, "64M", prog, opts, Some(&content));
+    img
+}
+
+fn corrupt(img: &Path, what: &str) {
+    match free_ranges(&Img::open(img)) {
+        Err(FsError::Corrupt { why, .. }) => assert!(why.contains(what), "{why}"),
+        other => panic!("expected Corrupt ({what}), got {other:?}"),
+    }
+}
+
+/// Clear the bitmap bit of a block file `f` uses (1 KiB blocks): the
+/// group it is in.
+fn free_a_used_block(img: &Path, f: &str) -> u64 {
+    let b = file_blocks(img, f)[100];
+    let g = (b - 1) / 8192;
+    let bit = (b - 1) % 8192;
+    let off = bitmap_block(img, g as usize) * 1024 + bit / 8;
+    let byte = read_at(img, off, 1)[0];
+    assert!(byte & (1 << (bit % 8)) != 0);
+    patch(img, off, &[byte & !(1 << (bit % 8))]);
+    g
+}
+
+#[test]
+fn a_flipped_bitmap_bit_is_caught() {
+    // metadata_csum: by the bitmap's checksum.
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext4", &[]);
+    free_a_used_block(&img, "e");
+    corrupt(&img, "block bitmap checksum mismatch");
+
+    // No checksums (ext2): by the group's free count.
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext2", &[]);
+    let g = free_a_used_block(&img, "e");
+    corrupt(&img, &format!("bitmap of group {g} disagrees with its free count"));
+}
+
+#[test]
+fn a_wrong_free_count_is_caught() {
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext2", &[]);
+    run("debugfs", &["-w", "-R", "set_bg 2 free_blocks_count 100", path_str(&img)]);
+    corrupt(&img, "bitmap of group 2 disagrees with its free count");
+}
+
+#[test]
+fn metadata_marked_free_is_caught() {
+    // ext2, group 1: the first block of its inode table cleared in the
+    // bitmap, and the free count raised to match.
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext2", &[]);
+    let text = run("dumpe2fs", &[path_str(&img)]);
+    let g1 = text.split("\nGroup 1:").nth(1).unwrap();
+    let field = |name: &str| -> u64 {
+        let l = g1.lines().find_map(|l| l.trim().strip_prefix(name)).unwrap();
+        l.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let itable = field("Inode table at ");
+    let free: u64 = g1
+        .lines()
+        .find(|l| l.contains(" free blocks, "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let off = bitmap_block(&img, 1) * 1024;
+    let bit = (itable - (8192 + 1)) as usize;
+    let byte = read_at(&img, off + (bit / 8) as u64, 1)[0];
+    patch(&img, off + (bit / 8) as u64, &[byte & !(1 << (bit % 8))]);
+    let cmd = format!("set_bg 1 free_blocks_count {}", free + 1);
+    run("debugfs", &["-w", "-R", &cmd, path_str(&img)]);
+    corrupt(&img, "metadata blocks are free");
+}
+
+#[test]
+fn a_descriptor_checksum_is_checked() {
+    for opts in [&[][..], &["-O", "^metadata_csum,uninit_bg"]] {
+        let dir = TempDir::new().unwrap();
+        let img = image(&dir, "mkfs.ext4", opts);
+        // The descriptor table starts at block 2 (1 KiB blocks): group 3's
+        // free inode count.
+        let off = 2 * 1024 + 3 * 64 + 0xE;
+        let b = read_at(&img, off, 1)[0];
+        patch(&img, off, &[b ^ 4]);
+        corrupt(&img, "descriptor of group 3: checksum mismatch");
+    }
+}
+
+#[test]
+fn block_uninit_on_a_group_with_data_is_caught() {
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext4", &[]);
+    let before = map(&img);
+    check_against_dumpe2fs(&img, &before);
+    // Group 1 holds file data (the map says so: not all of it is free).
+    debugfs_w(&img, &["set_bg 1 flags 3", "set_bg 1 checksum calc"]);
+    corrupt(&img, "bitmap of group 1 disagrees with its free count");
+}
+
+#[test]
+fn no_magic_is_not_ext() {
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext4", &[]);
+    patch(&img, 1024 + 0x38, &[0, 0]);
+    assert!(matches!(free_ranges(&Img::open(&img)), Err(FsError::NotThis(_))));
+    assert!(matches!(free_ranges(&vec![0u8; 100]), Err(FsError::NotThis(_))));
+}
+
+#[test]
+fn a_truncated_image_is_corrupt() {
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext4", &[]);
+    File::options().write(true).open(&img).unwrap().set_len(60 << 20).unwrap();
+    corrupt(&img, "truncated");
+    File::options().write(true).open(&img).unwrap().set_len(1500).unwrap();
+    corrupt(&img, "truncated");
+}
+
+#[test]
+fn features_ferry_does_not_read() {
+    let dir = TempDir::new().unwrap();
+    let img = dir.path().join("img");
+    mkfs(&img, "64M", "mkfs.ext4", &["-O", "bigalloc"], None);
+    assert!(matches!(free_ranges(&Img::open(&img)), Err(FsError::Unsupported { .. })));
+    // An incompat bit nobody knows (ext2: no superblock checksum).
+    mkfs(&img, "64M", "mkfs.ext2", &[], None);
+    let inc = read_at(&img, 1024 + 0x60, 4);
+    let v = u32::from_le_bytes(inc.try_into().unwrap()) | 0x0100_0000;
+    patch(&img, 1024 + 0x60, &v.to_le_bytes());
+    match free_ranges(&Img::open(&img)) {
+        Err(FsError::Unsupported { why, .. }) => assert!(why.contains("0x1000000"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn in_use_flags() {
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext4", &[]);
+    run("debugfs", &["-w", "-R", "feature needs_recovery", path_str(&img)]);
+    let m = map(&img);
+    assert!(m.in_use.as_deref().unwrap().contains("recovery"));
+    // Still mapped, and right.
+    check_against_dumpe2fs(&img, &m);
+
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext2", &[]);
+    run("debugfs", &["-w", "-R", "ssv state 0", path_str(&img)]);
+    assert!(map(&img).in_use.unwrap().contains("not clean"));
+    run("debugfs", &["-w", "-R", "ssv state 3", path_str(&img)]);
+    assert!(map(&img).in_use.unwrap().contains("errors"));
+}
+
+#[test]
+fn mmp() {
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext4", &["-O", "mmp"]);
+    let m = map(&img);
+    assert!(m.in_use.is_none(), "{:?}", m.in_use);
+    check_against_dumpe2fs(&img, &m);
+    // debugfs puts the clean sequence back as it closes: write it here.
+    let out = run("debugfs", &["-R", "dump_mmp", path_str(&img)]);
+    let block: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("block_number: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let bs = dumpe2fs(&img).block_size;
+    patch(&img, block * bs + 4, &0x1234_5678u32.to_le_bytes());
+    assert!(map(&img).in_use.unwrap().contains("mounted (MMP)"));
+    patch(&img, block * bs + 4, &0xE24D_4D50u32.to_le_bytes());
+    assert!(map(&img).in_use.unwrap().contains("e2fsck"));
+    patch(&img, block * bs, &[0; 4]);
+    corrupt(&img, "MMP");
 }
