@@ -7,10 +7,12 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use ferry_guest::ext4::free_ranges;
 use ferry_guest::map::FsMap;
 use ferry_guest::{FsError, ReadAt};
+use proptest::prelude::*;
 use tempfile::TempDir;
 
 /// An image file, read in place (images here are sparse and may be big).
@@ -143,10 +145,7 @@ fn debugfs_w(img: &Path, cmds: &[&str]) {
 /// The blocks debugfs says file `f` uses.
 fn file_blocks(img: &Path, f: &str) -> Vec<u64> {
     let out = run("debugfs", &["-R", &format!("blocks /{f}"), path_str(img)]);
-    let v: Vec<u64> = out
-        .split_whitespace()
-        .map(|w| w.parse().unwrap())
-        .collect();
+    let v: Vec<u64> = out.split_whitespace().map(|w| w.parse().unwrap()).collect();
     assert!(!v.is_empty(), "debugfs lists no blocks for {f}");
     v
 }
@@ -177,7 +176,9 @@ fn check_against_dumpe2fs(img: &Path, m: &FsMap) -> Dump {
 fn assert_misses(m: &FsMap, blocks: &[u64], bs: u64, what: &str) {
     for &b in blocks {
         assert!(
-            m.free.first_ending_after(b * bs).is_none_or(|r| r.0 >= (b + 1) * bs),
+            m.free
+                .first_ending_after(b * bs)
+                .is_none_or(|r| r.0 >= (b + 1) * bs),
             "block {b} of {what} is reported free"
         );
     }
@@ -191,9 +192,15 @@ fn ext4_with_deleted_files_matches_dumpe2fs() {
     mkfs(&img, "64M", "mkfs.ext4", &[], Some(&content));
     let before = map(&img);
     check_against_dumpe2fs(&img, &before);
-    let gone: Vec<Vec<u64>> = ["a", "sub/d"].iter().map(|f| file_blocks(&img, f)).collect();
+    let gone: Vec<Vec<u64>> = ["a", "sub/d"]
+        .iter()
+        .map(|f| file_blocks(&img, f))
+        .collect();
     for f in ["a", "sub/d"] {
-        run("debugfs", &["-w", "-R", &format!("rm /{f}"), path_str(&img)]);
+        run(
+            "debugfs",
+            &["-w", "-R", &format!("rm /{f}"), path_str(&img)],
+        );
     }
     let m = map(&img);
     assert_eq!(m.kind, "ext4");
@@ -206,7 +213,10 @@ fn ext4_with_deleted_files_matches_dumpe2fs() {
     assert!(m.free.total() >= before.free.total() + freed * bs);
     for v in &gone {
         for &b in v {
-            assert!(m.free.first_ending_after(b * bs).is_some_and(|r| r.0 <= b * bs));
+            assert!(m
+                .free
+                .first_ending_after(b * bs)
+                .is_some_and(|r| r.0 <= b * bs));
         }
     }
     for f in files.iter().filter(|f| !["a", "sub/d"].contains(f)) {
@@ -235,14 +245,23 @@ fn variant(prog: &str, size: &str, opts: &[&str], kind: &str) -> (FsMap, Dump) {
     for f in files.iter().filter(|&&f| f != "sub/c") {
         assert_misses(&m, &file_blocks(&img, f), d.block_size, f);
     }
-    assert!(m.free.total() > 20 << 20, "{prog} {opts:?}: {}", m.free.total());
+    assert!(
+        m.free.total() > 20 << 20,
+        "{prog} {opts:?}: {}",
+        m.free.total()
+    );
     (m, d)
 }
 
 #[test]
 fn ext2_and_ext3() {
     variant("mkfs.ext2", "64M", &[], "ext2");
-    variant("mkfs.ext2", "64M", &["-O", "^sparse_super,^resize_inode"], "ext2");
+    variant(
+        "mkfs.ext2",
+        "64M",
+        &["-O", "^sparse_super,^resize_inode"],
+        "ext2",
+    );
     variant("mkfs.ext2", "64M", &["-b", "4096", "-g", "4096"], "ext2");
     variant("mkfs.ext3", "64M", &[], "ext3");
     variant("mkfs.ext3", "64M", &["-O", "meta_bg,^resize_inode"], "ext3");
@@ -270,15 +289,36 @@ fn ext4_layouts() {
 fn ext4_checksum_kinds() {
     // crc16 descriptors (uninit_bg), and none at all: BLOCK_UNINIT only
     // with a checksum.
-    let (_, d) = variant("mkfs.ext4", "64M", &["-O", "^metadata_csum,uninit_bg"], "ext4");
+    let (_, d) = variant(
+        "mkfs.ext4",
+        "64M",
+        &["-O", "^metadata_csum,uninit_bg"],
+        "ext4",
+    );
     assert!(d.uninit_groups > 0);
-    let (_, d) = variant("mkfs.ext4", "64M", &["-O", "^metadata_csum,^uninit_bg"], "ext4");
+    let (_, d) = variant(
+        "mkfs.ext4",
+        "64M",
+        &["-O", "^metadata_csum,^uninit_bg"],
+        "ext4",
+    );
     assert_eq!(d.uninit_groups, 0);
-    variant("mkfs.ext4", "64M", &["-O", "^metadata_csum,uninit_bg,^64bit"], "ext4");
+    variant(
+        "mkfs.ext4",
+        "64M",
+        &["-O", "^metadata_csum,uninit_bg,^64bit"],
+        "ext4",
+    );
     // A checksum seed of its own: the UUID changed after mkfs.
     let dir = TempDir::new().unwrap();
     let img = dir.path().join("img");
-    mkfs(&img, "64M", "mkfs.ext4", &["-O", "metadata_csum_seed"], None);
+    mkfs(
+        &img,
+        "64M",
+        "mkfs.ext4",
+        &["-O", "metadata_csum_seed"],
+        None,
+    );
     run("tune2fs", &["-U", "random", path_str(&img)]);
     check_against_dumpe2fs(&img, &map(&img));
 }
@@ -296,25 +336,38 @@ fn big_sparse_images_with_uninit_groups() {
         mkfs(&img, "2G", "mkfs.ext4", opts, None);
         let m = map(&img);
         let d = check_against_dumpe2fs(&img, &m);
-        assert!(d.uninit_groups * 2 > d.groups, "{opts:?}: {} of {}", d.uninit_groups, d.groups);
+        assert!(
+            d.uninit_groups * 2 > d.groups,
+            "{opts:?}: {} of {}",
+            d.uninit_groups,
+            d.groups
+        );
         assert!(m.free.total() > 1900 << 20, "{opts:?}");
     }
 }
 
-/// Mount `img` on a loop device at `mnt`; unmounted when dropped.
-struct Mounted<'a>(&'a Path);
+/// Mount `img` on a loop device at `mnt`; unmounted by [`Mounted::umount`]
+/// (or, when a test fails, as it is dropped).
+struct Mounted<'a>(&'a Path, bool);
 
 impl<'a> Mounted<'a> {
     fn new(img: &Path, mnt: &'a Path) -> Mounted<'a> {
         fs::create_dir_all(mnt).unwrap();
         run("mount", &["-o", "loop", path_str(img), path_str(mnt)]);
-        Mounted(mnt)
+        Mounted(mnt, true)
+    }
+
+    fn umount(mut self) {
+        run("umount", &[path_str(self.0)]);
+        self.1 = false;
     }
 }
 
 impl Drop for Mounted<'_> {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.0).status();
+        if self.1 {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
     }
 }
 
@@ -327,21 +380,32 @@ fn written_by_the_kernel_after_a_resize() {
     let img = dir.path().join("img");
     let mnt = dir.path().join("mnt");
     mkfs(&img, "64M", "mkfs.ext4", &[], None);
-    File::options().write(true).open(&img).unwrap().set_len(512 << 20).unwrap();
+    File::options()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(512 << 20)
+        .unwrap();
     run("resize2fs", &[path_str(&img)]);
     check_against_dumpe2fs(&img, &map(&img));
-    {
-        let _m = Mounted::new(&img, &mnt);
-        for i in 0..6 {
-            random_file(&mnt.join(format!("f{i}")), 9 << 20, i);
-        }
-        fs::remove_file(mnt.join("f1")).unwrap();
-        fs::remove_file(mnt.join("f4")).unwrap();
-        run("sync", &[]);
-        let m = map(&img);
-        let why = m.in_use.expect("a mounted ext4 is in use");
-        assert!(why.contains("recovery"), "{why}");
+    let mounted = Mounted::new(&img, &mnt);
+    for i in 0..6 {
+        random_file(&mnt.join(format!("f{i}")), 9 << 20, i);
     }
+    fs::remove_file(mnt.join("f1")).unwrap();
+    fs::remove_file(mnt.join("f4")).unwrap();
+    run("sync", &[]);
+    // The kernel may still be writing: the maps may not check out, but if
+    // they do the filesystem says it is in use.
+    match free_ranges(&Img::open(&img)) {
+        Ok(m) => {
+            let why = m.in_use.expect("a mounted ext4 is in use");
+            assert!(why.contains("recovery"), "{why}");
+        }
+        Err(FsError::Corrupt { why, .. }) => eprintln!("mounted: {why}"),
+        Err(e) => panic!("mounted: {e}"),
+    }
+    mounted.umount();
     let m = map(&img);
     assert!(m.in_use.is_none(), "{:?}", m.in_use);
     let d = check_against_dumpe2fs(&img, &m);
@@ -420,14 +484,20 @@ fn a_flipped_bitmap_bit_is_caught() {
     let dir = TempDir::new().unwrap();
     let img = image(&dir, "mkfs.ext2", &[]);
     let g = free_a_used_block(&img, "e");
-    corrupt(&img, &format!("bitmap of group {g} disagrees with its free count"));
+    corrupt(
+        &img,
+        &format!("bitmap of group {g} disagrees with its free count"),
+    );
 }
 
 #[test]
 fn a_wrong_free_count_is_caught() {
     let dir = TempDir::new().unwrap();
     let img = image(&dir, "mkfs.ext2", &[]);
-    run("debugfs", &["-w", "-R", "set_bg 2 free_blocks_count 100", path_str(&img)]);
+    run(
+        "debugfs",
+        &["-w", "-R", "set_bg 2 free_blocks_count 100", path_str(&img)],
+    );
     corrupt(&img, "bitmap of group 2 disagrees with its free count");
 }
 
@@ -440,8 +510,15 @@ fn metadata_marked_free_is_caught() {
     let text = run("dumpe2fs", &[path_str(&img)]);
     let g1 = text.split("\nGroup 1:").nth(1).unwrap();
     let field = |name: &str| -> u64 {
-        let l = g1.lines().find_map(|l| l.trim().strip_prefix(name)).unwrap();
-        l.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+        let l = g1
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap();
+        l.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
     };
     let itable = field("Inode table at ");
     let free: u64 = g1
@@ -490,17 +567,33 @@ fn no_magic_is_not_ext() {
     let dir = TempDir::new().unwrap();
     let img = image(&dir, "mkfs.ext4", &[]);
     patch(&img, 1024 + 0x38, &[0, 0]);
-    assert!(matches!(free_ranges(&Img::open(&img)), Err(FsError::NotThis(_))));
-    assert!(matches!(free_ranges(&vec![0u8; 100]), Err(FsError::NotThis(_))));
+    assert!(matches!(
+        free_ranges(&Img::open(&img)),
+        Err(FsError::NotThis(_))
+    ));
+    assert!(matches!(
+        free_ranges(&vec![0u8; 100]),
+        Err(FsError::NotThis(_))
+    ));
 }
 
 #[test]
 fn a_truncated_image_is_corrupt() {
     let dir = TempDir::new().unwrap();
     let img = image(&dir, "mkfs.ext4", &[]);
-    File::options().write(true).open(&img).unwrap().set_len(60 << 20).unwrap();
+    File::options()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(60 << 20)
+        .unwrap();
     corrupt(&img, "truncated");
-    File::options().write(true).open(&img).unwrap().set_len(1500).unwrap();
+    File::options()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(1500)
+        .unwrap();
     corrupt(&img, "truncated");
 }
 
@@ -509,7 +602,10 @@ fn features_ferry_does_not_read() {
     let dir = TempDir::new().unwrap();
     let img = dir.path().join("img");
     mkfs(&img, "64M", "mkfs.ext4", &["-O", "bigalloc"], None);
-    assert!(matches!(free_ranges(&Img::open(&img)), Err(FsError::Unsupported { .. })));
+    assert!(matches!(
+        free_ranges(&Img::open(&img)),
+        Err(FsError::Unsupported { .. })
+    ));
     // An incompat bit nobody knows (ext2: no superblock checksum).
     mkfs(&img, "64M", "mkfs.ext2", &[], None);
     let inc = read_at(&img, 1024 + 0x60, 4);
@@ -525,7 +621,10 @@ fn features_ferry_does_not_read() {
 fn in_use_flags() {
     let dir = TempDir::new().unwrap();
     let img = image(&dir, "mkfs.ext4", &[]);
-    run("debugfs", &["-w", "-R", "feature needs_recovery", path_str(&img)]);
+    run(
+        "debugfs",
+        &["-w", "-R", "feature needs_recovery", path_str(&img)],
+    );
     let m = map(&img);
     assert!(m.in_use.as_deref().unwrap().contains("recovery"));
     // Still mapped, and right.
@@ -562,4 +661,117 @@ fn mmp() {
     assert!(map(&img).in_use.unwrap().contains("e2fsck"));
     patch(&img, block * bs, &[0; 4]);
     corrupt(&img, "MMP");
+}
+
+/// Small real images (4 MiB, 1 KiB blocks, 4 groups, a few files, one
+/// deleted), made once: ext2, ext4 with crc16 descriptors, ext4 with
+/// metadata_csum.
+fn small_images() -> &'static [Vec<u8>] {
+    static IMAGES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let dir = TempDir::new().unwrap();
+        let content = dir.path().join("content");
+        fs::create_dir_all(&content).unwrap();
+        for i in 0..4u64 {
+            random_file(
+                &content.join(format!("f{i}")),
+                100_000 * (i as usize + 1),
+                i,
+            );
+        }
+        let img = dir.path().join("img");
+        let mut out = Vec::new();
+        for (prog, o) in [
+            ("mkfs.ext2", &[][..]),
+            ("mkfs.ext4", &["-O", "^metadata_csum,uninit_bg"]),
+            ("mkfs.ext4", &[]),
+        ] {
+            let mut opts = vec!["-b", "1024", "-N", "64", "-g", "1024"];
+            opts.extend_from_slice(o);
+            mkfs(&img, "4M", prog, &opts, Some(&content));
+            run("debugfs", &["-w", "-R", "rm /f1", path_str(&img)]);
+            let m = map(&img);
+            check_against_dumpe2fs(&img, &m);
+            out.push(fs::read(&img).unwrap());
+        }
+        out
+    })
+}
+
+/// Whatever it returns, the map names only whole blocks inside the
+/// image, never the superblock.
+fn sane(img: &[u8]) {
+    if let Ok(m) = free_ranges(&img.to_vec()) {
+        for &(s, e) in m.free.as_slice() {
+            assert!(s < e && e <= img.len() as u64 && s % 1024 == 0 && e % 1024 == 0);
+        }
+        assert!(m.free.first_ending_after(1024).is_none_or(|r| r.0 >= 2048));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn mutated_real_images_never_panic(
+        which in 0usize..3,
+        // Most of the metadata of these images is in the first 64 KiB.
+        edits in prop::collection::vec((0usize..70_000, any::<u8>()), 1..8),
+        far in prop::collection::vec((0usize..4 << 20, any::<u8>()), 0..3),
+    ) {
+        let mut img = small_images()[which].clone();
+        for (off, b) in edits.into_iter().chain(far) {
+            img[off] = b;
+        }
+        sane(&img);
+    }
+
+    #[test]
+    fn truncated_real_images_never_panic(which in 0usize..3, len in 0usize..4 << 20) {
+        let img = &small_images()[which][..len];
+        prop_assert!(free_ranges(&img.to_vec()).is_err());
+    }
+
+    #[test]
+    fn random_bytes_with_the_magic_never_panic(
+        mut bytes in prop::collection::vec(any::<u8>(), 2048..80_000),
+        log in 0u32..3,
+    ) {
+        bytes[1024 + 0x38] = 0x53;
+        bytes[1024 + 0x39] = 0xEF;
+        // Some fields made plausible, so that parsing goes further.
+        bytes[1024 + 0x18..1024 + 0x1C].copy_from_slice(&log.to_le_bytes());
+        bytes[1024 + 0x1C..1024 + 0x20].copy_from_slice(&log.to_le_bytes());
+        bytes[1024 + 0x14..1024 + 0x18].copy_from_slice(&u32::from(log == 0).to_le_bytes());
+        sane(&bytes);
+    }
+}
+
+#[test]
+fn grown_offline_past_its_reserved_descriptor_blocks() {
+    // No resize_inode: resize2fs has to move the metadata after the
+    // descriptor table to grow it.
+    let dir = TempDir::new().unwrap();
+    let (content, files) = content(&dir);
+    let img = dir.path().join("img");
+    mkfs(
+        &img,
+        "64M",
+        "mkfs.ext4",
+        &["-O", "^resize_inode"],
+        Some(&content),
+    );
+    File::options()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    run("resize2fs", &[path_str(&img)]);
+    let m = map(&img);
+    let d = check_against_dumpe2fs(&img, &m);
+    assert!(d.groups > 300);
+    for f in &files {
+        assert_misses(&m, &file_blocks(&img, f), d.block_size, f);
+    }
 }

@@ -38,7 +38,7 @@ pub(crate) fn free_runs(bits: &[u8], n: u64, mut f: impl FnMut(u64, u64)) {
     let mut i = 0u64;
     while i < n {
         let byte = bits.get((i / 8) as usize).copied().unwrap_or(0xFF);
-        if i % 8 == 0 && i + 8 <= n && (byte == 0 || byte == 0xFF) {
+        if i.is_multiple_of(8) && i + 8 <= n && (byte == 0 || byte == 0xFF) {
             if byte == 0 {
                 run.get_or_insert(i);
             } else if let Some(s) = run.take() {

@@ -8,7 +8,7 @@ fn is_power_of(mut n: u64, base: u64) -> bool {
     if n == 0 {
         return false;
     }
-    while n % base == 0 {
+    while n.is_multiple_of(base) {
         n /= base;
     }
     n == 1

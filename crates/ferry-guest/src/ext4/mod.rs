@@ -111,8 +111,8 @@ fn read_descs(r: &dyn ReadAt, sb: &Super) -> Result<Vec<Desc>, FsError> {
     let ds = sb.desc_size as usize;
     let mut block = vec![0u8; bs];
     let mut cached: Option<u64> = None;
-    // groups <= MAX_GROUPS and each has a descriptor in the image.
-    let mut out = Vec::with_capacity(sb.groups as usize);
+    // Grown as descriptors are read: a truncated table fails early.
+    let mut out = Vec::new();
     for g in 0..sb.groups {
         let m = g / sb.desc_per_block;
         let blk = layout::desc_block(sb, m)
@@ -235,4 +235,103 @@ fn group(
         free.push((start + s) * bs, (start + e) * bs)
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put32(b: &mut [u8], off: usize, v: u32) {
+        b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// A hand-made ext2: 1 KiB blocks, one group of 8192 blocks; the
+    /// descriptors in block 2, block bitmap 3, inode bitmap 4, inode table
+    /// 5..21; blocks 1..=20 (bits 0..20) and 100..200 in use.
+    fn ext2() -> Vec<u8> {
+        let mut img = vec![0u8; 8193 * 1024];
+        img[1024..2048].copy_from_slice(&sb::tests::ext2_sb(1));
+        let d = 2 * 1024;
+        put32(&mut img, d, 3);
+        put32(&mut img, d + 4, 4);
+        put32(&mut img, d + 8, 5);
+        let free = 8192 - 20 - 100;
+        img[d + 0xC..d + 0xE].copy_from_slice(&(free as u16).to_le_bytes());
+        let bb = 3 * 1024;
+        bitmap::set_range(&mut img[bb..bb + 1024], 0, 20);
+        bitmap::set_range(&mut img[bb..bb + 1024], 99, 199);
+        img
+    }
+
+    fn corrupt(img: &[u8], what: &str) {
+        match free_ranges(&img.to_vec()) {
+            Err(FsError::Corrupt { why, .. }) => assert!(why.contains(what), "{why}"),
+            other => panic!("expected Corrupt ({what}), got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hand_made_ext2() {
+        let m = free_ranges(&ext2()).unwrap();
+        assert_eq!(m.kind, "ext2");
+        assert!(m.in_use.is_none());
+        let k = 1024;
+        assert_eq!(m.free.as_slice(), [(21 * k, 100 * k), (200 * k, 8193 * k)]);
+    }
+
+    #[test]
+    fn metadata_out_of_place() {
+        let d = 2 * 1024;
+        for (off, v, why) in [
+            // Outside the group (no flex_bg), outside the filesystem.
+            (d, 9000, "outside the group"),
+            (d + 8, 8190, "outside the group"),
+            (d + 4, u32::MAX, "outside the group"),
+            // On the descriptors.
+            (d + 4, 2, "on its superblock or descriptors"),
+            // On another one.
+            (d + 4, 6, "overlap"),
+            (d, 0, "outside the group"),
+        ] {
+            let mut img = ext2();
+            put32(&mut img, off, v);
+            corrupt(&img, why);
+        }
+    }
+
+    #[test]
+    fn block_uninit_needs_a_checksum_feature() {
+        // Without one, the flag is ignored: the bitmap is read.
+        let mut img = ext2();
+        img[2 * 1024 + 0x12] = desc::BLOCK_UNINIT as u8;
+        let m = free_ranges(&img).unwrap();
+        assert_eq!(m.free.as_slice()[0], (21 * 1024, 100 * 1024));
+    }
+
+    #[test]
+    fn counts_must_agree() {
+        let mut img = ext2();
+        img[2 * 1024 + 0xC] ^= 1;
+        corrupt(&img, "bitmap of group 0 disagrees with its free count");
+    }
+
+    #[test]
+    fn padding_past_the_last_block_is_ignored() {
+        // The group is cut short: 8000 blocks; bits past them set or not,
+        // only the blocks count.
+        let mut img = ext2();
+        put32(&mut img, 1024 + 0x4, 8001);
+        let free = 8000 - 20 - 100;
+        img[2 * 1024 + 0xC..2 * 1024 + 0xE].copy_from_slice(&(free as u16).to_le_bytes());
+        let m = free_ranges(&img).unwrap();
+        assert_eq!(m.free.as_slice()[1], (200 * 1024, 8001 * 1024));
+    }
+
+    #[test]
+    fn mmp_block_outside() {
+        let mut img = ext2();
+        put32(&mut img, 1024 + 0x60, sb::INCOMPAT_MMP);
+        put32(&mut img, 1024 + 0x168, 9999);
+        corrupt(&img, "MMP block 9999 outside");
+    }
 }

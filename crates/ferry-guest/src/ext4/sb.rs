@@ -87,9 +87,10 @@ const RO_READ: u32 = RO_SPARSE_SUPER
 const INCOMPAT_EXT3: u32 = INCOMPAT_FILETYPE | INCOMPAT_RECOVER | INCOMPAT_META_BG;
 const RO_EXT3: u32 = RO_SPARSE_SUPER | RO_LARGE_FILE | RO_BTREE_DIR;
 
-/// More block groups than this is a filesystem of hundreds of TiB, or a
-/// hostile one: the descriptors are held in memory, so refuse.
-pub(crate) const MAX_GROUPS: u64 = 1 << 22;
+/// More block groups than this is a filesystem of over 100 TiB (4 KiB
+/// blocks), or a hostile one: the descriptors are held in memory (about
+/// 100 bytes a group at most), so refuse.
+pub(crate) const MAX_GROUPS: u64 = 1 << 20;
 
 /// How the group descriptors (and bitmaps) are checksummed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
