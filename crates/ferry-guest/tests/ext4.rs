@@ -663,11 +663,18 @@ fn mmp() {
     corrupt(&img, "MMP");
 }
 
+/// A small real image, and the blocks the map is made from: the
+/// superblock, the descriptors and the block bitmaps.
+struct Small {
+    bytes: Vec<u8>,
+    hot: Vec<u64>,
+}
+
 /// Small real images (4 MiB, 1 KiB blocks, 4 groups, a few files, one
 /// deleted), made once: ext2, ext4 with crc16 descriptors, ext4 with
 /// metadata_csum.
-fn small_images() -> &'static [Vec<u8>] {
-    static IMAGES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+fn small_images() -> &'static [Small] {
+    static IMAGES: OnceLock<Vec<Small>> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let dir = TempDir::new().unwrap();
         let content = dir.path().join("content");
@@ -692,7 +699,12 @@ fn small_images() -> &'static [Vec<u8>] {
             run("debugfs", &["-w", "-R", "rm /f1", path_str(&img)]);
             let m = map(&img);
             check_against_dumpe2fs(&img, &m);
-            out.push(fs::read(&img).unwrap());
+            let mut hot = vec![1, 2];
+            hot.extend((0..4).map(|g| bitmap_block(&img, g)));
+            out.push(Small {
+                bytes: fs::read(&img).unwrap(),
+                hot,
+            });
         }
         out
     })
@@ -715,12 +727,18 @@ proptest! {
     #[test]
     fn mutated_real_images_never_panic(
         which in 0usize..3,
-        // Most of the metadata of these images is in the first 64 KiB.
-        edits in prop::collection::vec((0usize..70_000, any::<u8>()), 1..8),
+        hot in prop::collection::vec((0usize..6, 0u64..1024, any::<u8>()), 0..6),
+        near in prop::collection::vec((0usize..70_000, any::<u8>()), 0..4),
         far in prop::collection::vec((0usize..4 << 20, any::<u8>()), 0..3),
     ) {
-        let mut img = small_images()[which].clone();
-        for (off, b) in edits.into_iter().chain(far) {
+        let small = &small_images()[which];
+        let mut img = small.bytes.clone();
+        // In the blocks the map is made from, near them (the inode
+        // tables, the reserved descriptor blocks), and anywhere.
+        for (blk, off, b) in hot {
+            img[(small.hot[blk] * 1024 + off) as usize] = b;
+        }
+        for (off, b) in near.into_iter().chain(far) {
             img[off] = b;
         }
         sane(&img);
@@ -728,7 +746,7 @@ proptest! {
 
     #[test]
     fn truncated_real_images_never_panic(which in 0usize..3, len in 0usize..4 << 20) {
-        let img = &small_images()[which][..len];
+        let img = &small_images()[which].bytes[..len];
         prop_assert!(free_ranges(&img.to_vec()).is_err());
     }
 
