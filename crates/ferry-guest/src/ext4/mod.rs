@@ -7,6 +7,13 @@
 //! kernel would build it), checked against its checksum, its descriptor's
 //! free count and the metadata it must mark used, and its clear bits are
 //! the free ranges. Only one bitmap is held at a time.
+//!
+//! Any disagreement (a checksum, a count, metadata marked free, a
+//! structure out of place) makes the whole filesystem Corrupt: it is then
+//! copied whole. bigalloc, next3 snapshots, compression, external journal
+//! devices and unknown incompatible or read-only features are Unsupported.
+//! A journal that needs recovery, a state that is not clean or has errors,
+//! or an MMP block that is not clean set `in_use`; the map is still made.
 
 mod bitmap;
 mod desc;
@@ -44,10 +51,14 @@ fn read(r: &dyn ReadAt, kind: &'static str, buf: &mut [u8], off: u64) -> Result<
 /// ranges no block group uses.
 pub fn free_ranges(r: &dyn ReadAt) -> Result<FsMap, FsError> {
     let mut magic = [0u8; 2];
-    if r.read_exact_at(&mut magic, sb::SB_OFFSET + 0x38).is_err()
-        || u16::from_le_bytes(magic) != sb::MAGIC
-    {
-        return Err(FsError::NotThis("ext2/3/4"));
+    match r.read_exact_at(&mut magic, sb::SB_OFFSET + 0x38) {
+        Ok(()) if u16::from_le_bytes(magic) == sb::MAGIC => {}
+        Ok(()) => return Err(FsError::NotThis("ext2/3/4")),
+        // Too small to hold a superblock.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(FsError::NotThis("ext2/3/4"))
+        }
+        Err(e) => return Err(FsError::Io(e)),
     }
     let mut raw = vec![0u8; sb::SB_SIZE];
     read(r, "ext2/3/4", &mut raw, sb::SB_OFFSET)?;
@@ -325,6 +336,27 @@ mod tests {
         img[2 * 1024 + 0xC..2 * 1024 + 0xE].copy_from_slice(&(free as u16).to_le_bytes());
         let m = free_ranges(&img).unwrap();
         assert_eq!(m.free.as_slice()[1], (200 * 1024, 8001 * 1024));
+    }
+
+    /// An image whose every read fails.
+    struct Broken;
+
+    impl ReadAt for Broken {
+        fn read_exact_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+            Err(io::Error::other("the disk is on fire"))
+        }
+        fn size(&self) -> u64 {
+            1 << 30
+        }
+    }
+
+    #[test]
+    fn read_errors_are_io_errors() {
+        assert!(matches!(free_ranges(&Broken), Err(FsError::Io(_))));
+        assert!(matches!(
+            free_ranges(&vec![0u8; 1081]),
+            Err(FsError::NotThis(_))
+        ));
     }
 
     #[test]
