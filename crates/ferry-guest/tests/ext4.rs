@@ -275,11 +275,19 @@ fn ext4_layouts() {
         &["-O", "meta_bg,^resize_inode"],
         &["-O", "sparse_super2"],
         &["-E", "desc_size=128"],
-        &["-b", "4096"],
+        &["-O", "inline_data,quota,project,orphan_file"],
+    ] {
+        variant("mkfs.ext4", "64M", opts, "ext4");
+    }
+}
+
+#[test]
+fn ext4_block_and_group_sizes() {
+    for opts in [
+        &["-b", "4096"][..],
         &["-b", "2048", "-g", "2048", "-I", "128"],
         &["-b", "65536"],
         &["-G", "2", "-g", "1024"],
-        &["-O", "inline_data,quota,project,orphan_file"],
     ] {
         variant("mkfs.ext4", "64M", opts, "ext4");
     }
@@ -792,4 +800,30 @@ fn grown_offline_past_its_reserved_descriptor_blocks() {
     for f in &files {
         assert_misses(&m, &file_blocks(&img, f), d.block_size, f);
     }
+}
+
+#[test]
+fn map_image_takes_a_bare_ext4() {
+    use ferry_guest::{map_image, GuestError, MapOptions, RegionKind};
+    let dir = TempDir::new().unwrap();
+    let img = image(&dir, "mkfs.ext4", &[]);
+    let want = map(&img).free;
+    let g = map_image(&Img::open(&img), &MapOptions::default()).unwrap();
+    assert_eq!(g.free, want);
+    assert_eq!(
+        g.regions[0].kind,
+        RegionKind::Mapped {
+            kind: "ext4",
+            free: want.total()
+        }
+    );
+    // In use: refused unless forced.
+    run(
+        "debugfs",
+        &["-w", "-R", "feature needs_recovery", path_str(&img)],
+    );
+    let e = map_image(&Img::open(&img), &MapOptions::default()).unwrap_err();
+    assert!(matches!(e, GuestError::InUse { what: "ext4", .. }), "{e}");
+    let g = map_image(&Img::open(&img), &MapOptions { force: true }).unwrap();
+    assert_eq!(g.free, want);
 }
