@@ -60,13 +60,10 @@ pub(super) struct Sb {
 impl Sb {
     /// Read and check the superblock at offset 0.
     pub fn read(r: &dyn ReadAt) -> Result<Sb, FsError> {
-        if r.size() < 512 {
+        if r.size() < 4 || be32(&read_at(r, 0, 4)?, 0) != SB_MAGIC {
             return Err(FsError::NotThis(KIND));
         }
         let b = read_at(r, 0, 512)?;
-        if be32(&b, 0) != SB_MAGIC {
-            return Err(FsError::NotThis(KIND));
-        }
         let sectsize = u32::from(be16(&b, 102));
         let sectlog = u32::from(byte(&b, 121));
         if !(9..=15).contains(&sectlog) || sectsize != 1 << sectlog {

@@ -1,1 +1,0 @@
-//! Unit tests on hand-built images.
