@@ -38,14 +38,16 @@ fn assert_files_not_free(img: &Path, free: &ferry_guest::Ranges, names: &[String
     assert!(seen >= names.len(), "xfs_db bmap found {seen} extents");
 }
 
-/// v5 (CRCs), 4 KiB blocks on 4 KiB sectors, files written, half deleted,
-/// more written into the gaps: exactly xfs_db's free extents.
+/// v5 (CRCs), 4 KiB blocks on 4 KiB sectors, a log with a stripe unit
+/// (padded records), files written, half deleted, more written into the
+/// gaps: exactly xfs_db's free extents.
 #[test]
 fn v5_files_written_and_deleted() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("v5.img");
-    mkfs(&img, 300, &["-s", "size=4096"]);
+    mkfs(&img, 300, &["-s", "size=4096", "-l", "su=64k"]);
     assert_eq!(sb_field(&img, "sectsize"), 4096);
+    assert_eq!(sb_field(&img, "logsunit"), 65536);
     let mut rng = Rng(0x5eed_0001);
     let mnt = Mount::new(&img, &tmp.path().join("mnt"));
     let first = write_files(&mnt.dir, "a", 60, 1 << 20, &mut rng);
@@ -82,23 +84,8 @@ fn v5_files_written_and_deleted() {
 #[test]
 fn v4_protofile_512_byte_blocks() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    let mut rng = Rng(0x5eed_0002);
-    let names = write_files(&src, "p", 30, 512 << 10, &mut rng);
-    let mut proto = String::from("dummy\n0 0\nd--755 0 0\n");
-    for n in &names {
-        proto += &format!("{n} ---644 0 0 {}\n", src.join(n).display());
-    }
-    proto += "$\n";
-    let pf = tmp.path().join("proto");
-    std::fs::write(&pf, proto).unwrap();
     let img = tmp.path().join("v4.img");
-    mkfs(
-        &img,
-        300,
-        &["-m", "crc=0", "-b", "size=512", "-p", pf.to_str().unwrap()],
-    );
+    let names = v4_proto_image(&img, 30, 512 << 10, 0x5eed_0002);
     assert_eq!(sb_field(&img, "versionnum") & 0xf, 4);
     assert_eq!(sb_field(&img, "blocksize"), 512);
 
@@ -125,21 +112,34 @@ fn v5_two_level_bnobt_with_rmapbt() {
     assert_files_not_free(&img, &m.free, &kept);
 }
 
-/// 600 one-block files in one directory (so one AG), every other deleted:
-/// ~300 one-block free extents in AG 0, more than a 1 KiB leaf holds.
-fn fragmented_image(img: &Path) {
-    mkfs(img, 300, &["-b", "size=1024", "-m", "rmapbt=1"]);
-    let dir = img.with_extension("mnt");
-    let mnt = Mount::new(img, &dir);
-    let mut rng = Rng(0x5eed_0003);
-    for i in 0..600 {
-        std::fs::write(mnt.dir.join(format!("s{i}")), rng.bytes(1024)).unwrap();
-    }
-    tool("sync", &[]);
-    for i in (0..600).step_by(2) {
-        std::fs::remove_file(mnt.dir.join(format!("s{i}"))).unwrap();
-    }
+/// An external log: nothing of it on this device, nothing to check there.
+#[test]
+fn external_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("data.img");
+    let log = tmp.path().join("log.img");
+    std::fs::File::create(&log)
+        .unwrap()
+        .set_len(80 << 20)
+        .unwrap();
+    mkfs(
+        &img,
+        300,
+        &["-l", &format!("logdev={},size=64m", log.display())],
+    );
+    assert_eq!(sb_field(&img, "logstart"), 0);
+    let logdev = Loop::new(&log);
+    let mnt = Mount::with(
+        &img,
+        &tmp.path().join("mnt"),
+        &format!("loop,logdev={}", logdev.0),
+    );
+    let mut rng = Rng(0x5eed_0006);
+    let names = write_files(&mnt.dir, "e", 20, 1 << 20, &mut rng);
     mnt.umount();
+    drop(logdev);
+    let m = check_against_xfs_db(&img);
+    assert_files_not_free(&img, &m.free, &names);
 }
 
 /// The log says whether the filesystem is in use, as xfs_repair sees it:
