@@ -7,14 +7,17 @@
 //! same free extents: by block number (bnobt) and by size (cntbt). The free
 //! ranges come from the bnobt leaves, in order; the cntbt must hold the same
 //! extents (count, total and a hash of the set are compared). AGFL blocks
-//! are not in the bnobt and are kept (they are the filesystem's).
+//! are not in the bnobt and are kept (they are the filesystem's); so are
+//! the internal log's, which mkfs allocates like any other extent.
 //!
 //! Whether the filesystem is in use: XFS keeps no "mounted" flag. What it
-//! exposes is its log: a filesystem unmounted cleanly (or frozen) ends its
-//! log with an unmount record; one that is mounted, or crashed, does not.
-//! [`log`] finds the head of an internal log as XFS does and checks for that
+//! exposes is its log: a filesystem unmounted cleanly ends its log with an
+//! unmount record; one that is mounted, frozen or crashed does not. `log`
+//! finds the head of an internal log as XFS does and checks for that
 //! record. An external log is not on this device and is not checked: that
-//! is left to the caller (is the device mounted).
+//! is left to the caller (is the device mounted). The superblock's
+//! `sb_inprogress` (mkfs unfinished) and v5 log-incompatible feature bits
+//! (set only while a log holds such records) also mean in use.
 //!
 //! Not read: a realtime subvolume (its own bitmap), and features newer than
 //! the ones listed in [`sb`]: both are reported `Unsupported`.
