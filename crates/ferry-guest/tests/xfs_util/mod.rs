@@ -26,6 +26,27 @@ pub fn tool(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `tool` for mount, umount and losetup: loop devices are shared with
+/// whatever else runs on the machine, and setting one up can lose a race
+/// (or the kernel can hold a just-unmounted one a moment): a few tries.
+pub fn tool_retry(cmd: &str, args: &[&str]) -> String {
+    for _ in 0..4 {
+        let out = Command::new(cmd)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cmd} (is it installed?): {e}"));
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        eprintln!(
+            "{cmd} {args:?} failed, trying again: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    tool(cmd, args)
+}
+
 /// stdout and stderr of a tool that may exit non-zero (xfs_repair -n).
 pub fn tool_any(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd)
@@ -65,7 +86,7 @@ impl Mount {
     /// With mount options `opts`.
     pub fn with(img: &Path, dir: &Path, opts: &str) -> Mount {
         std::fs::create_dir_all(dir).unwrap();
-        tool(
+        tool_retry(
             "mount",
             &["-o", opts, img.to_str().unwrap(), dir.to_str().unwrap()],
         );
@@ -75,7 +96,7 @@ impl Mount {
         }
     }
     pub fn umount(mut self) {
-        tool("umount", &[self.dir.to_str().unwrap()]);
+        tool_retry("umount", &[self.dir.to_str().unwrap()]);
         self.mounted = false;
     }
 }
@@ -85,7 +106,7 @@ pub struct Loop(pub String);
 
 impl Loop {
     pub fn new(file: &Path) -> Loop {
-        let dev = tool("losetup", &["-f", "--show", file.to_str().unwrap()]);
+        let dev = tool_retry("losetup", &["-f", "--show", file.to_str().unwrap()]);
         Loop(dev.trim().to_string())
     }
 }
