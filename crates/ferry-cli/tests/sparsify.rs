@@ -458,6 +458,7 @@ fn freed_blocks_of_an_xfs_image_are_not_copied() {
             fs::remove_file(m.0.join(n)).unwrap();
         }
     }
+    xfs_settle(&img, &t.path().join("mnt"));
     let out = t.path().join("out.img");
     let v = ferry_ok(&["sync", "--sparsify", p(&img), p(&out)]);
     assert!(notices(&v).contains("xfs"), "{v}");
