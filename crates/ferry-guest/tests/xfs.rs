@@ -295,5 +295,12 @@ fn corruption_is_noticed() {
     let leaf1 = u64::from(p1) * bs;
     img.put_be32(leaf1 + 12, p0);
     img.fix_crc(leaf1, bs as usize, 52);
-    assert!(expect_corrupt(&img, "sibling loop").contains("sibling pointers"));
+    let why = expect_corrupt(&img, "sibling loop");
+    // When the second leaf is the last of its level (the layout depends on
+    // how the kernel placed the files), the loop shows as a level that ends
+    // with a right sibling; otherwise as pointers that do not chain.
+    assert!(
+        why.contains("sibling pointers") || why.contains("ends with a right sibling"),
+        "sibling loop: {why}"
+    );
 }
