@@ -27,6 +27,12 @@ pub struct EngineArgs {
     /// whole; the summary says which.
     #[arg(long)]
     pub sparsify: bool,
+    /// Where the destination is written in place (a block device, an NBD
+    /// export, --inplace): make the blocks the source's guest does not use
+    /// (--sparsify on the sending side) read as zeros, discarding them
+    /// where the device can. Without it they are left as they are.
+    #[arg(long)]
+    pub discard: bool,
     /// With --delete: delete even when the sender could not read part of
     /// the source (by default any such error turns deletion off).
     #[arg(long)]
@@ -300,6 +306,7 @@ impl EngineArgs {
             },
             force: self.force,
             sparsify: self.sparsify,
+            discard: self.discard,
             ignore_errors: self.ignore_errors,
             fsync: !self.no_fsync,
             verify: self.verify,

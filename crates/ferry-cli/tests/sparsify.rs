@@ -373,6 +373,50 @@ fn an_image_qemu_holds_is_refused_unless_forced() {
     check_copy(&out, t.path(), &freed, &kept);
 }
 
+/// A block device as the destination: the blocks the guest does not use
+/// are left as they were (here a pattern), unless --discard; either way
+/// the filesystem is clean, every file is there and --verify passes.
+#[test]
+fn a_device_keeps_its_unused_blocks_unless_discard() {
+    let test = "a_device_keeps_its_unused_blocks_unless_discard";
+    if !tools(test, &["losetup"]) {
+        return;
+    }
+    if !is_root() {
+        skip(&format!("{test}: a loop device needs root"));
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, freed, kept) = guest(t.path());
+    let backing = t.path().join("device.img");
+    fs::write(&backing, vec![0xaa_u8; 64 << 20]).unwrap();
+    let dev = Loop::attach(&backing);
+    let patterned = |b: &u64| read_at(&backing, b * 4096, 4096).iter().all(|&x| x == 0xaa);
+    ferry_ok(&["sync", "--sparsify", "--verify", p(&img), &dev.0]);
+    let dev_path = Path::new(&dev.0);
+    fsck_clean(dev_path);
+    for (name, data) in &kept {
+        assert!(dump(dev_path, t.path(), name) == *data, "{name}");
+    }
+    assert!(
+        freed.iter().all(patterned),
+        "unused blocks were written without --discard"
+    );
+    ferry_ok(&[
+        "sync",
+        "--sparsify",
+        "--discard",
+        "--verify",
+        p(&img),
+        &dev.0,
+    ]);
+    fsck_clean(dev_path);
+    assert!(
+        all_zero(&backing, 0, &freed),
+        "--discard left unused blocks"
+    );
+}
+
 /// A disk image inside a tar (an OVA) read in place, with and without
 /// --sparsify, locally and pulled over ssh; clear errors for a missing
 /// member and a compressed archive.

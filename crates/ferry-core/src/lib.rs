@@ -65,6 +65,11 @@ pub struct SyncOptions {
     /// Treat the blocks an image's guest filesystems do not use as holes
     /// (named image files, devices and NBD exports; see `ferry-guest`).
     pub sparsify: bool,
+    /// Where a file is written in place (a device, an NBD export,
+    /// `--inplace`), make the ranges the source's guest does not use read
+    /// as zeros (discarding them where the device can) instead of leaving
+    /// them as they are.
+    pub discard: bool,
     /// Delete even after the sender could not read part of the source
     /// (without it, any such error turns `--delete` off for the run).
     pub ignore_errors: bool,
@@ -198,6 +203,7 @@ impl Default for SyncOptions {
             delete: false,
             force: false,
             sparsify: false,
+            discard: false,
             ignore_errors: false,
             fsync: true,
             verify: false,

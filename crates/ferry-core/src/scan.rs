@@ -21,6 +21,41 @@ pub enum Piece<'a> {
     /// sender can move it into a message without copying.
     Owned(u64, Vec<u8>),
     Zero(u64, u64),
+    /// Zeros the source's guest does not use (`--sparsify`): see
+    /// [`Source::unused`].
+    Unused(u64, u64),
+}
+
+/// Emit the zero run `[z, upto)` as `Zero` pieces and, where `unused`
+/// covers it, `Unused` pieces.
+fn emit_zeros<E>(
+    z: u64,
+    upto: u64,
+    unused: Option<&ferry_guest::Ranges>,
+    emit: &mut dyn FnMut(Piece<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    let Some(unused) = unused else {
+        return emit(Piece::Zero(z, upto - z));
+    };
+    let mut pos = z;
+    while pos < upto {
+        match unused.first_ending_after(pos) {
+            Some((s, e)) if s <= pos => {
+                let stop = e.min(upto);
+                emit(Piece::Unused(pos, stop - pos))?;
+                pos = stop;
+            }
+            Some((s, _)) if s < upto => {
+                emit(Piece::Zero(pos, s - pos))?;
+                pos = s;
+            }
+            _ => {
+                emit(Piece::Zero(pos, upto - pos))?;
+                pos = upto;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Scan segment `seg` of `file` (logical size `size`): call `emit` for each
@@ -42,12 +77,13 @@ pub fn scan_segment<E>(
     };
     let mut zero_from: Option<u64> = None;
     let mut pos = start;
+    let unused = file.unused();
     let flush_zero = |zero_from: &mut Option<u64>,
                       upto: u64,
                       emit: &mut dyn FnMut(Piece<'_>) -> Result<(), E>| {
         if let Some(z) = zero_from.take() {
             if upto > z {
-                emit(Piece::Zero(z, upto - z)).map_err(ScanError::Emit)?;
+                emit_zeros(z, upto, unused, emit).map_err(ScanError::Emit)?;
             }
         }
         Ok::<(), ScanError<E>>(())
@@ -212,7 +248,7 @@ mod tests {
                         all[o as usize..o as usize + b.len()].copy_from_slice(&b);
                         seen += b.len() as u64;
                     }
-                    Piece::Zero(o, l) => {
+                    Piece::Zero(o, l) | Piece::Unused(o, l) => {
                         assert_eq!(o, seen);
                         seen += l;
                     }

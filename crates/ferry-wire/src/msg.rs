@@ -159,6 +159,11 @@ pub enum Message {
     },
     /// S→R: `len` bytes of zeros (a hole or zero blocks) at `offset`.
     Zero { file: u32, offset: u64, len: u64 },
+    /// S→R: `len` bytes at `offset` that the source's guest filesystem does
+    /// not use (`--sparsify`): digested as zeros, holes in a new file, and
+    /// left as they are where the file is written in place unless the
+    /// receiver discards (`--discard`).
+    Unused { file: u32, offset: u64, len: u64 },
     /// S→R: `len` bytes at `offset` are the receiver's old bytes at
     /// `basis_offset` (delta transfer only).
     Copy {
@@ -263,6 +268,7 @@ impl Message {
             Message::Have(_) => "Have",
             Message::Data { .. } => "Data",
             Message::Zero { .. } => "Zero",
+            Message::Unused { .. } => "Unused",
             Message::Copy { .. } => "Copy",
             Message::SegmentDone { .. } => "SegmentDone",
             Message::FileFailed { .. } => "FileFailed",

@@ -84,6 +84,10 @@ impl Source for Sparsified {
     fn stamp(&self) -> io::Result<Option<(u64, (i64, u32))>> {
         self.inner.stamp()
     }
+
+    fn unused(&self) -> Option<&Ranges> {
+        Some(&self.free)
+    }
 }
 
 /// `len` bytes of another source from `base`: a tar member.

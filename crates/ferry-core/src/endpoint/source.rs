@@ -20,6 +20,12 @@ pub trait Source: Send + Sync {
     /// while it was read; `None` when the source cannot tell (devices,
     /// NBD exports).
     fn stamp(&self) -> io::Result<Option<(u64, (i64, u32))>>;
+    /// The ranges (all zeros to [`Source::read_exact_at`]) that the
+    /// source's guest does not use (`--sparsify`): sent as `Unused`, which
+    /// a destination written in place may leave as it is.
+    fn unused(&self) -> Option<&ferry_guest::Ranges> {
+        None
+    }
 }
 
 impl Source for File {

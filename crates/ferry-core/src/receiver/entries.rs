@@ -149,6 +149,7 @@ impl Dispatcher<'_, '_> {
             // With --verify the sender hashes even in process.
             verify: decide::verify_segments(resumed, opts.in_process, opts.verify),
             readback: None,
+            left: Default::default(),
             delta: AtomicBool::new(false),
             delta_cost: 0.0,
             sig_out: None,
@@ -415,6 +416,7 @@ impl Dispatcher<'_, '_> {
             basis_blocks: Default::default(),
             verify: decide::verify_segments(delta || resumed, opts.in_process, opts.verify),
             readback: opts.verify.then(|| Mutex::new(Vec::new())),
+            left: Default::default(),
             delta: AtomicBool::new(delta),
             delta_cost: delta_cost.unwrap_or(0.0),
             sig_out,

@@ -86,6 +86,11 @@ pub(super) struct DstFile {
     /// `--verify`: the sender's segment digests, kept for reading the
     /// file back once it is on the disk (see [`super::readback`]).
     pub(super) readback: Option<Mutex<Vec<SegDigest>>>,
+    /// Ranges the source's guest does not use that were left as they were
+    /// (written in place, without `--discard`): they count as zeros when
+    /// the file is read back. At most [`MAX_LEFT`] ranges; past that,
+    /// unused ranges are zeroed like any others.
+    pub(super) left: Mutex<ferry_guest::Ranges>,
     /// Signature of what is written, for the cache (when enabled).
     pub(super) sig_out: Option<SigOut>,
     /// The digest grid (the delta grid for deltas).
@@ -109,6 +114,24 @@ pub(super) struct DstFile {
     pub(super) delta_slot: Mutex<Option<DeltaSlot>>,
     /// Declared last: dropped last, once the file's descriptors are closed.
     pub(super) _slot: Slot,
+}
+
+/// Unused ranges a file may leave as they were (16 bytes each).
+pub(super) const MAX_LEFT: usize = 1 << 20;
+
+impl DstFile {
+    /// Leave `[off, off + len)` as it is, unused by the source's guest:
+    /// false when too many ranges are left already (zero it instead).
+    pub(super) fn leave(&self, off: u64, len: u64) -> bool {
+        let Ok(mut left) = self.left.lock() else {
+            return false;
+        };
+        if left.as_slice().len() >= MAX_LEFT {
+            return false;
+        }
+        left.push(off, off.saturating_add(len));
+        true
+    }
 }
 
 /// Why a file was not committed. The first failure of a file counts.
@@ -187,7 +210,8 @@ impl Drop for DstFile {
 
 pub(super) enum Op {
     Data(u64, Vec<u8>),
-    Zero(u64, u64),
+    /// Zeros; `true`: unused by the source's guest (`Message::Unused`).
+    Zero(u64, u64, bool),
     Copy(u64, u64, u64),
     Done(u32, [u8; 32]),
 }

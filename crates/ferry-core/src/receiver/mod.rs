@@ -459,7 +459,10 @@ impl Dispatcher<'_, '_> {
                     self.route(workers, file, offset, len, Op::Data(offset, data))?
                 }
                 Message::Zero { file, offset, len } => {
-                    self.route(workers, file, offset, len, Op::Zero(offset, len))?
+                    self.route(workers, file, offset, len, Op::Zero(offset, len, false))?
+                }
+                Message::Unused { file, offset, len } => {
+                    self.route(workers, file, offset, len, Op::Zero(offset, len, true))?
                 }
                 Message::Copy {
                     file,

@@ -43,6 +43,7 @@ pub(super) fn verify_on_disk(f: &DstFile, file: &File) -> io::Result<Option<Stri
     let size = f.entry.size;
     let _ = rustix::fs::fadvise(r, 0, NonZeroU64::new(size), rustix::fs::Advice::DontNeed);
     let block = f.block.load(Ordering::SeqCst);
+    let left = f.left.lock().map(|l| l.clone()).unwrap_or_default();
     let mut buf = vec![0u8; 1 << 20];
     for (seg, want) in digests {
         let (start, end) = layout::segment_range(size, seg);
@@ -50,7 +51,7 @@ pub(super) fn verify_on_disk(f: &DstFile, file: &File) -> io::Result<Option<Stri
         let mut off = start;
         while off < end {
             let n = ((end - off) as usize).min(buf.len());
-            r.read_exact_at(&mut buf[..n], off).op("read back")?;
+            read_counting_left_as_zeros(r, &left, &mut buf[..n], off)?;
             h.data(&buf[..n]);
             off += n as u64;
         }
@@ -61,4 +62,26 @@ pub(super) fn verify_on_disk(f: &DstFile, file: &File) -> io::Result<Option<Stri
         }
     }
     Ok(None)
+}
+
+/// Read `buf.len()` bytes at `off`, where the ranges `left` as they were
+/// (unused by the source's guest) read as the zeros the sender digested.
+fn read_counting_left_as_zeros(
+    r: &File,
+    left: &ferry_guest::Ranges,
+    buf: &mut [u8],
+    off: u64,
+) -> io::Result<()> {
+    r.read_exact_at(buf, off).op("read back")?;
+    let end = off + buf.len() as u64;
+    let mut pos = off;
+    while pos < end {
+        let Some((s, e)) = left.first_ending_after(pos).filter(|r| r.0 < end) else {
+            break;
+        };
+        let (s, e) = (s.max(pos), e.min(end));
+        buf[(s - off) as usize..(e - off) as usize].fill(0);
+        pos = e;
+    }
+    Ok(())
 }

@@ -187,7 +187,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 }
                 copy_from_basis(&f, st, sh, off, boff, len, &mut scratch);
             }
-            Op::Zero(off, len) => {
+            Op::Zero(off, len, unused) => {
                 let Some(st) = seg_state(&mut segs, &mut pool, &f, off, sh) else {
                     continue;
                 };
@@ -197,9 +197,13 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
                 if decide::zeros_written(f.tmp.is_some(), resumed) && f.failure().is_none() {
                     // In place: the old bytes must become zeros (a hole
-                    // where the filesystem allows).
-                    if let Err(e) = f.file.zero_range(off, len) {
-                        write_failed(&f, sh, e);
+                    // where the filesystem allows), unless the source's
+                    // guest does not use them and nobody asked to discard.
+                    let left = unused && !sh.opts.discard && f.leave(off, len);
+                    if !left {
+                        if let Err(e) = f.file.zero_range(off, len) {
+                            write_failed(&f, sh, e);
+                        }
                     }
                 }
                 Stats::add(&sh.stats.bytes_done, len);

@@ -31,6 +31,7 @@ pub(super) fn serve_args_with(
         (opts.delete, "--delete"),
         (opts.force, "--force"),
         (opts.sparsify, "--sparsify"),
+        (opts.discard, "--discard"),
         (opts.ignore_errors, "--ignore-errors"),
         (!opts.fsync, "--no-fsync"),
         (opts.verify, "--verify"),

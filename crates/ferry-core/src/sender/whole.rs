@@ -28,6 +28,11 @@ fn piece_message(id: u32, p: Piece<'_>) -> Message {
             offset,
             len,
         },
+        Piece::Unused(offset, len) => Message::Unused {
+            file: id,
+            offset,
+            len,
+        },
     }
 }
 

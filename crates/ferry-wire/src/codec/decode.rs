@@ -120,6 +120,15 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             }
             Message::Zero { file, offset, len }
         }
+        tag::UNUSED => {
+            let file = i.var32("file")?;
+            let offset = i.var()?;
+            let len = i.var()?;
+            if offset.checked_add(len).is_none() {
+                return Err(DecodeError::BadValue("offset"));
+            }
+            Message::Unused { file, offset, len }
+        }
         tag::COPY => {
             let file = i.var32("file")?;
             let offset = i.var()?;

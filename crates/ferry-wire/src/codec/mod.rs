@@ -64,6 +64,7 @@ mod tag {
     pub const HAVE: u8 = 15;
     pub const FILE_CHANGED: u8 = 16;
     pub const CHANGE: u8 = 17;
+    pub const UNUSED: u8 = 18;
 }
 
 trait Out {
@@ -157,6 +158,12 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
         }
         Message::Zero { file, offset, len } => {
             o.u8(tag::ZERO);
+            o.var(*file as u64);
+            o.var(*offset);
+            o.var(*len);
+        }
+        Message::Unused { file, offset, len } => {
+            o.u8(tag::UNUSED);
             o.var(*file as u64);
             o.var(*offset);
             o.var(*len);

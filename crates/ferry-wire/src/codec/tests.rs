@@ -92,6 +92,11 @@ fn every_message_roundtrips() {
         offset: 4096,
         len: 1 << 33,
     });
+    roundtrip(Message::Unused {
+        file: 1,
+        offset: 4096,
+        len: 1 << 33,
+    });
     roundtrip(Message::Copy {
         file: 2,
         offset: 0,

@@ -21,6 +21,7 @@ const FLAGS: &[&str] = &[
     "--delete",
     "--force",
     "--sparsify",
+    "--discard",
     "--ignore-errors",
     "--no-fsync",
     "--verify",
