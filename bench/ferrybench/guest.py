@@ -103,7 +103,10 @@ def guest_ova(img: str) -> str:
 
 
 def guest_data(ctx: Ctx) -> tuple[str, str, str]:
+    """The image, its files and the OVA; the used blocks' zstd -1 size
+    computed too (all cached, so --gen-only makes everything)."""
     img = guest_img(ctx)
+    used_figures(img)
     return img, guest_files(img), guest_ova(img)
 
 
