@@ -618,11 +618,11 @@ SCENARIOS = {
                 "seed": "000 (large-file workload: rsync defaults vs --inplace vs --whole-file)"},
     "sparse": {"fn": scen_sparse, "link": "100mbit", "net": True,
                "seed": "002 (disk image over a 100 Mbps link: scp vs nbdkit + nbdcopy / qemu-img)"},
-    "stream": {"fn": scen_stream, "link": "1gbit", "net": True,
-               "seed": "003 (zfs send | mbuffer -O / -I vs ssh, with and without compression)"},
     "guest": {"fn": scen_guest, "link": "100mbit", "net": True,
               "seed": "none; issue 22 (--sparsify): an ext4 image with half its files deleted, bare, in a tar "
                       "and locally (scp, rsync, nbdkit + qemu-img, tar xf, e2image -ra)"},
+    "stream": {"fn": scen_stream, "link": "1gbit", "net": True,
+               "seed": "003 (zfs send | mbuffer -O / -I vs ssh, with and without compression)"},
     "local": {"fn": scen_local, "link": None, "net": False,
               "seed": "none; local copies as in bench/local.sh (cp, rsync, qemu-img, nbdcopy)"},
     # Not in the default set (nor --quick): named, or with --issue-sizes.
