@@ -138,7 +138,24 @@ fn parse() -> Result<Cli, clap::Error> {
     Ok(cli)
 }
 
+/// glibc's malloc raises its mmap threshold each time a large block is
+/// freed, after which the 1 MiB blocks of a stream or a copy come from
+/// per-thread arenas that keep what was freed: a stream's sender with a
+/// 256 MiB buffer peaked at 467 MiB of RSS, 340 MiB with the threshold
+/// fixed (measured with a consumer at 100 MB/s). Fixing it keeps large
+/// blocks mapped and returned when freed; the pools reuse them, so no copy
+/// measured slower (1 GiB local copy 1.46-1.64 s either way).
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a parameter of the allocator; called first
+    // thing in main, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+    }
+}
+
 fn main() {
+    tune_allocator();
     let cli = match parse() {
         Ok(c) => c,
         Err(e) => {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 #[path = "stream/liveness.rs"]
 mod liveness;
+#[path = "stream/memory.rs"]
+mod memory;
 #[path = "stream/resume.rs"]
 mod resume;
 

@@ -77,16 +77,36 @@ impl Options {
         }))
     }
 
+    /// The receiver's ring: the whole buffer (its other stages hold a
+    /// block or two).
     pub(crate) fn ring_blocks(&self) -> usize {
         (self.buffer / self.block_size).max(2)
     }
 
-    /// The live counters, with the ring's capacity set for this run.
-    pub(crate) fn run_stats(&self) -> Arc<Stats> {
-        self.stats.buffer_cap.store(
-            (self.ring_blocks() * self.block_size) as u64,
-            Ordering::Relaxed,
-        );
+    /// Blocks the sender holds outside its ring at most: the buffer pool,
+    /// the queue of compressed and sealed blocks to the network writer
+    /// (two buffers each), each compressor's block in hand (raw,
+    /// compressed, sealed), the reader's and the writer's.
+    pub(crate) fn send_stage_blocks(&self) -> usize {
+        let w = self.workers.max(1);
+        (w * 3 + 8) + (w * 2 + 2) * 2 + w * 3 + 4
+    }
+
+    /// The sender's ring: the buffer less what its other stages hold, so
+    /// that all of them together stay within `--buffer` (the peak RSS is
+    /// the buffer plus the compressors' contexts).
+    pub(crate) fn send_ring_blocks(&self) -> usize {
+        (self.buffer / self.block_size)
+            .saturating_sub(self.send_stage_blocks())
+            .max(2)
+    }
+
+    /// The live counters, with the capacity of a ring of `ring` blocks set
+    /// for this run.
+    pub(crate) fn run_stats(&self, ring: usize) -> Arc<Stats> {
+        self.stats
+            .buffer_cap
+            .store((ring * self.block_size) as u64, Ordering::Relaxed);
         self.stats.clone()
     }
 }

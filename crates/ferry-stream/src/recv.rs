@@ -130,7 +130,7 @@ where
             return Err(e);
         }
     };
-    let stats = opts.run_stats();
+    let stats = opts.run_stats(opts.ring_blocks());
     let offer = hooks.offer.take();
     let (have, digest) = offer
         .as_ref()

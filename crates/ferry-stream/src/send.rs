@@ -180,7 +180,7 @@ where
     let (session, net_r) = handshake(opts, net_r, &mut net_w, Role::Initiator)?;
     let mut chan_r = ChannelReader::new(net_r, &session);
     let mut chan_w = ChannelWriter::new(net_w, &session);
-    let stats = opts.run_stats();
+    let stats = opts.run_stats(opts.send_ring_blocks());
     let from = match start_at(&mut chan_r, &mut chan_w, resumer) {
         Ok(f) => f,
         Err(e) => {
@@ -328,7 +328,7 @@ where
     NW: Write + Send + 'static,
 {
     let (ev_tx, ev_rx) = unbounded::<SendEv>();
-    let (ring_tx, ring_rx) = bounded::<Job>(opts.ring_blocks());
+    let (ring_tx, ring_rx) = bounded::<Job>(opts.send_ring_blocks());
     let (done_tx, done_rx) = bounded::<Job>(opts.workers.max(1) * 2 + 2);
     let pool = BlockPool::new(opts.workers.max(1) * 3 + 8);
     let first = chan_w.next_counter();
