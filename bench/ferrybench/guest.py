@@ -36,6 +36,10 @@ LOCAL_CASE = "ext4 image, local"
 NEEDS = ("mkfs.ext4", "debugfs", "e2fsck", "dumpe2fs", "e2image", "tar")
 # Issue 22's "Done when", as ratios of medians (reported, not enforced).
 T_FLOOR, T_PEER, T_E2IMAGE, T_TAR_BARE, T_TAR_UNPACK = 1.1, 0.5, 1.0, 1.1, 0.3
+# The peers the issue's 0.5x is against ("the best peer that does not know
+# the guest filesystem (nbdkit + qemu-img, scp)"); rsync -z, also blind to
+# the guest, is measured too and given for reference.
+ISSUE_PEERS = ("scp", "scp -C", "nbdkit + qemu-img convert")
 OVF = """<?xml version="1.0" encoding="UTF-8"?>
 <Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1">
   <References><File ovf:id="file1" ovf:href="disk.img"/></References>
@@ -322,7 +326,9 @@ def figures(ctx: Ctx, used: dict, login: float | None, login_runs: list, slow) -
     peers = medians(ctx, SCEN, IMG_CASE, "peer")
     tar = {**medians(ctx, SCEN, TAR_CASE, "ferry"), **medians(ctx, SCEN, TAR_CASE, "peer")}
     local = medians(ctx, SCEN, LOCAL_CASE, None)
-    best = min(peers.items(), key=lambda kv: kv[1]) if peers else (None, None)
+    fastest = lambda d: min(d.items(), key=lambda kv: kv[1]) if d else (None, None)  # noqa: E731
+    best = fastest({k: v for k, v in peers.items() if k in ISSUE_PEERS})
+    best_all = fastest(peers)
     spars = {k: v for k, v in ferry.items() if "--sparsify" in k}
     targets = []
 
@@ -331,7 +337,10 @@ def figures(ctx: Ctx, used: dict, login: float | None, login_runs: list, slow) -
     for k, v in spars.items():
         target(f"**{k}** / floor", ratio(v, fl["floor_s"]), T_FLOOR)
     for k, v in spars.items():
-        target(f"**{k}** / best peer ({best[0]})", ratio(v, best[1]), T_PEER)
+        target(f"**{k}** / best of the issue's peers ({best[0]})", ratio(v, best[1]), T_PEER)
+    if best_all[0] != best[0]:
+        for k, v in spars.items():
+            target(f"**{k}** / best peer of all ({best_all[0]}) (for reference)", ratio(v, best_all[1]), None)
     loc = local.get("ferry sync --sparsify")
     target("local **ferry sync --sparsify** / e2image -ra", ratio(loc, local.get("e2image -ra")), T_E2IMAGE)
     pairs = [("ferry sync --sparsify vm.ova#disk.img (ssh)", "ferry sync --sparsify (ssh)"),
@@ -344,9 +353,11 @@ def figures(ctx: Ctx, used: dict, login: float | None, login_runs: list, slow) -
         target(f"**{m}** / tar xf + ferry sync --sparsify (ssh) (for reference)",
                ratio(tar.get(m), tar.get("tar xf + ferry sync --sparsify (ssh)")), None)
     ex["targets"] = targets
-    ex["best_peer"] = {"tool": best[0], "median_s": best[1]}
+    ex["best_peer"] = {"tool": best[0], "median_s": best[1], "among": list(ISSUE_PEERS)}
+    ex["best_peer_of_all"] = {"tool": best_all[0], "median_s": best_all[1]}
     ex["ferry_over_floor"] = {k: ratio(v, fl["floor_s"]) for k, v in spars.items()}
     ex["ferry_over_best_peer"] = {k: ratio(v, best[1]) for k, v in spars.items()}
+    ex["ferry_over_best_peer_of_all"] = {k: ratio(v, best_all[1]) for k, v in spars.items()}
     ex["local_sparsify_over_e2image"] = ratio(loc, local.get("e2image -ra"))
     ex["tar_over_bare"] = {m: ratio(tar.get(m), ferry.get(b)) for m, b in pairs}
     ex["tar_over_unpack_then_copy"] = {
@@ -378,8 +389,10 @@ def figures(ctx: Ctx, used: dict, login: float | None, login_runs: list, slow) -
         "Checks: the `--sparsify` rows and `e2image -ra` leave the guest's free blocks out, so their copies "
         "are checked as filesystems: same apparent size, `e2fsck -fn` clean, and every file identical to the "
         "source image's (`debugfs -R 'rdump / DIR'` of both, trees compared); every other row byte for byte "
-        "against the bare image. The best peer for the ratios is the fastest of the case's peers, none of which "
-        "knows the guest filesystem (the issue names nbdkit + qemu-img and scp; rsync -z is in too)."))
+        "against the bare image. None of the peers knows the guest filesystem; the issue's 0.5x is against the "
+        "fastest of those it names (scp, here also scp -C, and nbdkit + qemu-img convert); the ratio to the "
+        "fastest peer of all (rsync -z --zc=zstd, which compresses what the others send raw) is given for "
+        "reference when that is another one. The summary's × best peer is against the fastest of all."))
     if notices is not None:
         ctx.note(SCEN, "What `ferry sync --sparsify (ssh)` said of the image (`notices` in its --json): "
                  + ("; ".join(f"`{n}`" for n in notices) if notices else "nothing") + ".")
