@@ -6,6 +6,8 @@
 mod common;
 #[path = "daemon/hostile.rs"]
 mod hostile;
+#[path = "daemon/members.rs"]
+mod members;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -334,6 +334,45 @@ fn an_image_in_use_is_refused_unless_forced() {
     check_copy(&out, t.path(), &freed, &kept);
 }
 
+/// An image a virtual machine runs on (QEMU holds locks on it; here a
+/// writable qemu-nbd, which takes the same locks) is refused unless
+/// --force.
+#[test]
+fn an_image_qemu_holds_is_refused_unless_forced() {
+    let test = "an_image_qemu_holds_is_refused_unless_forced";
+    if !tools(test, &["qemu-nbd"]) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, freed, kept) = guest(t.path());
+    let sock = t.path().join("held.sock");
+    let mut srv = Command::new("qemu-nbd")
+        .args(["-f", "raw", "-k"])
+        .arg(&sock)
+        .arg(&img)
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = t.path().join("out.img");
+    let r = ferry(&["sync", "--sparsify", p(&img), p(&out)]);
+    let forced = ferry(&["sync", "--sparsify", "--force", p(&img), p(&out)]);
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("lock"), "{err}");
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    check_copy(&out, t.path(), &freed, &kept);
+}
+
 /// A disk image inside a tar (an OVA) read in place, with and without
 /// --sparsify, locally and pulled over ssh; clear errors for a missing
 /// member and a compressed archive.

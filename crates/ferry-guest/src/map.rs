@@ -129,26 +129,32 @@ fn map_region(
         len,
     };
     let kind = match probe(&win) {
-        Ok(Some(m)) => {
-            if let Some(why) = &m.in_use {
-                if !opts.force {
-                    return Err(GuestError::InUse {
-                        what: m.kind,
-                        offset: start,
-                        why: why.clone(),
-                    });
+        Ok(Some(m)) => match m.in_use {
+            // Maps known to be out of date (a journal or log to replay, a
+            // mounted filesystem, a hibernation image) are never used: the
+            // copy's free blocks would hold what only the log knows.
+            Some(why) if !opts.force => {
+                return Err(GuestError::InUse {
+                    what: m.kind,
+                    offset: start,
+                    why,
+                });
+            }
+            Some(why) => RegionKind::Whole {
+                why: format!("{}: {why}", m.kind),
+            },
+            None => {
+                let mut f = m.free;
+                f.clip(0, len);
+                for &(s, e) in f.as_slice() {
+                    free.push(start + s, start + e);
+                }
+                RegionKind::Mapped {
+                    kind: m.kind,
+                    free: f.total(),
                 }
             }
-            let mut f = m.free;
-            f.clip(0, len);
-            for &(s, e) in f.as_slice() {
-                free.push(start + s, start + e);
-            }
-            RegionKind::Mapped {
-                kind: m.kind,
-                free: f.total(),
-            }
-        }
+        },
         Ok(None) => RegionKind::Whole {
             why: "no filesystem ferry reads".into(),
         },
@@ -174,34 +180,68 @@ pub fn map_image(img: &dyn ReadAt, opts: &MapOptions) -> Result<GuestMap, GuestE
         scheme: "none",
         ..Default::default()
     };
-    // A bare filesystem first: its first sectors are not a partition table.
+    // A filesystem at offset 0, and a partition table, each looked for on
+    // its own: a disk formatted whole and partitioned later keeps the old
+    // superblock beside the new table (sfdisk does not wipe it), and Linux
+    // goes by the table.
     let bare = match probe(img) {
-        Ok(Some(_)) => true,
-        Ok(None) => false,
+        Ok(Some(m)) => Some(m.kind),
+        Ok(None) => None,
         Err(FsError::Io(e)) if e.kind() != std::io::ErrorKind::UnexpectedEof => {
             return Err(GuestError::Io(e))
         }
-        Err(_) => true,
+        Err(_) => None,
     };
-    if !bare {
-        match part::read_table(img) {
-            Ok(t) if !matches!(t.scheme, Scheme::None) => {
-                map.scheme = t.scheme.name();
-                for p in &t.parts {
-                    let what = format!("partition {} ({})", p.number, p.type_name);
-                    let region = map_region(img, p.start, p.len, what, opts, &mut map.free)?;
-                    map.regions.push(region);
-                }
-                return Ok(map);
+    let table = match part::read_table(img) {
+        Ok(t) if !matches!(t.scheme, Scheme::None) && !t.parts.is_empty() => Some(t),
+        Ok(_) => None,
+        Err(FsError::Io(e)) if e.kind() != std::io::ErrorKind::UnexpectedEof => {
+            return Err(GuestError::Io(e))
+        }
+        Err(e) => {
+            map.table_note = Some(e.to_string());
+            None
+        }
+    };
+    match (table, bare) {
+        (Some(t), None) => {
+            map.scheme = t.scheme.name();
+            for p in &t.parts {
+                let what = format!("partition {} ({})", p.number, p.type_name);
+                let region = map_region(img, p.start, p.len, what, opts, &mut map.free)?;
+                map.regions.push(region);
             }
-            Ok(_) => {}
-            Err(FsError::Io(e)) if e.kind() != std::io::ErrorKind::UnexpectedEof => {
-                return Err(GuestError::Io(e))
-            }
-            Err(e) => map.table_note = Some(e.to_string()),
+        }
+        (Some(t), Some(kind)) => {
+            // Which of the two is stale cannot be told: nothing is skipped.
+            map.scheme = t.scheme.name();
+            map.regions.push(Region {
+                start: 0,
+                len: size,
+                what: "the image".into(),
+                kind: RegionKind::Whole {
+                    why: format!(
+                        "both a {} partition table and {kind} at offset 0: one of them is stale",
+                        t.scheme.name()
+                    ),
+                },
+            });
+        }
+        (None, Some(kind)) if map.table_note.is_some() => {
+            // A damaged table beside a filesystem: trust neither.
+            map.regions.push(Region {
+                start: 0,
+                len: size,
+                what: "the image".into(),
+                kind: RegionKind::Whole {
+                    why: format!("{kind} at offset 0 beside a damaged partition table"),
+                },
+            });
+        }
+        (None, _) => {
+            let region = map_region(img, 0, size, "the image".into(), opts, &mut map.free)?;
+            map.regions.push(region);
         }
     }
-    let region = map_region(img, 0, size, "the image".into(), opts, &mut map.free)?;
-    map.regions.push(region);
     Ok(map)
 }

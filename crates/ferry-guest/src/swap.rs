@@ -53,6 +53,12 @@ pub fn free_ranges(r: &dyn ReadAt) -> Result<FsMap, FsError> {
             if &start == TUXONICE {
                 return Ok(hibernated());
             }
+            if let Some(other) = foreign_signature(r)? {
+                return Err(FsError::corrupt(
+                    KIND,
+                    format!("a swap signature beside {other}'s: one of them is stale"),
+                ));
+            }
             return version1(r, ps);
         }
         if &magic == b"SWAP-SPACE" {
@@ -66,6 +72,44 @@ pub fn free_ranges(r: &dyn ReadAt) -> Result<FsMap, FsError> {
         }
     }
     Err(FsError::NotThis(KIND))
+}
+
+/// Signatures of other contents that a swap signature must not sit beside:
+/// (offset, bytes, name). A partition made swap and later formatted with a
+/// tool that leaves the old swap page in place must not be taken for free
+/// space.
+const FOREIGN: &[(u64, &[u8], &str)] = &[
+    (0, b"XFSB", "XFS"),
+    (1080, &[0x53, 0xEF], "ext2/3/4"),
+    (65600, b"_BHRfS_M", "btrfs"),
+    (0, b"LUKS\xba\xbe", "LUKS"),
+    (512, b"LABELONE", "LVM"),
+    (3, b"NTFS    ", "NTFS"),
+    (3, b"EXFAT   ", "exFAT"),
+    (54, b"FAT1", "FAT"),
+    (82, b"FAT32   ", "FAT32"),
+    (1024, &[0x10, 0x20, 0xF5, 0xF2], "F2FS"),
+    (32769, b"CD001", "ISO 9660"),
+    (0, b"hsqs", "squashfs"),
+    (4096, &[0xfc, 0x4e, 0x2b, 0xa9], "Linux RAID (md 1.2)"),
+    (0, &[0xfc, 0x4e, 0x2b, 0xa9], "Linux RAID (md 1.1)"),
+    (131072, &[0x0c, 0xb1, 0xba, 0x00], "ZFS"),
+    (512, b"EFI PART", "a GPT partition table"),
+];
+
+/// The first other content whose signature the area also carries.
+fn foreign_signature(r: &dyn ReadAt) -> Result<Option<&'static str>, FsError> {
+    for &(off, sig, name) in FOREIGN {
+        let mut buf = [0u8; 8];
+        let buf = &mut buf[..sig.len()];
+        match r.read_exact_at(buf, off) {
+            Ok(()) if buf == sig => return Ok(Some(name)),
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+            Err(e) => return Err(FsError::Io(e)),
+        }
+    }
+    Ok(None)
 }
 
 fn hibernated() -> FsMap {
@@ -278,5 +322,18 @@ mod tests {
         let mut img = vec![0u8; 8192];
         img[4086..4096].copy_from_slice(b"SWAP-SPACE");
         assert!(why(free_ranges(&img)).contains("version 0"));
+    }
+
+    #[test]
+    fn a_stale_swap_page_under_another_filesystem_is_not_free() {
+        let clean = swap(4096, 63, 64 * 4096, &[]);
+        assert!(free_ranges(&clean).is_ok());
+        for (off, sig, name) in FOREIGN {
+            let mut img = clean.clone();
+            let at = *off as usize;
+            img[at..at + sig.len()].copy_from_slice(sig);
+            let w = why(free_ranges(&img));
+            assert!(w.contains(name), "{name}: {w}");
+        }
     }
 }

@@ -279,9 +279,8 @@ fn a_hibernation_image_is_never_dropped() {
     let map = map_image(&img, &MapOptions { force: true }).expect("forced");
     assert_eq!(
         region(&map, 4).kind,
-        RegionKind::Mapped {
-            kind: "swap",
-            free: 0
+        RegionKind::Whole {
+            why: "swap: holds a hibernation image".into()
         }
     );
     assert!(free_in(&map, swap.start, swap.start + swap.len).is_empty());

@@ -108,7 +108,9 @@ fn v5_two_level_bnobt_with_rmapbt() {
     assert!(agf_field(&img, 0, "cntlevel") >= 2, "cntbt not two levels");
     let m = check_against_xfs_db(&img);
     assert!(
-        m.free.as_slice().len() > 300,
+        // About 300 (the kernel places the files a little differently
+        // from run to run): more than two 1 KiB leaves hold (121 each).
+        m.free.as_slice().len() > 242,
         "{} ranges",
         m.free.as_slice().len()
     );
@@ -116,7 +118,9 @@ fn v5_two_level_bnobt_with_rmapbt() {
     assert_files_not_free(&img, &m.free, &kept);
 }
 
-/// An external log: nothing of it on this device, nothing to check there.
+/// An external log: nothing of it on this device, so whether it needs
+/// recovery cannot be told: in use (copied whole even with --force); the
+/// maps themselves still match xfs_db's.
 #[test]
 fn external_log() {
     let tmp = tempfile::tempdir().unwrap();
@@ -144,6 +148,13 @@ fn external_log() {
     drop(logdev);
     let m = check_against_xfs_db(&img);
     assert_files_not_free(&img, &m.free, &names);
+    let opts = ferry_guest::MapOptions { force: true };
+    let map = ferry_guest::map_image(&Img::open(&img), &opts).unwrap();
+    assert!(
+        map.free.is_empty(),
+        "an external log's filesystem is copied whole"
+    );
+    assert!(ferry_guest::map_image(&Img::open(&img), &Default::default()).is_err());
 }
 
 /// The log says whether the filesystem is in use, as xfs_repair sees it:

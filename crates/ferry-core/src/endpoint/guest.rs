@@ -141,7 +141,7 @@ impl Source for MemberSource {
 
 /// Split `arg` into an archive and a member name (`vm.ova#disk.img`) when
 /// `arg` itself does not exist and what comes before its last `#` is a
-/// regular file.
+/// regular file (or a symlink, which [`open_archive`] then refuses).
 pub fn split_member(arg: &str) -> Option<(&str, &str)> {
     if std::fs::symlink_metadata(arg).is_ok() {
         return None;
@@ -150,8 +150,35 @@ pub fn split_member(arg: &str) -> Option<(&str, &str)> {
     if member.is_empty() || archive.is_empty() {
         return None;
     }
-    std::fs::metadata(archive).ok().filter(|m| m.is_file())?;
+    std::fs::symlink_metadata(archive)
+        .ok()
+        .filter(|m| m.is_file() || m.file_type().is_symlink())?;
     Some((archive, member))
+}
+
+/// Open an archive named for its members: a regular file, not through a
+/// symlink (on a daemon, a link could lead outside its root).
+pub fn open_archive(archive: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(archive)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => Error::Usage(format!(
+                "{}: a symlink; name the archive itself to read its members",
+                archive.display()
+            )),
+            _ => Error::io_op("open for reading", archive, e),
+        })?;
+    let meta = f.metadata().map_err(|e| Error::io(archive, e))?;
+    if !meta.is_file() {
+        return Err(Error::Usage(format!(
+            "{}: members are read from a regular file (a tar archive)",
+            archive.display()
+        )));
+    }
+    Ok(f)
 }
 
 /// Open member `member` of the tar archive `file` as a source.
@@ -187,6 +214,9 @@ pub fn looks_mounted(file: &File) -> Option<String> {
             .is_some_and(|e| e.raw_os_error() == Some(libc::EBUSY));
         return held.then(|| "the device is mounted or held by another user".into());
     }
+    if let Some(why) = locked(file) {
+        return Some(why);
+    }
     let ident = (meta.dev(), meta.ino());
     let loops = std::fs::read_dir("/sys/block").ok()?;
     for d in loops.flatten() {
@@ -203,6 +233,21 @@ pub fn looks_mounted(file: &File) -> Option<String> {
         }
     }
     None
+}
+
+/// Whether another process holds a lock on the image: QEMU locks the
+/// images its virtual machines run on (open file description locks), so a
+/// running, paused or saved VM's disk is seen here.
+fn locked(file: &File) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero flock is a valid value; F_OFD_GETLK only fills it.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    // SAFETY: `fl` outlives the call, which only reads and writes it.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    (r == 0 && fl.l_type != libc::F_UNLCK as _)
+        .then(|| "another process holds a lock on it (a virtual machine running on it?)".into())
 }
 
 /// Map `src` (of `size` bytes) through its guest's filesystems and wrap it

@@ -18,7 +18,9 @@ mod source;
 
 use std::io;
 
-pub use guest::{looks_mounted, open_member, sparsify, split_member, MemberSource, Sparsified};
+pub use guest::{
+    looks_mounted, open_archive, open_member, sparsify, split_member, MemberSource, Sparsified,
+};
 pub use nbd::{NbdExport, NBD_CONNECTIONS};
 pub use sink::Sink;
 pub use source::Source;
@@ -84,7 +86,7 @@ pub fn check_sources_exist(sources: &[String]) -> Result<()> {
     for s in sources.iter().filter(|s| Kind::of(s) == Kind::Path) {
         if let Some((archive, member)) = split_member(s) {
             // A missing member or a compressed archive: said now, once.
-            let f = std::fs::File::open(archive).map_err(|e| Error::io(archive, e))?;
+            let f = open_archive(std::path::Path::new(archive))?;
             open_member(
                 std::sync::Arc::new(f),
                 std::path::Path::new(archive),

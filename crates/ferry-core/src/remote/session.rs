@@ -220,6 +220,13 @@ fn expected_names(paths: &[String]) -> Option<Vec<Vec<u8>>> {
         if p.ends_with('/') || name.is_empty() || name == b".." || name == b"." {
             return None;
         }
+        // `ARCHIVE#MEMBER` on the other side may be a member, named after
+        // itself (whether it is can only be told there).
+        if let Some((_, member)) = trimmed.rsplit_once('#') {
+            if let Some(base) = member.rsplit('/').find(|c| !c.is_empty()) {
+                names.push(base.as_bytes().to_vec());
+            }
+        }
         names.push(name);
     }
     Some(names)
@@ -304,6 +311,14 @@ mod tests {
         assert_eq!(
             v(&["nbd+unix:///disk?socket=/s"]),
             Some(vec![b"disk".to_vec()])
+        );
+        assert_eq!(
+            v(&["/img/vm.ova#dir/disk1.img"]),
+            Some(vec![b"disk1.img".to_vec(), b"disk1.img".to_vec()])
+        );
+        assert_eq!(
+            v(&["vm.ova#disk.img"]),
+            Some(vec![b"disk.img".to_vec(), b"vm.ova#disk.img".to_vec()])
         );
     }
 }

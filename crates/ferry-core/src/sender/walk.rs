@@ -386,19 +386,8 @@ impl Walker<'_> {
     /// A member of a tar archive (`vm.ova#disk.img`), read in place: the
     /// archive's owner, mode and time, the member's size.
     fn member(&mut self, archive: &Path, member: &str, name: Vec<u8>) -> Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(archive)
-            .map_err(|err| Error::io_op("open for reading", archive, err))?;
+        let f = crate::endpoint::open_archive(archive)?;
         let meta = f.metadata().map_err(|err| Error::io(archive, err))?;
-        if !meta.is_file() {
-            return Err(Error::Usage(format!(
-                "{}: members are read from a regular file (a tar archive)",
-                archive.display()
-            )));
-        }
         let reader: Arc<dyn Source> = Arc::new(crate::direct::Reader::new(f, self.opts.direct_io));
         let m = crate::endpoint::open_member(reader, archive, member)?;
         let size = m.len();

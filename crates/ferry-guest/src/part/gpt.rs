@@ -180,9 +180,19 @@ fn header(sector: &[u8], ss: u64, lba: u64) -> Result<Header, String> {
         .entries_lba
         .checked_add(bytes.div_ceil(ss))
         .ok_or("entries' LBA out of range")?;
+    // The other header's array, where tools put it: just before the backup
+    // header, or from LBA 2 after the primary one.
+    let n = bytes.div_ceil(ss);
+    let (other_start, other_end) = if lba < h.alternate {
+        (h.alternate.saturating_sub(n), h.alternate)
+    } else {
+        (2, 2u64.saturating_add(n))
+    };
+    let overlaps = |s: u64, e: u64| s <= h.last_usable && h.first_usable < e;
     if usable.contains(&lba)
         || usable.contains(&h.alternate)
-        || (h.entries_lba <= h.last_usable && h.first_usable < array_end)
+        || overlaps(h.entries_lba, array_end)
+        || overlaps(other_start, other_end)
     {
         return Err("the table's own sectors lie in the usable range".into());
     }

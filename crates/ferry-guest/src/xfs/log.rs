@@ -45,10 +45,14 @@ const H_CRC: usize = 32;
 const HEADER_SIZES: [usize; 2] = [328, 324];
 const EXT_HEADER_SIZE: usize = 260;
 
-/// `None` when the log is clean or external; otherwise why it is not.
+/// `None` when the log is clean; otherwise why it is not, or cannot be
+/// known: an external log lives on another device, so whether it holds
+/// changes the free-space trees do not have yet cannot be told from here.
 pub(super) fn state(r: &dyn ReadAt, sb: &Sb) -> Result<Option<String>, FsError> {
     let Some((agno, agbno)) = sb.internal_log() else {
-        return Ok(None);
+        return Ok(Some(
+            "its log is on another device, so whether it needs recovery cannot be checked".into(),
+        ));
     };
     let Some(base) = sb.byte_of(agno, agbno) else {
         return Ok(Some("its log is out of range".into()));

@@ -143,12 +143,36 @@ pub fn confine(
         }
         Ok(_) => {}
         Err(rustix::io::Errno::NOENT) if may_create => {}
+        // `ARCHIVE#MEMBER` (a pull): the archive is checked as a last
+        // component would be (beneath the root, not a symlink, a regular
+        // file); the sender opens it without following a link.
+        Err(rustix::io::Errno::NOENT) if archive_of(last).is_some() => {
+            let archive = archive_of(last).unwrap_or_default();
+            let st = rustix::fs::statat(
+                &parent,
+                OsStr::from_bytes(archive.as_bytes()),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| io(e.into()))?;
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile => {}
+                FileType::Symlink => return Err(ConfineError::Symlink(client.into())),
+                _ => return Err(ConfineError::Special(client.into())),
+            }
+        }
         Err(e) => return Err(io(e.into())),
     }
     Ok(Confined {
         path: format!("{}/{last}{slash}", proc_fd(&parent)),
         _held: vec![parent],
     })
+}
+
+/// The archive of a last component that names a member (`vm.ova#disk`).
+fn archive_of(last: &str) -> Option<&str> {
+    last.rsplit_once('#')
+        .filter(|(a, m)| !a.is_empty() && !m.is_empty())
+        .map(|(a, _)| a)
 }
 
 /// The file `client` names beneath the root, opened for a stream to be
