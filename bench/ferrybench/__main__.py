@@ -22,14 +22,16 @@ BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(BENCH)
 
 FULL = dict(files=1024, file_kb=256, big_mib=512, mangle_pct=5.0, img_mib=512, img_data_mib=64,
-            stream_mib=1024, resume_mib=1024, resume_kill_pct=60.0, runs=3)
+            guest_img_mib=512, guest_data_mib=300, stream_mib=1024, resume_mib=1024, resume_kill_pct=60.0,
+            runs=3)
 QUICK = dict(files=48, file_kb=32, big_mib=16, mangle_pct=5.0, img_mib=64, img_data_mib=8,
-             stream_mib=32, resume_mib=64, resume_kill_pct=60.0, runs=1)
+             guest_img_mib=64, guest_data_mib=36, stream_mib=32, resume_mib=64, resume_kill_pct=60.0, runs=1)
 # The sizes the open issues state their targets at (--issue-sizes): a 1 GiB
 # tree of 1 MiB files, a 1 GiB big file, a 4 GiB sparse image with ~300 MiB
-# allocated, a 2 GiB stream, a 4 GiB file killed at 60% and resumed.
+# allocated, a 2 GiB ext4 image with ~1.2 GiB of files written (half then
+# deleted), a 2 GiB stream, a 4 GiB file killed at 60% and resumed.
 ISSUE = dict(files=1024, file_kb=1024, big_mib=1024, mangle_pct=5.0, img_mib=4096, img_data_mib=300,
-             stream_mib=2048, resume_mib=4096, resume_kill_pct=60.0)
+             guest_img_mib=2048, guest_data_mib=1228, stream_mib=2048, resume_mib=4096, resume_kill_pct=60.0)
 FLOATS = ("mangle_pct", "resume_kill_pct")
 
 DESCRIBE = {
@@ -46,6 +48,12 @@ DESCRIBE = {
               "the rest holes. scp and rsync push over ssh; nbdkit (file plugin, "
               "read-only) serves it from A over TCP and nbdcopy / qemu-img convert pull it into a file in B "
               "(server start not timed). dst allocated = st_blocks of the copy.",
+    "guest": "An ext4 image of {guest_img_mib} MiB (4 KiB blocks, made by mkfs.ext4 -d) with {guest_data_mib} MiB "
+             "of files written (64 KiB to 32 MiB, half random, half text), then half of them (by bytes) deleted "
+             "in the guest with debugfs: their blocks are free, their bytes still on the disk. Pushed over ssh "
+             "(nbdkit + qemu-img convert: pulled into B); then the same image as `disk.img` inside a tar "
+             "(`vm.ova`), read in place by ferry against unpacking it first; then copied locally (no link) "
+             "against `e2image -ra`, which copies only the blocks in use. dst allocated = st_blocks of the copy.",
     "stream": "A {stream_mib} MiB stream (1 MiB blocks, 60% random, 40% text) read from a file and written "
               "to a file on the other side; then, as case \"incompressible\", {stream_mib} MiB of random "
               "bytes (no zstd row: nothing to gain). mbuffer's receiver is started (untimed) before the "
@@ -73,7 +81,8 @@ def parse(argv):
                    help="smoke mode for CI: tiny data, 1 run, link 1gbit; fails only on a verification error")
     p.add_argument("--runs", type=int, help="timed runs per tool and case (default 3, quick 1)")
     p.add_argument("--link", choices=list(PRESETS),
-                   help="one link for every networked scenario (default: tree/bigfile/stream 1gbit, sparse 100mbit)")
+                   help="one link for every networked scenario "
+                        "(default: tree/bigfile/stream/resume 1gbit, sparse/guest 100mbit)")
     p.add_argument("--ferry", help="ferry binary (default: $FERRY, $CARGO_TARGET_DIR/release/ferry, target/release/ferry)")
     p.add_argument("--work", default=os.environ.get("FERRYBENCH_WORK", "/var/tmp/ferrybench"),
                    help="scratch directory for data and destinations (default /var/tmp/ferrybench; data is cached here)")
@@ -86,11 +95,14 @@ def parse(argv):
                                  "explicit flags still win)")
     g.add_argument("--issue-sizes", action="store_true",
                    help="the sizes the issues state their targets at: tree 1024 files x 1024 KiB, "
-                        "big file 1024 MiB, sparse image 4096 MiB with ~300 MiB allocated, stream 2048 MiB, "
+                        "big file 1024 MiB, sparse image 4096 MiB with ~300 MiB allocated, guest ext4 image "
+                        "2048 MiB with 1228 MiB of files written, stream 2048 MiB, "
                         "resume 4096 MiB (and the resume scenario joins the default set)")
     for k, h in (("files", "tree: number of files"), ("file_kb", "tree: average file size, KiB"),
                  ("big_mib", "bigfile: size, MiB"), ("mangle_pct", "bigfile: percent overwritten"),
                  ("img_mib", "sparse: virtual size, MiB"), ("img_data_mib", "sparse: data written, MiB"),
+                 ("guest_img_mib", "guest: ext4 image size, MiB"),
+                 ("guest_data_mib", "guest: MiB of files written into it (about half then deleted)"),
                  ("stream_mib", "stream: size, MiB"), ("resume_mib", "resume: file size, MiB"),
                  ("resume_kill_pct", "resume: kill the copy when this %% of the file is at the destination")):
         g.add_argument("--" + k.replace("_", "-"), type=float if k in FLOATS else int,
@@ -155,9 +167,9 @@ def main(argv=None) -> int:
     wanted = a.scenarios or [s for s in SCENARIOS if SCENARIOS[s].get("default", True)
                              or (a.issue_sizes and not a.quick)]
     if a.gen_only:
-        from . import scenarios as sc
+        from . import guest as gu, scenarios as sc
         ctx = Ctx(work=a.work, ferry=None, link=None, procs=None, logdir="", runs=runs, sizes=sizes)
-        need = {"tree": [sc.tree_base], "bigfile": [sc.big_files], "sparse": [sc.sparse_img],
+        need = {"tree": [sc.tree_base], "bigfile": [sc.big_files], "sparse": [sc.sparse_img], "guest": [gu.guest_data],
                 "stream": [sc.stream_file, sc.random_stream_file],
                 "local": [sc.tree_base, sc.sparse_img, sc.big_files], "resume": [sc.resume_file]}
         for s in wanted:
@@ -295,7 +307,9 @@ def main(argv=None) -> int:
                       + f"tree {sizes['files']} files x ~{sizes['file_kb']} KiB "
                       f"(~{sizes['files'] * sizes['file_kb'] / 1024:.0f} MiB); big file {sizes['big_mib']} MiB "
                       f"({sizes['mangle_pct']:g}% mangled / 7 bytes inserted); sparse image {sizes['img_mib']} MiB "
-                      f"with ~{sizes['img_data_mib']} MiB allocated (thirds random / text / written zeros); stream {sizes['stream_mib']} MiB (and as many random bytes). "
+                      f"with ~{sizes['img_data_mib']} MiB allocated (thirds random / text / written zeros); guest ext4 image "
+                      f"{sizes['guest_img_mib']} MiB with {sizes['guest_data_mib']} MiB of files written, about "
+                      f"half deleted; stream {sizes['stream_mib']} MiB (and as many random bytes). "
                       + (f"Resume: {sizes['resume_mib']} MiB of random bytes, killed at "
                          f"{sizes['resume_kill_pct']:g}%. " if "resume" in wanted else "")
                       + 

@@ -247,6 +247,78 @@ def sparse_image(path: str, size_mib: int, data_mib: int, seed: int = 4) -> dict
     return {"extents": layout, "bytes": have}
 
 
+# -- a guest filesystem (the guest scenario) -------------------------------
+
+GUEST_MIN, GUEST_MAX = 64 * KiB, 32 * MiB
+
+
+def guest_image(path: str, img_mib: int, data_mib: int, seed: int = 8) -> dict:
+    """An ext4 image of img_mib (4 KiB blocks) as a guest leaves it: made by
+    `mkfs.ext4 -q -F -b 4096 -d TREE` from about data_mib of files (sizes
+    log-uniform between 64 KiB and 32 MiB, at most data/8 so a small image
+    still gets a few dozen files; each file random or text, whichever kind
+    has fewer bytes so far; in 8 directories), then about half of each
+    kind's bytes deleted by `debugfs -w` (`rm` frees their blocks; their
+    bytes stay on the disk, as after a guest's `rm`). UUID, hash seed and
+    timestamps are fixed, so the image is byte for byte the same on every
+    machine with the same e2fsprogs.
+
+    Returns {"files": [[path, size, kind, kept], ...], "bytes": {...}} with
+    the filesystem's block size and used bytes ((Block count - Free blocks)
+    x Block size, from `dumpe2fs -h`)."""
+    import subprocess
+    import uuid
+    rnd = random.Random(seed)
+    stage = path + ".stage"
+    shutil.rmtree(stage, ignore_errors=True)
+    total, top = data_mib * MiB, max(GUEST_MIN, min(GUEST_MAX, data_mib * MiB // 8))
+    files, have, left, i = [], {"random": 0, "text": 0}, total, 0
+    while left > 0:
+        n = min(left, int(2 ** rnd.uniform(GUEST_MIN.bit_length() - 1, top.bit_length() - 1)))
+        kind = min(have, key=lambda k: (have[k], k))
+        rel = f"d{rnd.randrange(8)}/f{i:04d}.{'bin' if kind == 'random' else 'txt'}"
+        os.makedirs(os.path.join(stage, os.path.dirname(rel)), exist_ok=True)
+        with open(os.path.join(stage, rel), "wb") as f:
+            f.write(random_bytes(rnd, n) if kind == "random" else text_bytes(rnd, n))
+        files.append([rel, n, kind, True])
+        have[kind] += n
+        left -= n
+        i += 1
+    for dp, dns, fns in os.walk(stage):
+        for x in dns + fns + [""]:
+            os.utime(os.path.join(dp, x), (1_600_000_000, 1_600_000_000))
+    # Half of each kind's bytes, by files taken in a seeded order, each one
+    # deleted when that brings the kind closer to half.
+    gone = {"random": 0, "text": 0}
+    for fl in sorted(files, key=lambda _: rnd.random()):
+        half = have[fl[2]] / 2
+        if abs(gone[fl[2]] + fl[1] - half) < abs(gone[fl[2]] - half):
+            gone[fl[2]] += fl[1]
+            fl[3] = False
+    u = uuid.UUID(int=rnd.getrandbits(128), version=4)
+    env = dict(os.environ, E2FSPROGS_FAKE_TIME="1600000000")
+    try:
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-U", str(u), "-E", f"hash_seed={u}",
+                        "-d", stage, path, f"{img_mib}M"], check=True, env=env, capture_output=True)
+        # mkfs -d copies each entry's ctime, which no one can set on the
+        # stage; fix it, then delete.
+        ents = ["/", "/lost+found"] + sorted({"/" + os.path.dirname(f[0]) for f in files}) \
+            + ["/" + f[0] for f in files]
+        cmds = "".join(f"sif {e} ctime @1600000000\n" for e in ents) \
+            + "".join(f"rm /{f[0]}\n" for f in files if not f[3])
+        subprocess.run(["debugfs", "-w", "-f", "-", path], input=cmds.encode(), check=True, env=env,
+                       capture_output=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    out = subprocess.run(["dumpe2fs", "-h", path], check=True, capture_output=True, text=True).stdout
+    hdr = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in out.splitlines() if ":" in ln)}
+    bs = int(hdr["Block size"])
+    used = (int(hdr["Block count"]) - int(hdr["Free blocks"])) * bs
+    kept = {k: have[k] - gone[k] for k in have}
+    return {"files": files, "block_size": bs, "used_bytes": used,
+            "bytes": {"written": total, "deleted": gone, "kept": kept, "by_kind": have}}
+
+
 def read_extents(path: str, extents: list, kind: str, chunk: int = 8 * MiB):
     """Yield the bytes of the extents of one kind (for compressing the text)."""
     with open(path, "rb") as f:
@@ -283,14 +355,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m ferrybench.data",
                                 description="Make one of the suite's seeded data sets.")
     p.add_argument("kind", choices=["tree", "churn", "bigfile", "mangle", "insert", "sparse", "stream",
-                                    "random-stream"])
+                                    "random-stream", "guest"])
     p.add_argument("path", help="where to write (for churn/mangle: what to change in place; "
                                 "for insert: the output, with --src the input)")
     p.add_argument("--files", type=int, default=1024)
     p.add_argument("--file-kb", type=int, default=256)
     p.add_argument("--percent", type=float, default=5.0, help="churn / mangle percent")
-    p.add_argument("--mib", type=int, default=512, help="bigfile / stream / sparse virtual size")
-    p.add_argument("--data-mib", type=int, default=64, help="sparse: data written")
+    p.add_argument("--mib", type=int, default=512, help="bigfile / stream / sparse / guest image size")
+    p.add_argument("--data-mib", type=int, default=64, help="sparse / guest: data written")
     p.add_argument("--src", help="insert: the file to copy with 7 bytes inserted at 1 MiB")
     p.add_argument("--seed", type=int, default=None)
     a = p.parse_args(argv)
@@ -313,6 +385,10 @@ def main(argv=None) -> int:
               ", ".join(f"{k} {n / MiB:.1f} MiB" for k, n in lay["bytes"].items()))
     elif a.kind == "stream":
         stream(a.path, a.mib, 5 if seed is None else seed)
+    elif a.kind == "guest":
+        g = guest_image(a.path, a.mib, a.data_mib, 8 if seed is None else seed)
+        print(len(g["files"]), "files;", sum(not f[3] for f in g["files"]), "deleted;",
+              f"used {g['used_bytes'] / MiB:.1f} MiB")
     elif a.kind == "random-stream":
         random_stream(a.path, a.mib, 6 if seed is None else seed)
     return 0

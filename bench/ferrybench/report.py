@@ -123,11 +123,27 @@ def scenario_table(scen: str, by_case: dict) -> str:
 
 def notes(meta: dict, scen: str) -> list[str]:
     """The scenario's extra paragraphs (floor, baselines, rates), each
-    followed by a blank line."""
+    followed by a blank line, then its targets table if it has one."""
     out = []
     for n in meta.get("extra", {}).get(scen, {}).get("notes", []):
         out += [n, ""]
-    return out
+    return out + targets_table(meta.get("extra", {}).get(scen, {}).get("targets"))
+
+
+def targets_table(targets: list[dict] | None) -> list[str]:
+    """An issue's "Done when" as a table: each figure (a ratio of medians,
+    Markdown), its value, the target it should be at most (None: shown
+    for reference) and whether it is met. Reported, not enforced."""
+    if not targets:
+        return []
+    lines = ["The issue's targets (ratios of medians; reported, not enforced):", "",
+             "| figure | value | target | |", "|---|---|---|---|"]
+    for t in targets:
+        v, tgt = t.get("value"), t.get("target")
+        met = "" if v is None or tgt is None else ("met" if v <= tgt else "**NOT met**")
+        lines.append(f"| {t['figure'].replace('|', chr(92) + '|')} | {_f(v)} | "
+                     f"{'-' if tgt is None else f'≤ {tgt:.2f}'} | {met if v is not None else 'no run'} |")
+    return lines + [""]
 
 
 def summary_table(records: list[dict]) -> str:

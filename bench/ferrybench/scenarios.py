@@ -606,6 +606,11 @@ def scen_resume(ctx: Ctx):
                 f"resume {f['resume_s']} s ({f['resume_over_full']}x), wire {f['resume_wire_over_size']} of the file")
 
 
+def scen_guest(ctx: Ctx):
+    from .guest import scen_guest as run  # guest.py builds on this module: imported when run
+    run(ctx)
+
+
 SCENARIOS = {
     "tree": {"fn": scen_tree, "link": "1gbit", "net": True,
              "seed": "000 (pvc-migrate: incremental stages, initial / unchanged / 30% / 60% churn)"},
@@ -613,6 +618,9 @@ SCENARIOS = {
                 "seed": "000 (large-file workload: rsync defaults vs --inplace vs --whole-file)"},
     "sparse": {"fn": scen_sparse, "link": "100mbit", "net": True,
                "seed": "002 (disk image over a 100 Mbps link: scp vs nbdkit + nbdcopy / qemu-img)"},
+    "guest": {"fn": scen_guest, "link": "100mbit", "net": True,
+              "seed": "none; issue 22 (--sparsify): an ext4 image with half its files deleted, bare, in a tar "
+                      "and locally (scp, rsync, nbdkit + qemu-img, tar xf, e2image -ra)"},
     "stream": {"fn": scen_stream, "link": "1gbit", "net": True,
                "seed": "003 (zfs send | mbuffer -O / -I vs ssh, with and without compression)"},
     "local": {"fn": scen_local, "link": None, "net": False,
