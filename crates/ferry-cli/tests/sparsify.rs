@@ -346,23 +346,11 @@ fn an_image_qemu_holds_is_refused_unless_forced() {
     let t = tempfile::tempdir().unwrap();
     let (img, freed, kept) = guest(t.path());
     let sock = t.path().join("held.sock");
-    let mut srv = Command::new("qemu-nbd")
-        .args(["-f", "raw", "-k"])
-        .arg(&sock)
-        .arg(&img)
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let srv = QemuNbd::start(&img, &sock, false);
     let out = t.path().join("out.img");
     let r = ferry(&["sync", "--sparsify", p(&img), p(&out)]);
     let forced = ferry(&["sync", "--sparsify", "--force", p(&img), p(&out)]);
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success() && err.contains("lock"), "{err}");
     assert!(
@@ -487,23 +475,11 @@ fn an_nbd_export_is_sparsified() {
     let t = tempfile::tempdir().unwrap();
     let (img, freed, kept) = guest(t.path());
     let sock = t.path().join("nbd.sock");
-    let mut srv = Command::new("qemu-nbd")
-        .args(["-r", "-f", "raw", "-k"])
-        .arg(&sock)
-        .arg(&img)
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let srv = QemuNbd::start(&img, &sock, true);
     let out = t.path().join("out.img");
     let uri = format!("nbd+unix:///?socket={}", sock.display());
     let r = ferry(&["sync", "--sparsify", "--json", &uri, p(&out)]);
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     check_copy(&out, t.path(), &freed, &kept);
 }

@@ -19,6 +19,7 @@
 
 pub mod error;
 pub mod ext4;
+mod field;
 pub mod map;
 pub mod part;
 pub mod ranges;

@@ -69,8 +69,8 @@ impl GuestMap {
                 RegionKind::Mapped { kind, free } => format!(
                     "{}: {kind}, {} of {} unused, skipped",
                     r.what,
-                    human(*free),
-                    human(r.len)
+                    mib(*free),
+                    mib(r.len)
                 ),
                 RegionKind::Whole { why } => {
                     format!("{}: copied whole ({why})", r.what)
@@ -82,19 +82,10 @@ impl GuestMap {
     }
 }
 
-fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+/// Sizes in the summary: MiB with one decimal, whatever the size (a
+/// terabyte image reads as 1048576.0 MiB, still exact enough to compare).
+fn mib(n: u64) -> String {
+    format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
 }
 
 type Reader = fn(&dyn ReadAt) -> Result<FsMap, FsError>;

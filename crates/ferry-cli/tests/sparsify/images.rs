@@ -191,3 +191,36 @@ pub fn xfs_settle(img: &Path, at: &Path) {
     }
     panic!("{}: the XFS log stays dirty after umount", img.display());
 }
+
+/// A qemu-nbd serving an image on a unix socket, killed (by pid) when
+/// dropped. Writable, it holds the image's locks as a running VM would.
+pub struct QemuNbd(std::process::Child);
+
+impl QemuNbd {
+    pub fn start(img: &Path, sock: &Path, read_only: bool) -> QemuNbd {
+        let mut c = Command::new("qemu-nbd");
+        if read_only {
+            c.arg("-r");
+        }
+        let child = c
+            .args(["-f", "raw", "-k"])
+            .arg(sock)
+            .arg(img)
+            .spawn()
+            .unwrap();
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        QemuNbd(child)
+    }
+}
+
+impl Drop for QemuNbd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

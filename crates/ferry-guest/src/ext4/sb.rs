@@ -1,6 +1,7 @@
 //! The superblock: what it says about the layout, checked before use.
 
 use crate::error::FsError;
+pub(crate) use crate::field::{le16, le32, le64};
 
 /// Where the primary superblock starts.
 pub(crate) const SB_OFFSET: u64 = 1024;
@@ -132,30 +133,6 @@ pub(crate) struct Super {
     pub state: u16,
     pub incompat: u32,
     pub mmp_block: u64,
-}
-
-pub(crate) fn le16(b: &[u8], off: usize) -> u16 {
-    let mut a = [0u8; 2];
-    if let Some(s) = b.get(off..off + 2) {
-        a.copy_from_slice(s);
-    }
-    u16::from_le_bytes(a)
-}
-
-pub(crate) fn le32(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    if let Some(s) = b.get(off..off + 4) {
-        a.copy_from_slice(s);
-    }
-    u32::from_le_bytes(a)
-}
-
-fn le64(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    if let Some(s) = b.get(off..off + 8) {
-        a.copy_from_slice(s);
-    }
-    u64::from_le_bytes(a)
 }
 
 /// Whether the 1024 superblock bytes carry the ext2/3/4 magic.

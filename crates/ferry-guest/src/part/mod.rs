@@ -11,6 +11,7 @@ mod gpt;
 mod mbr;
 
 use crate::error::FsError;
+pub(crate) use crate::field::{le16, le32, le64};
 use crate::ReadAt;
 
 /// The kind of partition table.
@@ -146,30 +147,6 @@ fn sort_and_check(
         }
     }
     Ok(())
-}
-
-fn le16(b: &[u8], off: usize) -> u16 {
-    let mut a = [0u8; 2];
-    if let Some(s) = b.get(off..off + 2) {
-        a.copy_from_slice(s);
-    }
-    u16::from_le_bytes(a)
-}
-
-fn le32(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    if let Some(s) = b.get(off..off + 4) {
-        a.copy_from_slice(s);
-    }
-    u32::from_le_bytes(a)
-}
-
-fn le64(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    if let Some(s) = b.get(off..off + 8) {
-        a.copy_from_slice(s);
-    }
-    u64::from_le_bytes(a)
 }
 
 #[cfg(test)]

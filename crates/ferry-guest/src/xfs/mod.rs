@@ -30,6 +30,7 @@ mod sb;
 mod tests;
 
 use crate::error::FsError;
+use crate::field::{be16, be32, be64};
 use crate::map::FsMap;
 use crate::{Ranges, ReadAt};
 
@@ -57,22 +58,6 @@ fn read_at(r: &dyn ReadAt, off: u64, len: usize) -> Result<Vec<u8>, FsError> {
 /// never happen, but they must not panic either.
 fn byte(b: &[u8], off: usize) -> u8 {
     b.get(off).copied().unwrap_or(0)
-}
-
-fn be16(b: &[u8], off: usize) -> u16 {
-    b.get(off..off + 2)
-        .map(|s| u16::from_be_bytes([s[0], s[1]]))
-        .unwrap_or(0)
-}
-
-fn be32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-        .unwrap_or(0)
-}
-
-fn be64(b: &[u8], off: usize) -> u64 {
-    (u64::from(be32(b, off)) << 32) | u64::from(be32(b, off + 4))
 }
 
 fn uuid_at(b: &[u8], off: usize) -> [u8; 16] {

@@ -185,14 +185,7 @@ pub fn mbr_image() -> Built {
         Some(script),
     );
     let listed = sfdisk_json(&path);
-    let at = |n: u32| {
-        listed
-            .iter()
-            .find(|p| p.number == n)
-            .expect("partition")
-            .start
-            / 512
-    };
+    let at = |n: u32| start_sector(&listed, n);
     dd_into(&path, &mkfs_ext4(dir.path(), 16 * MIB), at(1));
     let (s6, u6) = mkswap(dir.path(), "swap6", 8 * MIB, 4096);
     dd_into(&path, &s6, at(6));
@@ -227,14 +220,7 @@ pub fn gpt_image() -> Built {
     ];
     tool("sgdisk", &args, None);
     let listed = sfdisk_json(&path);
-    let at = |n: u32| {
-        listed
-            .iter()
-            .find(|p| p.number == n)
-            .expect("partition")
-            .start
-            / 512
-    };
+    let at = |n: u32| start_sector(&listed, n);
     dd_into(&path, &mkfs_ext4(dir.path(), 16 * MIB), at(1));
     let (s4, u4) = mkswap(dir.path(), "swap4", 8 * MIB, 16384);
     dd_into(&path, &s4, at(4));
@@ -268,4 +254,14 @@ pub fn extended_start(b: &Built) -> u64 {
         .find(|p| p["type"] == "5")
         .and_then(|p| p["start"].as_u64())
         .expect("the extended partition")
+}
+
+/// The first 512-byte sector of partition `n` as sfdisk lists it.
+fn start_sector(listed: &[Listed], n: u32) -> u64 {
+    listed
+        .iter()
+        .find(|p| p.number == n)
+        .expect("partition")
+        .start
+        / 512
 }
