@@ -22,6 +22,7 @@ pub mod sender_sequence;
 pub mod sig_cache;
 pub mod stream_control;
 pub mod stream_messages;
+pub mod stripe;
 pub mod util;
 
 /// A target's entry point.
@@ -46,6 +47,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("journal", journal::run),
     ("daemon_request", daemon_request::run),
     ("guest_image", guest_image::run),
+    ("stripe", stripe::run),
 ];
 
 /// The entry point of target `name`.

@@ -7,6 +7,89 @@ use std::io::{self, Read, Write};
 
 use crate::{has_hw_aes, read_full, ChannelError, Psk, Role, Session, Suite, MAGIC};
 
+/// Flags bit 0: this side has hardware AES.
+const FLAG_AES: u8 = 1;
+/// Flags bit 1 (initiator only): this connection is one of several that
+/// carry one session; a [`Join`] follows the flags.
+const FLAG_JOIN: u8 = 2;
+/// Bytes of a join after the flags: token, index, count.
+const JOIN_LEN: usize = 16 + 1 + 1;
+/// Most connections one session may stripe over.
+pub const MAX_CONNECTIONS: u8 = 16;
+
+/// What an initiator says about the connection it opens when one session
+/// runs over several: which session (`token`, random, the same on each of
+/// them), which connection of it (`index`), and how many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Join {
+    pub token: [u8; 16],
+    pub index: u8,
+    pub count: u8,
+}
+
+impl Join {
+    /// Whether the numbers make sense: 2 to [`MAX_CONNECTIONS`]
+    /// connections, `index` one of them.
+    pub fn valid(&self) -> bool {
+        (2..=MAX_CONNECTIONS).contains(&self.count) && self.index < self.count
+    }
+
+    /// Connection 0 of a fresh session of `count` connections, with a
+    /// random token (the others: the same with their `index`).
+    pub fn fresh(count: u8) -> Result<Join, ChannelError> {
+        let mut token = [0u8; 16];
+        getrandom::fill(&mut token).map_err(|e| ChannelError::Random(e.to_string()))?;
+        Ok(Join {
+            token,
+            index: 0,
+            count,
+        })
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.token);
+        out.push(self.index);
+        out.push(self.count);
+    }
+}
+
+/// The peer's message 1 or 2 payload: its flags, and its join if any.
+/// Anything else (unknown flags, a join from a responder, a length that
+/// does not match) is a peer that does not speak this version.
+fn parse_payload(p: &[u8], role: Role) -> Result<(u8, Option<Join>), ChannelError> {
+    let bad =
+        || ChannelError::Handshake(format!("unexpected handshake payload ({} bytes)", p.len()));
+    let (&flags, rest) = p.split_first().ok_or_else(bad)?;
+    if flags & !(FLAG_AES | FLAG_JOIN) != 0 {
+        return Err(bad());
+    }
+    if flags & FLAG_JOIN == 0 {
+        return if rest.is_empty() {
+            Ok((flags, None))
+        } else {
+            Err(bad())
+        };
+    }
+    // Only a responder reads an initiator's join.
+    if role == Role::Initiator || rest.len() != JOIN_LEN {
+        return Err(bad());
+    }
+    let mut token = [0u8; 16];
+    token.copy_from_slice(&rest[..16]);
+    let join = Join {
+        token,
+        index: rest[16],
+        count: rest[17],
+    };
+    if !join.valid() {
+        return Err(ChannelError::Handshake(format!(
+            "connection {} of {} is not a valid join",
+            join.index, join.count
+        )));
+    }
+    Ok((flags, Some(join)))
+}
+
 /// The Noise protocol name: pre-shared key first, ephemeral keys only.
 const NOISE: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
 const HELLO_LEN: usize = 12;
@@ -71,13 +154,34 @@ fn recv_msg<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>, ChannelError> {
 }
 
 /// Run the handshake over `r`/`w` as `role`. Returns the session once the
-/// peer has proven it holds the same key.
+/// peer has proven it holds the same key. A peer that asks to join a
+/// session of several connections is refused: use [`handshake_join`]
+/// where that is offered.
 pub fn handshake<R: Read, W: Write>(
     r: &mut R,
     w: &mut W,
     psk: &Psk,
     role: Role,
 ) -> Result<Session, ChannelError> {
+    match handshake_join(r, w, psk, role, None)? {
+        (session, None) => Ok(session),
+        (_, Some(_)) => Err(ChannelError::Handshake(
+            "the peer wants parallel connections, which this side does not take".into(),
+        )),
+    }
+}
+
+/// As [`handshake`]; the initiator may say which connection of a session
+/// of several this is (`join`), and the responder gets the initiator's
+/// join back (`None` for a session of one connection). `join` is ignored
+/// on the responder's side.
+pub fn handshake_join<R: Read, W: Write>(
+    r: &mut R,
+    w: &mut W,
+    psk: &Psk,
+    role: Role,
+    join: Option<&Join>,
+) -> Result<(Session, Option<Join>), ChannelError> {
     let mine = hello(role);
     w.write_all(&mine)?;
     w.flush()?;
@@ -115,19 +219,30 @@ pub fn handshake<R: Read, W: Write>(
         Role::Responder => builder.build_responder(),
     }
     .map_err(noise_err)?;
-    let flags = [u8::from(has_hw_aes())];
+    let aes = if has_hw_aes() { FLAG_AES } else { 0 };
     let mut buf = [0u8; MAX_MSG];
     let mut payload = [0u8; MAX_MSG];
-    let peer_flags = match role {
+    let (peer_flags, peer_join) = match role {
         Role::Initiator => {
-            let n = hs.write_message(&flags, &mut buf).map_err(noise_err)?;
+            let mut mine = vec![aes];
+            if let Some(j) = join {
+                if !j.valid() {
+                    return Err(ChannelError::Handshake(format!(
+                        "connection {} of {} is not a valid join",
+                        j.index, j.count
+                    )));
+                }
+                mine[0] |= FLAG_JOIN;
+                j.encode(&mut mine);
+            }
+            let n = hs.write_message(&mine, &mut buf).map_err(noise_err)?;
             send_msg(w, &buf[..n])?;
             // A responder that could not open message 1 sends nothing.
             let m = recv_msg(r)?.ok_or(ChannelError::WrongKey)?;
             let n = hs
                 .read_message(&m, &mut payload)
                 .map_err(|_| ChannelError::WrongKey)?;
-            payload[..n].first().copied().unwrap_or(0)
+            parse_payload(&payload[..n], role)?
         }
         Role::Responder => {
             let m = recv_msg(r)?.ok_or_else(closed_early)?;
@@ -135,8 +250,8 @@ pub fn handshake<R: Read, W: Write>(
             let n = hs
                 .read_message(&m, &mut payload)
                 .map_err(|_| ChannelError::WrongKey)?;
-            let peer = payload[..n].first().copied().unwrap_or(0);
-            let n = hs.write_message(&flags, &mut buf).map_err(noise_err)?;
+            let peer = parse_payload(&payload[..n], role)?;
+            let n = hs.write_message(&[aes], &mut buf).map_err(noise_err)?;
             send_msg(w, &buf[..n])?;
             peer
         }
@@ -166,7 +281,7 @@ pub fn handshake<R: Read, W: Write>(
             }
         }
     }
-    let suite = if flags[0] & 1 == 1 && peer_flags & 1 == 1 {
+    let suite = if aes == FLAG_AES && peer_flags & FLAG_AES == FLAG_AES {
         Suite::Aes256Gcm
     } else {
         Suite::ChaCha20Poly1305
@@ -175,7 +290,7 @@ pub fn handshake<R: Read, W: Write>(
         Role::Initiator => (i2r, r2i),
         Role::Responder => (r2i, i2r),
     };
-    Session::with_keys(suite, &send, &recv)
+    Ok((Session::with_keys(suite, &send, &recv)?, peer_join))
 }
 
 #[cfg(test)]

@@ -1,14 +1,14 @@
 //! An authenticated, encrypted, framed byte channel over any `Read + Write`
 //! pair (a TCP stream, ssh's stdin/stdout), keyed by a pre-shared key.
 //!
-//! # Wire format (version 4)
+//! # Wire format (version 5)
 //!
 //! **Handshake** (see the `handshake` module): the Noise pattern
 //! `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s` (run by the `snow` crate), after
 //! a plain 12-byte hello both sides send at once:
 //!
 //! ```text
-//! magic   8  "FERRYCH4"
+//! magic   8  "FERRYCH5"
 //! role    1  0 = initiator (the side that connected), 1 = responder
 //! rsvd    3  zero
 //! ```
@@ -16,8 +16,15 @@
 //! The prologue is the initiator's hello followed by the responder's, so
 //! both are authenticated. The initiator then sends Noise message 1
 //! (`psk, e`) and the responder message 2 (`e, ee`), each as a `u16`
-//! big-endian length and the message; each message's payload is one flags
-//! byte (bit 0: this side has hardware AES). The pre-shared key enters as
+//! big-endian length and the message. Each message's payload starts with a
+//! flags byte: bit 0, this side has hardware AES; bit 1 (initiator only),
+//! this connection joins a session carried by several (version 5): the
+//! flags are then followed by a [`Join`], 18 bytes (`token` 16, random and
+//! the same on every connection of the session; `index` 1; `count` 1, 2 to
+//! [`MAX_CONNECTIONS`], `index < count`); other bits are zero and nothing
+//! else follows. A payload that breaks these rules fails the handshake.
+//! How the connections of a session are used is `ferry-link`'s `stripe`
+//! module. The pre-shared key enters as
 //! the 32-byte BLAKE3 `derive_key("ferry-channel v2 psk", key)`. Message 1
 //! is sealed under the key, so the responder checks it before it sends
 //! anything: a mismatch closes the connection with nothing sent (a client
@@ -71,7 +78,7 @@ mod frame;
 mod handshake;
 mod idle;
 pub use frame::{ChannelReader, ChannelWriter, Frame, Sealer};
-pub use handshake::handshake;
+pub use handshake::{handshake, handshake_join, Join, MAX_CONNECTIONS};
 pub use idle::IdleRead;
 
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
@@ -85,7 +92,7 @@ pub const MAX_BODY: usize = MAX_PAYLOAD + 1 + TAG;
 /// Bytes a frame adds to its payload on the wire.
 pub const FRAME_OVERHEAD: usize = 4 + 1 + TAG;
 /// Hello magic.
-pub const MAGIC: &[u8; 8] = b"FERRYCH4";
+pub const MAGIC: &[u8; 8] = b"FERRYCH5";
 const AAD_PREFIX: &[u8; 8] = b"FERRYFRM";
 const KIND_DATA: u8 = 0;
 const KIND_END: u8 = 1;

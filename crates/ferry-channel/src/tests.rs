@@ -222,3 +222,70 @@ fn only_a_cut_pipe_is_worth_a_retry() {
     assert!(!ChannelError::BadHello("SSH-2.0".into()).retryable());
     assert!(!ChannelError::BadLength(1 << 30).retryable());
 }
+
+/// Both sides of a handshake over a socket pair, the initiator saying
+/// `join`: the initiator's result and the responder's.
+type Sides = (
+    Result<(Session, Option<Join>), ChannelError>,
+    Result<(Session, Option<Join>), ChannelError>,
+);
+
+fn joined(join: Option<Join>, plain_responder: bool) -> Sides {
+    let (a, b) = UnixStream::pair().unwrap();
+    let t = thread::spawn(move || {
+        let psk = Psk::new(b"0123456789abcdef0").unwrap();
+        let (mut r, mut w) = (b.try_clone().unwrap(), b);
+        if plain_responder {
+            handshake(&mut r, &mut w, &psk, Role::Responder).map(|s| (s, None))
+        } else {
+            handshake_join(&mut r, &mut w, &psk, Role::Responder, None)
+        }
+    });
+    let psk = Psk::new(b"0123456789abcdef0").unwrap();
+    let (mut r, mut w) = (a.try_clone().unwrap(), a);
+    let i = handshake_join(&mut r, &mut w, &psk, Role::Initiator, join.as_ref());
+    drop((r, w));
+    (i, t.join().unwrap())
+}
+
+#[test]
+fn a_join_reaches_the_responder_inside_the_handshake() {
+    let j = Join {
+        index: 2,
+        ..Join::fresh(5).unwrap()
+    };
+    let (i, r) = joined(Some(j), false);
+    assert!(matches!(i, Ok((_, None))));
+    let (_, got) = r.unwrap();
+    assert_eq!(got, Some(j));
+    // Without one, none.
+    let (i, r) = joined(None, false);
+    assert!(i.is_ok());
+    assert_eq!(r.unwrap().1, None);
+    // Tokens are fresh each time.
+    assert_ne!(Join::fresh(2).unwrap().token, Join::fresh(2).unwrap().token);
+}
+
+#[test]
+fn a_side_that_takes_no_joins_refuses_one_and_bad_joins_never_leave() {
+    let j = Join::fresh(4).unwrap();
+    let (_, r) = joined(Some(j), true);
+    assert!(
+        matches!(r, Err(ChannelError::Handshake(_))),
+        "{:?}",
+        r.map(|_| ())
+    );
+    for bad in [
+        Join { count: 1, ..j },
+        Join {
+            count: MAX_CONNECTIONS + 1,
+            ..j
+        },
+        Join { index: 4, ..j },
+    ] {
+        assert!(!bad.valid());
+        let (i, r) = joined(Some(bad), false);
+        assert!(matches!(i, Err(ChannelError::Handshake(_))), "{bad:?}");
+        assert!(r.is_err(), "{bad:?}");
+    }
+}

@@ -41,6 +41,8 @@ fn push_and_pull_trees_and_files() {
     let j = ferry_ok(&remote_args(&rsh, bin, &[&slash(&src), &dst]));
     assert_same_tree(&src, &pushed);
     assert!(j["bytes_wire"].as_u64().unwrap() > 3 << 20);
+    // Loopback: one connection fills it.
+    assert_eq!(j["direct_connections"], 1);
     let again = ferry_ok(&remote_args(&rsh, bin, &[&slash(&src), &dst]));
     assert_eq!(again["files_transferred"], 0);
     assert!(again["bytes_wire"].as_u64().unwrap() < 10_000);
@@ -281,6 +283,8 @@ fn direct_channel_push_and_pull() {
     ));
     assert_same_tree(&src, &pushed);
     assert!(j["bytes_wire"].as_u64().unwrap() > 3 << 20);
+    // Loopback: one connection fills it.
+    assert_eq!(j["direct_connections"], 1);
     let pulled = d.path().join("pulled");
     ferry_ok(&remote_args(
         &rsh,
@@ -288,6 +292,50 @@ fn direct_channel_push_and_pull() {
         &["--direct", &format!("{}/", srv.remote(&src)), p(&pulled)],
     ));
     assert_same_tree(&src, &pulled);
+}
+
+/// `--direct --streams N`: the session striped over N connections, both
+/// ways, with a file large enough to cross all of them.
+#[test]
+fn direct_striped_push_and_pull() {
+    let Some(srv) = SshServer::start("direct_striped_push_and_pull") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    fs::write(src.join("big.bin"), bytes(9, 40 << 20)).unwrap();
+    for n in ["3", "8"] {
+        let pushed = d.path().join(format!("pushed{n}"));
+        let j = ferry_ok(&remote_args(
+            &rsh,
+            p(&bin),
+            &[
+                "--direct",
+                "--streams",
+                n,
+                &slash(&src),
+                &srv.remote(&pushed),
+            ],
+        ));
+        assert_same_tree(&src, &pushed);
+        assert_eq!(j["direct_connections"], n.parse::<u64>().unwrap());
+        let pulled = d.path().join(format!("pulled{n}"));
+        ferry_ok(&remote_args(
+            &rsh,
+            p(&bin),
+            &[
+                "--direct",
+                "--streams",
+                n,
+                &format!("{}/", srv.remote(&src)),
+                p(&pulled),
+            ],
+        ));
+        assert_same_tree(&src, &pulled);
+    }
 }
 
 /// `--direct` when the offered port cannot be reached (a firewall): the

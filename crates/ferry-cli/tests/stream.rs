@@ -14,6 +14,8 @@ mod liveness;
 mod memory;
 #[path = "stream/resume.rs"]
 mod resume;
+#[path = "stream/striped.rs"]
+mod striped;
 
 const FERRY: &str = env!("CARGO_BIN_EXE_ferry");
 const KEY: &str = "00112233445566778899aabbccddeeff";

@@ -43,6 +43,8 @@ pub struct Stats {
     /// Connections to the NBD export this side read or wrote (most at
     /// once; 0 without one).
     pub nbd_connections: AtomicU64,
+    /// TCP connections of the `--direct` session (0: none, ssh's pipes).
+    pub direct_connections: AtomicU64,
     /// Delta (or resumed) results that failed verification (re-sent whole).
     pub delta_mismatch: AtomicU64,
     /// Bytes of partial files from interrupted runs, verified against the
@@ -176,6 +178,7 @@ impl Stats {
             &self.bytes_matched,
             &self.bytes_wire,
             &self.nbd_connections,
+            &self.direct_connections,
             &self.delta_mismatch,
             &self.bytes_resumed,
         ] {
@@ -203,6 +206,7 @@ impl Stats {
             bytes_written: self.bytes_written.load(Relaxed),
             bytes_matched: self.bytes_matched.load(Relaxed),
             nbd_connections: self.nbd_connections.load(Relaxed),
+            direct_connections: self.direct_connections.load(Relaxed),
             bytes_resumed: self.bytes_resumed.load(Relaxed),
             reconnects: self.reconnects.load(Relaxed),
             seconds,
@@ -235,6 +239,8 @@ pub struct Report {
     pub bytes_matched: u64,
     /// Connections to an NBD export on this side (0: none).
     pub nbd_connections: u64,
+    /// TCP connections of the `--direct` session (0: none).
+    pub direct_connections: u64,
     /// Bytes of partial files kept from interrupted runs (not sent again).
     pub bytes_resumed: u64,
     /// Reconnects after the link dropped (`--retries`).

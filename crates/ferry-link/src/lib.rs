@@ -12,6 +12,8 @@
 //! * [`transport`]: sync's message links: an in-process link (channels)
 //!   and a byte-stream link (pipes, ssh, TCP through ferry-channel), which
 //!   compresses data blocks when that pays and counts `bytes_wire`;
+//! * [`stripe`]: one session over several TCP connections (`--streams`):
+//!   joining them, and the chunks that stripe the channel over them;
 //! * `framing`: the magic and the checked frames on a byte pipe;
 //! * [`liveness`]: keepalives and the idle timeout (`--timeout`);
 //! * [`bufpool`]: reused data buffers.
@@ -24,6 +26,7 @@ pub mod direct;
 mod framing;
 pub mod liveness;
 pub mod rsh;
+pub mod stripe;
 pub mod transport;
 
 pub use ferry_wire::{

@@ -9,19 +9,20 @@
 //! first connection that completes the handshake is the stream. Nothing is
 //! written and no command is started before that.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use ferry_channel::Session;
 use ferry_link::direct::{self, AcceptError, Accepted};
+use ferry_link::stripe::Conn;
 
 pub use ferry_link::direct::{HANDSHAKE_TIMEOUT, MAX_PENDING};
 
 use crate::{channel_err, ErrorKind, Options, StreamError};
 
 /// Accept connections on `l` until one completes the handshake with
-/// `opts.key`, and return its session and socket (blocking, timeouts
-/// cleared). `refused` is told of every connection that failed. With
+/// `opts.key` (or all the connections of a striped session have), and
+/// return its session and connections (blocking, timeouts cleared). `refused` is told of every connection that failed. With
 /// `wait`, give up after that long: a `WrongKey` error if some connection
 /// failed the key, else `Unreachable`.
 pub fn accept_authenticated(
@@ -29,10 +30,10 @@ pub fn accept_authenticated(
     l: &TcpListener,
     wait: Option<Duration>,
     refused: &dyn Fn(SocketAddr, &StreamError),
-) -> Result<(Session, TcpStream), StreamError> {
+) -> Result<(Session, Conn), StreamError> {
     let mut told = |peer, e| refused(peer, &channel_err(e, "handshake"));
     match direct::accept_authenticated(l, &opts.key, wait, &mut told, &|| false) {
-        Ok(Accepted::Peer(session, s)) => Ok((session, s)),
+        Ok(Accepted::Peer(session, conn)) => Ok((session, conn)),
         // Without `stop`, only a failure ends the wait.
         Ok(Accepted::Stopped) => Err(StreamError::new(ErrorKind::Io, "accept stopped")),
         Err(AcceptError::Listener(e)) => Err(StreamError::new(

@@ -1,11 +1,14 @@
 //! The TCP sockets of `send` and `recv`: bind, connect (through
 //! `ferry_link::direct`, as sync's `--direct` does; `accept` has the wait
 //! for a sender that proves the key), and the three handles a stream uses
-//! (read, write, shutdown).
+//! (read, write, shutdown) on the one connection or the several of a
+//! striped session (`ferry_link::stripe`).
 
 use std::io::{self};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
+
+use ferry_link::stripe::{Conn, ConnRead, ConnWrite};
 
 use crate::*;
 
@@ -33,9 +36,18 @@ pub fn connect(peer: SocketAddr, timeout: Duration) -> Result<TcpStream, StreamE
     })
 }
 
-pub(crate) fn split(s: TcpStream) -> Result<(TcpStream, TcpStream, TcpStream), StreamError> {
+/// A session's read half (with the idle timeout), write half, and a
+/// function that shuts its connections.
+pub(crate) type Halves = (ConnRead, ConnWrite, Box<dyn Fn() + Send>);
+
+/// The [`Halves`] of `conn`, the function shutting it `how`.
+pub(crate) fn halves(opts: &Options, conn: &Conn, how: Shutdown) -> Result<Halves, StreamError> {
     let c = |e: io::Error| StreamError::new(ErrorKind::Io, format!("socket: {e}"));
-    let r = s.try_clone().map_err(c)?;
-    let ctl = s.try_clone().map_err(c)?;
-    Ok((r, s, ctl))
+    let r = conn.reader(opts.idle).map_err(c)?;
+    let w = conn.writer().map_err(c)?;
+    let ctl = conn.try_clone().map_err(c)?;
+    opts.stats
+        .connections
+        .store(conn.count() as u64, std::sync::atomic::Ordering::Relaxed);
+    Ok((r, w, Box::new(move || ctl.shutdown(how))))
 }

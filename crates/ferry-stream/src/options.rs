@@ -29,6 +29,9 @@ pub struct Options {
     /// sides send a keepalive after [`KEEPALIVE`] with nothing to say, so
     /// a slow producer or consumer never trips it.
     pub idle: Option<Duration>,
+    /// send: how many TCP connections the stream stripes over
+    /// (`--streams`; the receiver takes what the sender opens).
+    pub streams: ferry_link::stripe::Streams,
     pub stats: Arc<Stats>,
 }
 
@@ -46,6 +49,7 @@ impl Options {
             connect_timeout: Duration::from_secs(10),
             wait: None,
             idle: None,
+            streams: ferry_link::stripe::Streams::Auto,
             stats: Arc::default(),
         }
     }
@@ -72,9 +76,14 @@ impl Options {
     /// never longer than [`accept::HANDSHAKE_TIMEOUT`] (a peer that
     /// accepted the connection but says nothing is not one).
     pub(crate) fn handshake_wait(&self) -> Option<Duration> {
-        Some(self.idle.map_or(accept::HANDSHAKE_TIMEOUT, |d| {
+        Some(self.handshake_limit())
+    }
+
+    /// [`Self::handshake_wait`], as a plain duration.
+    pub(crate) fn handshake_limit(&self) -> Duration {
+        self.idle.map_or(accept::HANDSHAKE_TIMEOUT, |d| {
             d.min(accept::HANDSHAKE_TIMEOUT)
-        }))
+        })
     }
 
     /// The receiver's ring: the whole buffer (its other stages hold a
@@ -134,6 +143,9 @@ pub struct Stats {
     pub resumed: AtomicU64,
     /// The sender's estimate of what the link drains, bytes/s (0: unknown).
     pub link_rate: AtomicU64,
+    /// TCP connections the stream runs over (0: not connected, or not
+    /// over TCP).
+    pub connections: AtomicU64,
     /// Set once the stream is complete or failed.
     pub done: AtomicBool,
 }

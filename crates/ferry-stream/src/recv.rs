@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
-use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role};
+use ferry_channel::{ChannelReader, ChannelWriter, Role};
 
 use crate::*;
 
@@ -77,13 +77,9 @@ pub fn recv_on<W: Write + Send + 'static>(
     refused: &dyn Fn(SocketAddr, &StreamError),
 ) -> Result<Summary, StreamError> {
     opts.check()?;
-    let (session, s) = accept::accept_authenticated(opts, l, opts.wait, refused)?;
-    let (r, w, ctl) = split(s)?;
-    let shut = move || {
-        let _ = ctl.shutdown(std::net::Shutdown::Write);
-    };
-    let r = IdleRead::new(r, opts.idle);
-    recv_session(opts, session, r, w, open, Some(Box::new(shut)))
+    let (session, conn) = accept::accept_authenticated(opts, l, opts.wait, refused)?;
+    let (r, w, shut) = halves(opts, &conn, std::net::Shutdown::Write)?;
+    recv_session(opts, session, r, w, open, Some(shut))
 }
 
 /// Receive over any connected byte pipe: the handshake, then the stream.
@@ -108,14 +104,14 @@ where
 fn recv_session<W, NR, NW>(
     opts: &Options,
     session: ferry_channel::Session,
-    net_r: IdleRead<NR>,
+    net_r: NR,
     net_w: NW,
     open: Opener<W>,
     close_write: Option<Box<dyn Fn() + Send>>,
 ) -> Result<Summary, StreamError>
 where
     W: Write + Send + 'static,
-    NR: Read + AsFd + Send + 'static,
+    NR: Read + Send + 'static,
     NW: Write + Send + 'static,
 {
     let start = Instant::now();

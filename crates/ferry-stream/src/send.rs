@@ -4,14 +4,15 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError};
-use ferry_channel::{ChannelReader, ChannelWriter, IdleRead, Role};
+use ferry_channel::{ChannelReader, ChannelWriter, Role, Session};
+use ferry_link::stripe::{self, ConnRead, ConnWrite};
 
 use crate::resume::skip_prefix;
 use crate::*;
@@ -83,15 +84,17 @@ pub(crate) enum SendEv {
     Producer(String),
 }
 
-/// Connect to `peer` and send everything `input` produces.
+/// Connect to `peer` (over as many connections as `opts.streams` says)
+/// and send everything `input` produces.
 pub fn send<R: Read + Send + 'static>(
     opts: &Options,
     input: R,
     peer: SocketAddr,
 ) -> Result<Summary, StreamError> {
     opts.check()?;
-    let (r, w, abort) = dial(opts, peer)?;
-    send_inner(opts, input, r, w, Some(abort), None)
+    let start = Instant::now();
+    let (session, r, w, abort) = dial(opts, peer)?;
+    send_session(opts, input, session, r, w, Some(abort), None, start)
 }
 
 /// As [`send`], from a file: when it is a regular file and the receiver
@@ -99,8 +102,38 @@ pub fn send<R: Read + Send + 'static>(
 /// sent (see [`crate::resume`]).
 pub fn send_file(opts: &Options, input: File, peer: SocketAddr) -> Result<Summary, StreamError> {
     opts.check()?;
-    let (r, w, abort) = dial(opts, peer)?;
-    send_file_over(opts, input, r, w, Some(abort))
+    let start = Instant::now();
+    let resumer = resumer(&input)?;
+    let (session, r, w, abort) = dial(opts, peer)?;
+    send_session(
+        opts,
+        input,
+        session,
+        r,
+        w,
+        Some(abort),
+        Some(resumer),
+        start,
+    )
+}
+
+/// As [`send_file`], on a connection already made to the receiver (more
+/// are opened to the same address as `opts.streams` says).
+pub fn send_file_on(opts: &Options, input: File, s: TcpStream) -> Result<Summary, StreamError> {
+    opts.check()?;
+    let start = Instant::now();
+    let resumer = resumer(&input)?;
+    let (session, r, w, abort) = join(opts, s)?;
+    send_session(
+        opts,
+        input,
+        session,
+        r,
+        w,
+        Some(abort),
+        Some(resumer),
+        start,
+    )
 }
 
 /// As [`send_over`], from a file that may resume (see [`send_file`]).
@@ -115,28 +148,48 @@ where
     NR: Read + AsFd + Send + 'static,
     NW: Write + Send + 'static,
 {
-    let mut skip = input
-        .try_clone()
-        .map_err(|e| StreamError::new(ErrorKind::Io, format!("input: {e}")))?;
-    let resumer: Resumer = Box::new(move |have, digest| skip_prefix(&mut skip, have, digest));
+    let resumer = resumer(&input)?;
     send_inner(opts, input, net_r, net_w, abort, Some(resumer))
 }
 
-/// A connection's read half, write half, and how to cut it.
-type Dialed = (
-    std::net::TcpStream,
-    std::net::TcpStream,
-    Box<dyn Fn() + Send>,
-);
+/// Skips what the receiver holds of `input` already.
+fn resumer(input: &File) -> Result<Resumer, StreamError> {
+    let mut skip = input
+        .try_clone()
+        .map_err(|e| StreamError::new(ErrorKind::Io, format!("input: {e}")))?;
+    Ok(Box::new(move |have, digest| {
+        skip_prefix(&mut skip, have, digest)
+    }))
+}
 
-/// The connection to `peer`, split, and how to cut it.
+/// A session with the receiver: its keys, its read and write halves, and
+/// how to cut it.
+type Dialed = (Session, ConnRead, ConnWrite, Box<dyn Fn() + Send>);
+
+/// Connect to `peer`, as many connections as `opts.streams` says, and
+/// prove the key on each.
 fn dial(opts: &Options, peer: SocketAddr) -> Result<Dialed, StreamError> {
-    let s = connect(peer, opts.connect_timeout)?;
-    let (r, w, ctl) = split(s)?;
-    let abort = move || {
-        let _ = ctl.shutdown(std::net::Shutdown::Both);
-    };
-    Ok((r, w, Box::new(abort)))
+    join(opts, connect(peer, opts.connect_timeout)?)
+}
+
+/// [`dial`], the first connection made.
+fn join(opts: &Options, s: TcpStream) -> Result<Dialed, StreamError> {
+    let (session, conn) = stripe::join_client(s, &opts.key, opts.streams, opts.handshake_limit())
+        .map_err(|e| {
+        let flag = if opts.idle.is_some() {
+            " (--timeout)"
+        } else {
+            ""
+        };
+        match e {
+            ferry_channel::ChannelError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                StreamError::new(ErrorKind::TimedOut, format!("handshake: {io}{flag}"))
+            }
+            e => channel_err(e, "handshake"),
+        }
+    })?;
+    let (r, w, abort) = halves(opts, &conn, std::net::Shutdown::Both)?;
+    Ok((session, r, w, abort))
 }
 
 /// Answers an OFFER: the state over the input's first `have` bytes when
@@ -178,6 +231,26 @@ where
     opts.check()?;
     let start = Instant::now();
     let (session, net_r) = handshake(opts, net_r, &mut net_w, Role::Initiator)?;
+    send_session(opts, input, session, net_r, net_w, abort, resumer, start)
+}
+
+/// The stream after the handshake.
+#[allow(clippy::too_many_arguments)]
+fn send_session<R, NR, NW>(
+    opts: &Options,
+    input: R,
+    session: Session,
+    net_r: NR,
+    net_w: NW,
+    abort: Option<Box<dyn Fn() + Send>>,
+    resumer: Option<Resumer>,
+    start: Instant,
+) -> Result<Summary, StreamError>
+where
+    R: Read + Send + 'static,
+    NR: Read + Send + 'static,
+    NW: Write + Send + 'static,
+{
     let mut chan_r = ChannelReader::new(net_r, &session);
     let mut chan_w = ChannelWriter::new(net_w, &session);
     let stats = opts.run_stats(opts.send_ring_blocks());
@@ -317,14 +390,14 @@ fn start_at<NR: Read, NW: Write>(
 fn start_pipeline<R, NR, NW>(
     opts: &Options,
     input: R,
-    chan_r: ChannelReader<IdleRead<NR>>,
+    chan_r: ChannelReader<NR>,
     chan_w: ChannelWriter<NW>,
     stats: &Arc<Stats>,
     from: (u64, blake3::Hasher),
 ) -> Result<Receiver<SendEv>, StreamError>
 where
     R: Read + Send + 'static,
-    NR: Read + AsFd + Send + 'static,
+    NR: Read + Send + 'static,
     NW: Write + Send + 'static,
 {
     let (ev_tx, ev_rx) = unbounded::<SendEv>();

@@ -8,6 +8,7 @@
 mod engine;
 mod guest;
 mod sender;
+mod stripe;
 mod wire;
 
 /// (target, seed name, bytes).
@@ -32,6 +33,7 @@ pub fn all() -> Vec<Seed> {
     wire::journal(&mut v);
     wire::daemon_request(&mut v);
     guest::guest_image(&mut v);
+    stripe::stripe(&mut v);
     v
 }
 

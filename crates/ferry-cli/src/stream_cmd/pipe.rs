@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use ferry_link::direct::{self, DialError, Dialect, OfferError, Route};
 use ferry_link::rsh::{self, RemoteChild, Stderr};
-use ferry_stream::{ErrorKind, Options, StreamError, Summary};
+use ferry_stream::{Options, StreamError, Summary};
 
 use super::args::{options, PipeArgs, StreamOpts};
 use super::open_input;
@@ -250,18 +250,7 @@ fn send_direct(
         let _ = io::copy(&mut ssh_out, &mut out);
         let _ = out.flush();
     });
-    let res = match (s.try_clone(), s.try_clone()) {
-        (Ok(r), Ok(ctl)) => ferry_stream::send_file_over(
-            opts,
-            input,
-            r,
-            s,
-            Some(Box::new(move || {
-                let _ = ctl.shutdown(std::net::Shutdown::Both);
-            })),
-        ),
-        _ => Err(StreamError::new(ErrorKind::Io, "socket clone failed")),
-    };
+    let res = ferry_stream::send_file_on(opts, input, s);
     if res.is_ok() {
         let _ = copier.join();
     }

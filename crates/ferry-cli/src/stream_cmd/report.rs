@@ -101,6 +101,7 @@ pub(super) fn report(
             "exit_code": code,
             "bytes": bytes,
             "wire_bytes": wire,
+            "connections": Stats::get(&stats.connections),
             "ratio": stats.ratio(),
             "seconds": secs,
             "bytes_resumed": resumed,

@@ -76,6 +76,9 @@ pub struct RemoteOptions {
     /// encrypted with a fresh key agreed over ssh (`--direct`), instead of
     /// through ssh itself.
     pub direct: bool,
+    /// How many TCP connections the `--direct` session stripes over
+    /// (`--streams`).
+    pub streams: ferry_link::stripe::Streams,
     /// The key of a daemon reached at `ferry://` (`--key-file`).
     pub key: Option<ferry_channel::Psk>,
     /// `remote_ferry` is the copy [`deploy::deploy`] put there (`--deploy`):
@@ -89,6 +92,7 @@ impl Default for RemoteOptions {
             rsh: "ssh".into(),
             remote_ferry: "ferry".into(),
             direct: false,
+            streams: ferry_link::stripe::Streams::Auto,
             key: None,
             deployed: false,
         }

@@ -54,7 +54,7 @@ pub(super) fn spawn(
         stdin: None,
     };
     if ropts.direct {
-        match direct_connect(host, &mut stdin, &mut stdout, stats) {
+        match direct_connect(host, ropts.streams, &mut stdin, &mut stdout, stats) {
             // ssh stays up (its stdin open) while the data goes direct.
             Ok(Some(ep)) => {
                 remote.stdin = Some(stdin);

@@ -7,8 +7,9 @@ use std::process::{ChildStdin, ChildStdout};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ferry_channel::{ChannelError, Psk, Role};
+use ferry_channel::{ChannelError, Psk};
 use ferry_link::direct::{self, AcceptError, Accepted, Answer, DialError, Dialect, OfferError};
+use ferry_link::stripe::{self, Streams};
 use ferry_link::{Endpoint, Flushed, LinkError};
 
 use crate::error::{Error, Result};
@@ -30,11 +31,13 @@ fn link_io(e: impl ToString) -> Error {
 }
 
 /// Client side of `--direct`: read the server's port and key from ssh,
-/// connect, and prove the key: `Some` endpoint. When the server is up but
+/// connect (as many connections as `streams` says), and prove the key:
+/// `Some` endpoint. When the server is up but
 /// cannot be reached (a firewall, NAT), it has been told so over ssh, the
 /// notice is out and the session goes on over ssh's pipes: `None`.
 pub(super) fn direct_connect(
     host: &str,
+    streams: Streams,
     ssh_in: &mut ChildStdin,
     ssh_out: &mut ChildStdout,
     stats: &Stats,
@@ -51,10 +54,12 @@ pub(super) fn direct_connect(
         direct::Route::Direct(s) => {
             let key = dialled.offer.key.unwrap_or_default();
             let psk = Psk::new(key.as_bytes()).map_err(chan_err)?;
-            let (session, s) =
-                direct::handshake_tcp(s, &psk, Role::Initiator, direct::HANDSHAKE_TIMEOUT)
-                    .map_err(chan_err)?;
-            let (ep, _) = direct::channel_link(&session, s).map_err(link_io)?;
+            let (session, conn) = stripe::join_client(s, &psk, streams, direct::HANDSHAKE_TIMEOUT)
+                .map_err(chan_err)?;
+            let (ep, _) = direct::channel_link(&session, &conn).map_err(link_io)?;
+            stats
+                .direct_connections
+                .store(conn.count() as u64, std::sync::atomic::Ordering::Relaxed);
             Ok(Some(ep))
         }
         direct::Route::ViaSsh(why) => {
@@ -123,7 +128,7 @@ pub(super) fn direct_accept() -> Result<(Endpoint, Flushed)> {
         &told,
     );
     match res {
-        Ok(Accepted::Peer(session, s)) => direct::channel_link(&session, s).map_err(link_io),
+        Ok(Accepted::Peer(session, conn)) => direct::channel_link(&session, &conn).map_err(link_io),
         Ok(Accepted::Stopped) => {
             drop(listener);
             Ok(ferry_link::stream_link_flushed(

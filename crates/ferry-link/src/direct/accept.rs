@@ -6,7 +6,9 @@
 //! its own (at most [`MAX_PENDING`] at once, the oldest giving way to a
 //! newcomer, each cut short after [`HANDSHAKE_TIMEOUT`] however it trickles
 //! bytes in), failures are reported and dropped, and the first connection
-//! that completes the handshake is the session.
+//! that completes the handshake is the session; or, when the client
+//! stripes its session over several connections, the first session all of
+//! whose connections completed it ([`crate::stripe::Groups`]).
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -14,9 +16,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ferry_channel::{ChannelError, Psk, Role, Session};
+use ferry_channel::{ChannelError, Join, Psk, Role, Session};
 
-use super::{handshake_tcp, HANDSHAKE_TIMEOUT};
+use super::{handshake_tcp_join, HANDSHAKE_TIMEOUT};
+use crate::stripe::{Conn, Groups, Joined};
 
 /// Handshakes under way at once; beyond that the oldest is cut short (a
 /// flood of silent connections costs at most this many threads).
@@ -27,9 +30,9 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// How the wait ended well.
 pub enum Accepted {
-    /// A client proved the key: its session, and the socket (blocking,
-    /// without timeouts).
-    Peer(Session, TcpStream),
+    /// A client proved the key: its session, and its connection or
+    /// connections (blocking, without timeouts).
+    Peer(Session, Conn),
     /// `stop` said so (the client chose ssh's pipes instead).
     Stopped,
 }
@@ -60,7 +63,10 @@ impl AcceptError {
     }
 }
 
-type Attempt = (SocketAddr, Result<(Session, TcpStream), ChannelError>);
+type Attempt = (
+    SocketAddr,
+    Result<(Session, TcpStream, Option<Join>), ChannelError>,
+);
 
 /// Accept connections on `l` until one completes the handshake with `psk`
 /// (as the responder), or `stop()` says to stop waiting. `refused` is
@@ -86,6 +92,8 @@ struct Waiting<'a> {
     rx: mpsc::Receiver<Attempt>,
     /// When each began, and a handle to cut it short.
     pending: Vec<(Instant, SocketAddr, TcpStream)>,
+    /// Striped sessions gathering their connections.
+    groups: Groups,
     wrong_key: bool,
 }
 
@@ -97,6 +105,7 @@ impl<'a> Waiting<'a> {
             tx,
             rx,
             pending: Vec::new(),
+            groups: Groups::new(HANDSHAKE_TIMEOUT),
             wrong_key: false,
         }
     }
@@ -118,6 +127,7 @@ impl<'a> Waiting<'a> {
             if let Some(won) = self.collect(refused) {
                 return Ok(won);
             }
+            self.groups.expire();
             // However it trickles bytes in, no handshake outlives its time.
             let now = Instant::now();
             for (t, _, h) in &self.pending {
@@ -165,7 +175,7 @@ impl<'a> Waiting<'a> {
         let spawned = thread::Builder::new()
             .name("ferry-handshake".into())
             .spawn(move || {
-                let res = handshake_tcp(s, &psk, Role::Responder, HANDSHAKE_TIMEOUT);
+                let res = handshake_tcp_join(s, &psk, Role::Responder, HANDSHAKE_TIMEOUT, None);
                 let _ = tx.send((peer, res));
             });
         if spawned.is_ok() {
@@ -177,9 +187,20 @@ impl<'a> Waiting<'a> {
     fn collect(&mut self, refused: &mut dyn FnMut(SocketAddr, ChannelError)) -> Option<Accepted> {
         while let Ok((peer, res)) = self.rx.try_recv() {
             match res {
-                Ok((session, s)) => {
+                Ok((session, s, None)) => {
                     self.cut_all_but(Some(peer));
-                    return Some(Accepted::Peer(session, s));
+                    return Some(Accepted::Peer(session, Conn::single(s)));
+                }
+                Ok((session, s, Some(join))) => {
+                    self.pending.retain(|(_, p, _)| *p != peer);
+                    match self.groups.add(join, session, s) {
+                        Joined::Waiting => {}
+                        Joined::Complete(session, conn) => {
+                            self.cut_all_but(None);
+                            return Some(Accepted::Peer(session, conn));
+                        }
+                        Joined::Refused(why) => refused(peer, ChannelError::Handshake(why)),
+                    }
                 }
                 Err(e) => {
                     self.pending.retain(|(_, p, _)| *p != peer);

@@ -36,8 +36,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use ferry_channel::{ChannelError, Psk, Role, Session};
+use ferry_channel::{ChannelError, Join, Psk, Role, Session};
 
+use crate::stripe::Conn;
 use crate::transport::{stream_link_flushed, Endpoint, Flushed};
 
 pub use accept::{accept_authenticated, AcceptError, Accepted, MAX_PENDING};
@@ -154,30 +155,69 @@ pub fn connect_any(addrs: &[SocketAddr], wait: Duration) -> io::Result<TcpStream
 /// The channel handshake on a connected socket as `role`, each read and
 /// write bounded by `wait`; the socket comes back blocking, without
 /// timeouts (a session may be quiet for long: a sender walking a large
-/// tree, a receiver signing a large old copy).
+/// tree, a receiver signing a large old copy). A peer that asks to join a
+/// session of several connections is refused here (see
+/// [`handshake_tcp_join`]).
 pub fn handshake_tcp(
     s: TcpStream,
     psk: &Psk,
     role: Role,
     wait: Duration,
 ) -> Result<(Session, TcpStream), ChannelError> {
+    match handshake_tcp_join(s, psk, role, wait, None)? {
+        (session, s, None) => Ok((session, s)),
+        (_, _, Some(_)) => Err(ChannelError::Handshake(
+            "the peer wants parallel connections, which this side does not take".into(),
+        )),
+    }
+}
+
+/// As [`handshake_tcp`], saying (initiator) or learning (responder) which
+/// connection of a session of several this is ([`crate::stripe`]).
+pub fn handshake_tcp_join(
+    s: TcpStream,
+    psk: &Psk,
+    role: Role,
+    wait: Duration,
+    join: Option<&Join>,
+) -> Result<(Session, TcpStream, Option<Join>), ChannelError> {
     s.set_nonblocking(false)?;
     let _ = s.set_nodelay(true);
     s.set_read_timeout(Some(wait))?;
     s.set_write_timeout(Some(wait))?;
     let (mut r, mut w) = (s.try_clone()?, s.try_clone()?);
-    let session = ferry_channel::handshake(&mut r, &mut w, psk, role)?;
+    let (session, peer) =
+        ferry_channel::handshake_join(&mut r, &mut w, psk, role, join).map_err(|e| match e {
+            // A socket timeout shows as "resource temporarily unavailable".
+            ChannelError::Io(io)
+                if matches!(
+                    io.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                ChannelError::Io(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the peer sent nothing for {} s during the handshake",
+                        wait.as_secs_f64().ceil()
+                    ),
+                ))
+            }
+            e => e,
+        })?;
     s.set_read_timeout(None)?;
     s.set_write_timeout(None)?;
-    Ok((session, s))
+    Ok((session, s, peer))
 }
 
-/// A sync link through the channel on `s` (after [`handshake_tcp`]).
-pub fn channel_link(session: &Session, s: TcpStream) -> io::Result<(Endpoint, Flushed)> {
-    let reader = ferry_channel::ChannelReader::new(s.try_clone()?, session);
+/// A sync link through the channel on `conn` (after the handshake).
+pub fn channel_link(session: &Session, conn: &Conn) -> io::Result<(Endpoint, Flushed)> {
+    let reader = ferry_channel::ChannelReader::new(conn.reader(None)?, session);
     // Small messages coalesce into one sealed frame; large ones pass.
-    let writer =
-        io::BufWriter::with_capacity(1 << 20, ferry_channel::ChannelWriter::new(s, session));
+    let writer = io::BufWriter::with_capacity(
+        1 << 20,
+        ferry_channel::ChannelWriter::new(conn.writer()?, session),
+    );
     Ok(stream_link_flushed(reader, writer))
 }
 

@@ -134,9 +134,9 @@ fn dial_meets_accept_or_falls_back_to_ssh() {
                 assert_eq!(read_answer(d, &p.server_in).unwrap(), Ok(Answer::Direct));
             }
             match accept_authenticated(&l, &psk(KEY), None, &mut |_, _| {}, &|| false) {
-                Ok(Accepted::Peer(_, mut s)) => {
+                Ok(Accepted::Peer(_, conn)) => {
                     let mut b = [0u8; 2];
-                    s.read_exact(&mut b).unwrap();
+                    conn.reader(None).unwrap().read_exact(&mut b).unwrap();
                     b
                 }
                 _ => panic!("no peer"),
