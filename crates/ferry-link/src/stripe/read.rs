@@ -1,5 +1,14 @@
 //! The receiving half of a striped session: chunks back in order.
+//!
+//! Each read drains what every connection has ready into that
+//! connection's queue of chunks (so every connection's TCP window stays
+//! open and grows, as it would for a reader of that connection alone),
+//! and hands on the chunk that is due. The queues together hold at most
+//! [`WINDOW`] bytes, plus the chunk each connection is receiving: a
+//! connection whose queue is full is not read until its chunks come due,
+//! except to finish the chunk that is due itself.
 
+use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -9,28 +18,40 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::{HEADER, MAX_CHUNK};
 
+/// Bytes of complete chunks held for reordering, over all connections.
+pub const WINDOW: usize = 32 << 20;
+
+/// Buffers kept for reuse.
+const SPARE: usize = 32;
+
 /// Where one connection stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lane {
-    /// Reading its next chunk header (`got` bytes of it so far).
-    Header { got: usize },
-    /// Its next chunk is `seq`, of `len` bytes, not read yet.
-    Waiting { seq: u64, len: usize },
-    /// Handing on the data of the chunk now due: `left` bytes to go.
-    Data { left: usize },
-    /// Ended (at a chunk boundary).
-    Ended,
+struct Lane<S> {
+    s: S,
+    head: [u8; HEADER],
+    /// Bytes of `head` read so far (the chunk being received has its
+    /// header when this is `HEADER`).
+    got: usize,
+    /// The chunk being received: its `seq`, the bytes of it received so
+    /// far, and its buffer (as long as the chunk).
+    part: Option<(u64, usize, Vec<u8>)>,
+    /// Complete chunks, in `seq` order.
+    ready: VecDeque<(u64, Vec<u8>)>,
+    /// Bytes in `ready`.
+    held: usize,
+    /// The last `seq` seen on this connection.
+    last: Option<u64>,
+    ended: bool,
 }
 
 /// Reads a striped session's bytes in order; see the module docs. The
 /// lanes are TCP connections (any pollable byte stream will do).
 pub struct StripeReader<S = TcpStream> {
-    socks: Vec<S>,
-    lanes: Vec<Lane>,
-    heads: Vec<[u8; HEADER]>,
-    /// The chunk due next.
+    lanes: Vec<Lane<S>>,
+    /// The chunk due next, and how much of it was handed on.
     next: u64,
+    off: usize,
     idle: Option<Duration>,
+    spare: Vec<Vec<u8>>,
 }
 
 fn bad(msg: String) -> io::Error {
@@ -39,18 +60,69 @@ fn bad(msg: String) -> io::Error {
 
 impl<S: Read + AsFd> StripeReader<S> {
     pub fn new(socks: Vec<S>, idle: Option<Duration>) -> Self {
-        let n = socks.len();
+        let lanes = socks
+            .into_iter()
+            .map(|s| Lane {
+                s,
+                head: [0; HEADER],
+                got: 0,
+                part: None,
+                ready: VecDeque::new(),
+                held: 0,
+                last: None,
+                ended: false,
+            })
+            .collect();
         StripeReader {
-            socks,
-            lanes: vec![Lane::Header { got: 0 }; n],
-            heads: vec![[0; HEADER]; n],
+            lanes,
             next: 0,
+            off: 0,
             idle,
+            spare: Vec::new(),
         }
     }
 
     pub fn set_idle(&mut self, idle: Option<Duration>) {
         self.idle = idle;
+    }
+
+    fn held(&self) -> usize {
+        self.lanes.iter().map(|l| l.held).sum()
+    }
+
+    /// The lane whose first ready chunk is due.
+    fn due(&self) -> io::Result<Option<usize>> {
+        let mut found = None;
+        for (i, l) in self.lanes.iter().enumerate() {
+            match l.ready.front() {
+                Some((seq, _)) if *seq < self.next => {
+                    return Err(bad(format!(
+                        "connection {i}: chunk {seq} again (chunk {} is due)",
+                        self.next
+                    )))
+                }
+                Some((seq, _)) if *seq == self.next => {
+                    if found.is_some() {
+                        return Err(bad(format!("chunk {seq} on two connections")));
+                    }
+                    found = Some(i);
+                }
+                _ => {}
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether lane `i` may be read now: it has not ended, and the queues
+    /// have room, or it may bring the chunk that is due (it is receiving
+    /// that chunk, or holds nothing and is between chunks).
+    fn readable(&self, i: usize, room: bool) -> bool {
+        let l = &self.lanes[i];
+        let may_bring_due = match &l.part {
+            Some(p) => p.0 == self.next,
+            None => l.ready.is_empty(),
+        };
+        !l.ended && (room || may_bring_due)
     }
 
     /// Wait until one of `which` has bytes (or an error, or its end), at
@@ -63,7 +135,7 @@ impl<S: Read + AsFd> StripeReader<S> {
         loop {
             let mut fds: Vec<PollFd> = which
                 .iter()
-                .map(|&i| PollFd::new(&self.socks[i], PollFlags::IN))
+                .map(|&i| PollFd::new(&self.lanes[i].s, PollFlags::IN))
                 .collect();
             match poll(&mut fds, ts.as_ref()) {
                 Ok(0) => {
@@ -82,113 +154,114 @@ impl<S: Read + AsFd> StripeReader<S> {
         }
     }
 
-    /// Read more of lane `i`'s chunk header.
-    fn read_header(&mut self, i: usize, got: usize) -> io::Result<()> {
-        let n = loop {
-            match self.socks[i].read(&mut self.heads[i][got..]) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => break r?,
-            }
+    /// One read from lane `i` (which poll found ready): header bytes, or
+    /// data of the chunk it is receiving.
+    fn pull(&mut self, i: usize) -> io::Result<()> {
+        let spare = &mut self.spare;
+        let l = &mut self.lanes[i];
+        let r = match &mut l.part {
+            None => l.s.read(&mut l.head[l.got..]),
+            Some((_, filled, data)) => l.s.read(&mut data[*filled..]),
+        };
+        let n = match r {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            r => r?,
         };
         if n == 0 {
-            if got > 0 {
-                return Err(bad(format!("connection {i} ended inside a chunk header")));
+            if l.got > 0 || l.part.is_some() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("connection {i} ended inside a chunk"),
+                ));
             }
-            self.lanes[i] = Lane::Ended;
+            l.ended = true;
             return Ok(());
         }
-        let got = got + n;
-        if got < HEADER {
-            self.lanes[i] = Lane::Header { got };
+        if let Some((seq, filled, data)) = &mut l.part {
+            *filled += n;
+            if *filled == data.len() {
+                let chunk = (*seq, std::mem::take(data));
+                l.held += chunk.1.len();
+                l.ready.push_back(chunk);
+                l.part = None;
+                l.got = 0;
+            }
             return Ok(());
         }
-        let h = self.heads[i];
+        l.got += n;
+        if l.got < HEADER {
+            return Ok(());
+        }
+        let h = l.head;
         let seq = u64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
         let len = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
         if len == 0 || len > MAX_CHUNK {
             return Err(bad(format!("connection {i}: a chunk of {len} bytes")));
         }
-        if seq < self.next {
+        if seq < self.next || l.last.is_some_and(|p| seq <= p) {
             return Err(bad(format!(
-                "connection {i}: chunk {seq} again (chunk {} is due)",
+                "connection {i}: chunk {seq} out of order (chunk {} is due)",
                 self.next
             )));
         }
-        self.lanes[i] = Lane::Waiting { seq, len };
+        l.last = Some(seq);
+        let mut buf = spare.pop().unwrap_or_default();
+        buf.resize(len, 0);
+        l.part = Some((seq, 0, buf));
         Ok(())
-    }
-
-    /// The lane whose chunk is due, its data now being handed on, and the
-    /// bytes of it left.
-    fn due(&mut self) -> io::Result<Option<(usize, usize)>> {
-        let mut found = None;
-        for (i, lane) in self.lanes.iter().enumerate() {
-            match *lane {
-                Lane::Data { left } => return Ok(Some((i, left))),
-                Lane::Waiting { seq, .. } if seq < self.next => {
-                    return Err(bad(format!(
-                        "connection {i}: chunk {seq} again (chunk {} is due)",
-                        self.next
-                    )))
-                }
-                Lane::Waiting { seq, len } if seq == self.next => {
-                    if found.is_some() {
-                        return Err(bad(format!("chunk {seq} on two connections")));
-                    }
-                    found = Some((i, len));
-                }
-                _ => {}
-            }
-        }
-        if let Some((i, len)) = found {
-            self.lanes[i] = Lane::Data { left: len };
-        }
-        Ok(found)
     }
 }
 
 impl<S: Read + AsFd> Read for StripeReader<S> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
             return Ok(0);
         }
         loop {
-            if let Some((i, left)) = self.due()? {
-                if self.idle.is_some() {
-                    self.wait(&[i])?;
+            // Take in what is there already, without waiting.
+            let room = self.held() < WINDOW;
+            let live: Vec<usize> = (0..self.lanes.len())
+                .filter(|&i| self.readable(i, room))
+                .collect();
+            if let Some(i) = self.due()? {
+                if !live.is_empty() {
+                    let saved = self.idle.take();
+                    self.idle = Some(Duration::ZERO);
+                    let ready = self.wait(&live);
+                    self.idle = saved;
+                    if let Ok(ready) = ready {
+                        for (k, &j) in live.iter().enumerate() {
+                            if ready[k] {
+                                self.pull(j)?;
+                            }
+                        }
+                    }
                 }
-                let want = left.min(buf.len());
-                let n = match self.socks[i].read(&mut buf[..want]) {
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    r => r?,
+                let l = &mut self.lanes[i];
+                let Some((_, data)) = l.ready.front() else {
+                    continue;
                 };
-                if n == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("connection {i} ended inside chunk {}", self.next),
-                    ));
-                }
-                self.lanes[i] = if n == left {
+                let n = (data.len() - self.off).min(out.len());
+                out[..n].copy_from_slice(&data[self.off..self.off + n]);
+                self.off += n;
+                if self.off == data.len() {
+                    if let Some((_, buf)) = l.ready.pop_front() {
+                        l.held -= buf.len();
+                        if self.spare.len() < SPARE {
+                            self.spare.push(buf);
+                        }
+                    }
                     self.next += 1;
-                    Lane::Header { got: 0 }
-                } else {
-                    Lane::Data { left: left - n }
-                };
+                    self.off = 0;
+                }
                 return Ok(n);
             }
-            let reading: Vec<(usize, usize)> = self
-                .lanes
-                .iter()
-                .enumerate()
-                .filter_map(|(i, l)| match *l {
-                    Lane::Header { got } => Some((i, got)),
-                    _ => None,
-                })
-                .collect();
-            if reading.is_empty() {
-                // Every connection either ended or waits for its turn, and
-                // none holds the chunk that is due.
-                return match self.lanes.iter().all(|l| *l == Lane::Ended) {
+            if live.is_empty() {
+                // Nothing due and nothing more to read: the end if every
+                // connection ended with nothing left, else a chunk that
+                // will never come.
+                let empty = self.lanes.iter().all(|l| l.ended && l.ready.is_empty());
+                return match empty {
                     true => Ok(0),
                     false => Err(bad(format!(
                         "chunk {} never came: the connections hold later ones or ended",
@@ -196,11 +269,10 @@ impl<S: Read + AsFd> Read for StripeReader<S> {
                     ))),
                 };
             }
-            let idx: Vec<usize> = reading.iter().map(|&(i, _)| i).collect();
-            let ready = self.wait(&idx)?;
-            for (k, &(i, got)) in reading.iter().enumerate() {
+            let ready = self.wait(&live)?;
+            for (k, &i) in live.iter().enumerate() {
                 if ready[k] {
-                    self.read_header(i, got)?;
+                    self.pull(i)?;
                 }
             }
         }

@@ -1,81 +1,137 @@
 //! The sending half of a striped session: chunks onto whichever
 //! connection can take them.
+//!
+//! Each connection has a thread of its own that writes the chunks queued
+//! for it (at most [`QUEUED`] waiting, besides the one being written), so
+//! a connection whose window is small (slow start, a loss) never holds up
+//! the others: a chunk goes to the next connection, round robin, whose
+//! queue has room, and the caller waits only when every queue is full.
 
-use std::io::{self, IoSlice, Write};
-use std::net::TcpStream;
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
 
-use rustix::event::{poll, PollFd, PollFlags};
+use crossbeam_channel::{bounded, Receiver, Select, Sender, TrySendError};
 
 use super::{CHUNK, HEADER};
 
+/// Chunks waiting for each connection, besides the one being written.
+const QUEUED: usize = 1;
+
+/// What the connection threads share with the writer: chunks written so
+/// far, and the first error.
+#[derive(Default)]
+struct Progress {
+    state: Mutex<(u64, Option<io::Error>)>,
+    changed: Condvar,
+}
+
+impl Progress {
+    fn wrote(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.0 += 1;
+        }
+        self.changed.notify_all();
+    }
+    fn failed(&self, e: io::Error) {
+        if let Ok(mut s) = self.state.lock() {
+            s.1.get_or_insert(e);
+        }
+        self.changed.notify_all();
+    }
+    /// The first error, as a fresh `io::Error`.
+    fn error(&self) -> Option<io::Error> {
+        let s = self.state.lock().ok()?;
+        s.1.as_ref()
+            .map(|e| io::Error::new(e.kind(), e.to_string()))
+    }
+}
+
 /// Writes the bytes given to it as chunks (at most [`CHUNK`] each) over
-/// its connections; see the module docs for the format.
+/// its connections; see the module docs for the format. `flush` waits
+/// until every chunk is in the kernel's hands.
 pub struct StripeWriter {
-    socks: Vec<TcpStream>,
+    lanes: Vec<Sender<Vec<u8>>>,
+    /// Buffers the connection threads hand back.
+    spare: Receiver<Vec<u8>>,
+    progress: Arc<Progress>,
     seq: u64,
     /// Where the round robin looks first.
     turn: usize,
 }
 
+/// One connection's thread: write each chunk whole, hand its buffer back.
+fn lane(mut s: TcpStream, rx: Receiver<Vec<u8>>, spare: Sender<Vec<u8>>, p: Arc<Progress>) {
+    for chunk in rx {
+        if let Err(e) = s.write_all(&chunk) {
+            // The reader of the other side would wait for this chunk for
+            // ever: end every direction of this connection.
+            let _ = s.shutdown(Shutdown::Both);
+            p.failed(e);
+            return;
+        }
+        let _ = spare.try_send(chunk);
+        p.wrote();
+    }
+}
+
 impl StripeWriter {
     pub fn new(socks: Vec<TcpStream>) -> Self {
+        let progress = Arc::new(Progress::default());
+        let (spare_tx, spare) = bounded(socks.len() * (QUEUED + 1) + 1);
+        let mut lanes = Vec::with_capacity(socks.len());
+        for (i, s) in socks.into_iter().enumerate() {
+            let (tx, rx) = bounded(QUEUED);
+            let (spare_tx, p) = (spare_tx.clone(), progress.clone());
+            let spawned = thread::Builder::new()
+                .name(format!("ferry-stripe-{i}"))
+                .spawn(move || lane(s, rx, spare_tx, p));
+            if let Err(e) = spawned {
+                progress.failed(e);
+            }
+            lanes.push(tx);
+        }
         StripeWriter {
-            socks,
+            lanes,
+            spare,
+            progress,
             seq: 0,
             turn: 0,
         }
     }
 
-    /// The next connection that can take a chunk: the first writable one
-    /// from `turn` on, waiting for one if none is.
-    fn pick(&mut self) -> io::Result<usize> {
-        let n = self.socks.len();
-        let mut timeout = Some(&rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        });
-        loop {
-            let mut fds: Vec<PollFd> = self
-                .socks
-                .iter()
-                .map(|s| PollFd::new(s, PollFlags::OUT))
-                .collect();
-            match poll(&mut fds, timeout) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
+    /// Queue `chunk` on the next connection with room, waiting for one if
+    /// none has.
+    fn queue(&mut self, mut chunk: Vec<u8>) -> io::Result<()> {
+        let n = self.lanes.len();
+        for k in 0..n {
+            let i = (self.turn + k) % n;
+            match self.lanes[i].try_send(chunk) {
+                Ok(()) => {
+                    self.turn = (i + 1) % n;
+                    return Ok(());
+                }
+                Err(TrySendError::Full(c)) => chunk = c,
+                Err(TrySendError::Disconnected(_)) => return Err(self.failure()),
             }
-            let ready = |i: usize| {
-                let r = fds[i].revents();
-                !(r & (PollFlags::OUT | PollFlags::ERR | PollFlags::HUP)).is_empty()
-            };
-            if let Some(i) = (0..n).map(|k| (self.turn + k) % n).find(|&i| ready(i)) {
-                return Ok(i);
-            }
-            // None can take a chunk now: wait until one can.
-            timeout = None;
         }
+        let mut sel = Select::new();
+        for l in &self.lanes {
+            sel.send(l);
+        }
+        let op = sel.select();
+        let i = op.index();
+        op.send(&self.lanes[i], chunk).map_err(|_| self.failure())?;
+        self.turn = (i + 1) % n;
+        Ok(())
     }
-}
 
-/// Write the header and the data, resuming after short writes.
-fn write_chunk(s: &mut TcpStream, head: &[u8; HEADER], data: &[u8]) -> io::Result<()> {
-    let total = HEADER + data.len();
-    let mut done = 0;
-    while done < total {
-        let res = if done < HEADER {
-            s.write_vectored(&[IoSlice::new(&head[done..]), IoSlice::new(data)])
-        } else {
-            s.write(&data[done - HEADER..])
-        };
-        match res {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(k) => done += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+    fn failure(&self) -> io::Error {
+        self.progress
+            .error()
+            .unwrap_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "a connection closed"))
     }
-    Ok(())
 }
 
 impl Write for StripeWriter {
@@ -83,19 +139,40 @@ impl Write for StripeWriter {
         if buf.is_empty() {
             return Ok(0);
         }
+        if let Some(e) = self.progress.error() {
+            return Err(e);
+        }
         let data = &buf[..buf.len().min(CHUNK)];
-        let i = self.pick()?;
-        let mut head = [0u8; HEADER];
-        head[..8].copy_from_slice(&self.seq.to_be_bytes());
-        head[8..].copy_from_slice(&(data.len() as u32).to_be_bytes());
-        write_chunk(&mut self.socks[i], &head, data)?;
+        let mut chunk = self.spare.try_recv().unwrap_or_default();
+        chunk.clear();
+        chunk.extend_from_slice(&self.seq.to_be_bytes());
+        chunk.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        chunk.extend_from_slice(data);
+        debug_assert_eq!(chunk.len(), HEADER + data.len());
+        self.queue(chunk)?;
         self.seq += 1;
-        self.turn = (i + 1) % self.socks.len();
         Ok(data.len())
     }
 
-    /// Every chunk is in the kernel's hands once `write` returns.
+    /// Wait until every chunk queued is written to its connection.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        let mut s = self
+            .progress
+            .state
+            .lock()
+            .map_err(|_| io::Error::other("a connection thread failed"))?;
+        loop {
+            if let Some(e) = &s.1 {
+                return Err(io::Error::new(e.kind(), e.to_string()));
+            }
+            if s.0 >= self.seq {
+                return Ok(());
+            }
+            s = self
+                .progress
+                .changed
+                .wait(s)
+                .map_err(|_| io::Error::other("a connection thread failed"))?;
+        }
     }
 }
