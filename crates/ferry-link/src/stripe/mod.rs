@@ -21,18 +21,18 @@
 //! data  len
 //! ```
 //!
-//! The writer ([`StripeWriter`]) puts each chunk on the next connection
-//! that can take it without waiting (round robin among the writable ones),
+//! The writer ([`StripeWriter`]) has a thread per connection and puts
+//! each chunk on the next connection whose queue has room (round robin),
 //! so a connection that slows down (loss, a full window) gets less. The
-//! reader ([`StripeReader`]) hands the chunks on in `seq` order: it reads
-//! each connection's next chunk header, and the data of the chunk whose
-//! turn it is; a connection whose next chunk is not due yet is not read
-//! (its kernel buffer, bounded by TCP's window, holds the rest), so
-//! reordering costs no memory here, whatever the peer sends. A chunk
-//! header with a `seq` already passed, a `len` out of range, a connection
-//! that ends inside a chunk, or connections that all wait for chunks that
-//! never come fail the read; a changed or moved byte fails the channel's
-//! authentication above. Each direction ends when every connection ends
+//! reader ([`StripeReader`]) drains every connection into a queue of
+//! chunks (so every TCP window stays open) and hands the chunks on in
+//! `seq` order; the queues hold at most [`read::WINDOW`] bytes in all,
+//! past which only a connection that may bring the chunk that is due is
+//! read, whatever the peer sends. A chunk header with a `seq` already
+//! passed, a `len` out of range, a connection that ends inside a chunk,
+//! or connections that can no longer bring the chunk that is due fail the
+//! read; a changed or moved byte fails the channel's authentication
+//! above. Each direction ends when every connection ends
 //! (`shutdown(Write)` on each) at a chunk boundary.
 //!
 //! A session of one connection uses the connection as it is (no chunk
@@ -40,7 +40,7 @@
 
 mod groups;
 mod join;
-mod read;
+pub mod read;
 mod write;
 
 use std::io::{self, Read, Write};
