@@ -345,6 +345,11 @@ impl<R: Read> ChannelReader<R> {
     pub fn get_ref(&self) -> &R {
         &self.r
     }
+
+    /// The reader underneath (to change its timeouts).
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.r
+    }
 }
 
 impl<R: Read> Read for ChannelReader<R> {

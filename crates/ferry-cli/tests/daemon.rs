@@ -8,6 +8,8 @@ mod common;
 mod hostile;
 #[path = "daemon/members.rs"]
 mod members;
+#[path = "daemon/striped.rs"]
+mod striped;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

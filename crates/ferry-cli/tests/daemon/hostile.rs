@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use ferry_core::remote::daemon::daemon_connect;
 use ferry_core::{Stats, SyncOptions};
+use ferry_link::stripe::Streams;
 
 use crate::common::*;
 use crate::{code, key_file, pull, run, stderr, Daemon, KEY};
@@ -94,6 +95,7 @@ fn a_symlink_planted_while_a_push_waits_for_its_list_is_never_followed() {
         d.port,
         &psk(),
         &args(false, &["--file-or-dir", "--delete"], "z"),
+        Streams::Fixed(1),
     )
     .unwrap();
     // Session B plants root/z -> outside meanwhile.
@@ -288,7 +290,14 @@ fn a_client_that_never_starts_its_session_loses_its_slot() {
     let key = key_file(t.path(), KEY);
     let d = Daemon::start(&key, &["--root", p(&root), "--max-sessions", "1"]);
     // Accepted, then silent: no Hello ever.
-    let held = daemon_connect("127.0.0.1", d.port, &psk(), &args(true, &[], "d/")).unwrap();
+    let held = daemon_connect(
+        "127.0.0.1",
+        d.port,
+        &psk(),
+        &args(true, &[], "d/"),
+        Streams::Fixed(1),
+    )
+    .unwrap();
     let o = run(&[
         "sync",
         "--retries=0",
@@ -321,7 +330,13 @@ fn a_client_that_never_starts_its_session_loses_its_slot() {
     drop(held);
     // A path with control characters is logged escaped, never as lines.
     let evil = "x\nferry serve: 10.0.0.9:4444: pull \"secrets\": done\u{1b}[2J";
-    let _ = daemon_connect("127.0.0.1", d.port, &psk(), &args(true, &[], evil));
+    let _ = daemon_connect(
+        "127.0.0.1",
+        d.port,
+        &psk(),
+        &args(true, &[], evil),
+        Streams::Fixed(1),
+    );
     std::thread::sleep(Duration::from_millis(300));
     let log = d.log();
     assert!(

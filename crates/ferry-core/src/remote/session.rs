@@ -101,12 +101,13 @@ fn open_peer(
             "a ferry:// URL needs the daemon's key: --key-file FILE (or FERRY_KEY_FILE)".into(),
         )
     })?;
-    let (ep, flushed) = daemon_connect(&at.host, port, key, args).inspect_err(|e| {
-        // The daemon is there and asks us to come back: --retries applies.
-        if matches!(e, Error::Busy(_)) {
-            Stats::add(&stats.sessions, 1);
-        }
-    })?;
+    let (ep, flushed) =
+        daemon_connect(&at.host, port, key, args, ropts.streams).inspect_err(|e| {
+            // The daemon is there and asks us to come back: --retries applies.
+            if matches!(e, Error::Busy(_)) {
+                Stats::add(&stats.sessions, 1);
+            }
+        })?;
     Ok((Peer::Daemon(flushed), ep))
 }
 

@@ -137,6 +137,14 @@ impl Conn {
         Conn { socks }
     }
 
+    /// The connection, if there is only one.
+    pub fn only(&self) -> Option<&TcpStream> {
+        match self.socks.as_slice() {
+            [s] => Some(s),
+            _ => None,
+        }
+    }
+
     /// How many connections.
     pub fn count(&self) -> usize {
         self.socks.len()

@@ -4,9 +4,10 @@
 use std::io::{BufWriter, Read, Write};
 use std::net::TcpStream;
 
-use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Psk, Role};
+use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Psk};
 use ferry_link::daemon::{self as pre, Status};
-use ferry_link::direct::{connect, handshake_tcp, HANDSHAKE_TIMEOUT};
+use ferry_link::direct::{connect, HANDSHAKE_TIMEOUT};
+use ferry_link::stripe::{self, Conn, ConnRead, ConnWrite, Streams};
 use ferry_link::{Endpoint, FatalClass, Flushed, LinkError};
 
 use crate::error::{Error, Result};
@@ -73,9 +74,9 @@ fn shown(host: &str, port: u16) -> String {
     }
 }
 
-/// Connect to the daemon at `host:port`, prove `psk`, send `args` (a
-/// `serve` command line) and read the answer: the session's endpoint when
-/// it was accepted.
+/// Connect to the daemon at `host:port` (over as many connections as
+/// `streams` says), prove `psk`, send `args` (a `serve` command line) and
+/// read the answer: the session's endpoint when it was accepted.
 /// Wait on the [`Flushed`] before exiting: a daemon learns that a pull
 /// is complete from our last message.
 pub fn daemon_connect(
@@ -83,8 +84,9 @@ pub fn daemon_connect(
     port: u16,
     psk: &Psk,
     args: &[String],
+    streams: Streams,
 ) -> Result<(Endpoint, Flushed)> {
-    let (reader, writer, _) = dial(host, port, psk, args)?;
+    let (reader, writer, _) = dial(host, port, psk, args, streams)?;
     Ok(ferry_link::stream_link_flushed(reader, writer))
 }
 
@@ -92,42 +94,45 @@ pub fn daemon_connect(
 /// connection once the daemon has accepted, on which the stream then
 /// makes its own handshake (fresh keys, the same pre-shared key).
 pub fn daemon_stream(host: &str, port: u16, psk: &Psk, args: &[String]) -> Result<TcpStream> {
-    let (_, _, sock) = dial(host, port, psk, args)?;
-    Ok(sock)
+    let (_, _, conn) = dial(host, port, psk, args, Streams::Fixed(1))?;
+    let link = |e: std::io::Error| Error::Link(LinkError::Io(e.to_string()));
+    match conn.only() {
+        Some(s) => s.try_clone().map_err(link),
+        None => Err(Error::Protocol("a stream runs over one connection".into())),
+    }
 }
 
 type Dialed = (
-    ChannelReader<TcpStream>,
-    BufWriter<ChannelWriter<TcpStream>>,
-    TcpStream,
+    ChannelReader<ConnRead>,
+    BufWriter<ChannelWriter<ConnWrite>>,
+    Conn,
 );
 
 /// Connect, prove the key, send the request and read an accepting answer.
-fn dial(host: &str, port: u16, psk: &Psk, args: &[String]) -> Result<Dialed> {
+fn dial(host: &str, port: u16, psk: &Psk, args: &[String], streams: Streams) -> Result<Dialed> {
     let name = shown(host, port);
     let link = |what: String| Error::Link(LinkError::Io(what));
     let s = connect(host, port).map_err(|e| link(e.to_string()))?;
-    let (session, s) =
-        handshake_tcp(s, psk, Role::Initiator, HANDSHAKE_TIMEOUT).map_err(|e| match e {
+    let (session, conn) =
+        stripe::join_client(s, psk, streams, HANDSHAKE_TIMEOUT).map_err(|e| match e {
             ChannelError::WrongKey => Error::Auth(format!(
                 "{name} does not hold this key (check --key-file on both sides)"
             )),
             ChannelError::Io(io) => link(format!("{name}: handshake: {io}")),
             other => Error::Protocol(format!("{name}: handshake: {other}")),
         })?;
-    let r = s.try_clone().map_err(|e| link(e.to_string()))?;
-    let sock = s.try_clone().map_err(|e| link(e.to_string()))?;
-    let ctl = s.try_clone().ok();
+    // The daemon answers within its request and lock waits; one that does
+    // not is gone.
+    let r = conn.reader(Some(ANSWER_WAIT));
+    let w = conn.writer();
+    let (r, w) = r
+        .and_then(|r| Ok((r, w?)))
+        .map_err(|e| link(e.to_string()))?;
     let mut reader = ChannelReader::new(r, &session);
-    let mut writer = BufWriter::with_capacity(1 << 20, ChannelWriter::new(s, &session));
+    let mut writer = BufWriter::with_capacity(1 << 20, ChannelWriter::new(w, &session));
     let req = pre::encode_request(args).map_err(|e| Error::Usage(e.to_string()))?;
     let sent = writer.write_all(&req).and_then(|()| writer.flush());
     sent.map_err(|e| link(format!("{name}: sending the request: {e}")))?;
-    // The daemon answers within its request and lock waits; one that does
-    // not is gone.
-    if let Some(c) = &ctl {
-        let _ = c.set_read_timeout(Some(ANSWER_WAIT));
-    }
     let mut head = [0u8; pre::ANSWER_HEAD];
     reader
         .read_exact(&mut head)
@@ -139,11 +144,9 @@ fn dial(host: &str, port: u16, psk: &Psk, args: &[String]) -> Result<Dialed> {
         .read_exact(&mut text)
         .map_err(|e| link(format!("{name}: {e}")))?;
     let text = pre::answer_text(&text).map_err(proto)?;
-    if let Some(c) = &ctl {
-        let _ = c.set_read_timeout(None);
-    }
+    reader.get_mut().set_idle(None);
     match status {
-        Status::Accepted => Ok((reader, writer, sock)),
+        Status::Accepted => Ok((reader, writer, conn)),
         Status::Usage => Err(Error::Usage(format!("{name} refused the session: {text}"))),
         Status::Io => Err(Error::Peer {
             class: FatalClass::Io,

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use ferry_channel::{ChannelReader, ChannelWriter, Psk, Role};
 use ferry_link::daemon::{self as pre, Status};
-use ferry_link::direct::{handshake_tcp, HANDSHAKE_TIMEOUT};
+use ferry_link::direct::{handshake_tcp_join, HANDSHAKE_TIMEOUT};
+use ferry_link::stripe::{Conn, ConnRead, ConnWrite, Groups, Joined};
 use ferry_link::ReceiverReport;
 
 use super::confine::{confine, printable, Confined};
@@ -151,6 +152,8 @@ struct Shared {
     root_lock: RwLock<()>,
     /// Connections that did not prove the key, for the log's rate.
     refusals: Refusals,
+    /// Sessions striped over several connections, gathering them.
+    groups: Mutex<Groups>,
     ended: mpsc::Sender<SessionEnd>,
 }
 
@@ -192,6 +195,7 @@ pub fn serve_daemon(
         taken: AtomicBool::new(false),
         root_lock: RwLock::new(()),
         refusals: Refusals::default(),
+        groups: Mutex::new(Groups::new(HANDSHAKE_TIMEOUT)),
         ended,
     });
     let accepting = shared.clone();
@@ -238,12 +242,28 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 fn connection(s: TcpStream, id: u64, peer: SocketAddr, sh: &Shared) {
-    let hs = handshake_tcp(s, &sh.psk, Role::Responder, HANDSHAKE_TIMEOUT);
+    let hs = handshake_tcp_join(s, &sh.psk, Role::Responder, HANDSHAKE_TIMEOUT, None);
     if let Ok(mut pending) = sh.handshakes.lock() {
         pending.retain(|(n, _)| *n != id);
     }
-    let (session, s) = match hs {
-        Ok(v) => v,
+    let (session, conn) = match hs {
+        Ok((session, s, None)) => (session, Conn::single(s)),
+        // One of a striped session's connections: the one that completes
+        // it runs the session.
+        Ok((session, s, Some(join))) => {
+            let Ok(mut groups) = sh.groups.lock() else {
+                return;
+            };
+            match groups.add(join, session, s) {
+                Joined::Waiting => return,
+                Joined::Complete(session, conn) => (session, conn),
+                Joined::Refused(why) => {
+                    drop(groups);
+                    (sh.log)(&format!("{peer}: refused: {why}"));
+                    return;
+                }
+            }
+        }
         Err(e) => {
             if sh.refusals.note() {
                 (sh.log)(&format!("{peer}: refused: {e}"));
@@ -251,16 +271,15 @@ fn connection(s: TcpStream, id: u64, peer: SocketAddr, sh: &Shared) {
             return;
         }
     };
-    // One handle each for reading, writing and setting timeouts.
-    let (r, ctl) = match (s.try_clone(), s.try_clone()) {
-        (Ok(r), Ok(c)) => (r, c),
+    let (r, w) = match (conn.reader(None), conn.writer()) {
+        (Ok(r), Ok(w)) => (r, w),
         (Err(e), _) | (_, Err(e)) => {
             (sh.log)(&format!("{peer}: {e}"));
             return;
         }
     };
     let reader = ChannelReader::new(r, &session);
-    let mut writer = BufWriter::with_capacity(1 << 20, ChannelWriter::new(s, &session));
+    let mut writer = BufWriter::with_capacity(1 << 20, ChannelWriter::new(w, &session));
     let busy = if sh.cfg.once && sh.taken.swap(true, Ordering::SeqCst) {
         Some("this daemon serves one session (--once), and it has begun".to_string())
     } else if sh.sessions.fetch_add(1, Ordering::SeqCst) >= sh.cfg.max_sessions {
@@ -277,7 +296,7 @@ fn connection(s: TcpStream, id: u64, peer: SocketAddr, sh: &Shared) {
         let _ = answer(&mut writer, Status::Busy, &why);
         return;
     }
-    let end = session_run(&ctl, reader, writer, peer, sh);
+    let end = session_run(&conn, reader, writer, peer, sh);
     sh.sessions.fetch_sub(1, Ordering::SeqCst);
     let _ = sh.ended.send(end);
 }
@@ -468,15 +487,15 @@ fn stream_session(
 }
 
 fn session_run(
-    sock: &TcpStream,
-    mut reader: ChannelReader<TcpStream>,
-    mut writer: BufWriter<ChannelWriter<TcpStream>>,
+    conn: &Conn,
+    mut reader: ChannelReader<ConnRead>,
+    mut writer: BufWriter<ChannelWriter<ConnWrite>>,
     peer: SocketAddr,
     sh: &Shared,
 ) -> SessionEnd {
-    let _ = sock.set_read_timeout(Some(REQUEST_WAIT));
+    reader.get_mut().set_idle(Some(REQUEST_WAIT));
     let got = request(&mut reader, sh);
-    let _ = sock.set_read_timeout(None);
+    reader.get_mut().set_idle(None);
     let (mut req, asked) = match got {
         Ok(v) => v,
         Err((status, why)) => return refused(peer, &mut writer, status, why),
@@ -490,6 +509,11 @@ fn session_run(
         return refused(peer, &mut writer, Status::Busy, why.into());
     };
     if req.stream {
+        // A stream makes its own handshake on the bare connection.
+        let Some(sock) = conn.only() else {
+            let why = "a stream to a daemon runs over one connection".to_string();
+            return refused(peer, &mut writer, Status::Usage, why);
+        };
         return stream_session(sock, &mut writer, peer, sh, &req, &asked, _hold);
     }
     let _held = match confined(&mut req, sh) {
@@ -497,11 +521,14 @@ fn session_run(
         Err((status, why)) => return refused(peer, &mut writer, status, why),
     };
     let asked: Vec<String> = asked.iter().map(|p| format!("{p:?}")).collect();
-    let what = if req.send {
+    let mut what = if req.send {
         format!("pull {}", asked.join(" "))
     } else {
         format!("push to {}", asked.join(" "))
     };
+    if conn.count() > 1 {
+        what += &format!(" over {} connections", conn.count());
+    }
     (sh.log)(&format!("{peer}: {what}"));
     if let Err(e) = answer(&mut writer, Status::Accepted, "") {
         return SessionEnd {
@@ -523,6 +550,6 @@ fn session_run(
     }
     // The link's threads end with the connection, whatever the client
     // does with its end.
-    let _ = sock.shutdown(std::net::Shutdown::Both);
+    conn.shutdown(std::net::Shutdown::Both);
     SessionEnd { peer, what, result }
 }
