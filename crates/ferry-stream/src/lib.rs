@@ -80,9 +80,9 @@ mod send_stages;
 pub use error::{ErrorKind, StreamError};
 pub use net::{bind, connect};
 pub use options::{cpu_time, Options, Stats, Summary};
-pub use recv::{opened, recv, recv_on, recv_over, Opener, RecvHooks};
+pub use recv::{opened, recv, recv_conn, recv_on, recv_over, Opener, RecvHooks};
 pub use resume::{hash_prefix, skip_prefix, Offer};
-pub use send::{send, send_file, send_file_on, send_file_over, send_over};
+pub use send::{send, send_file, send_file_conn, send_file_on, send_file_over, send_over};
 
 use error::channel_err;
 use net::halves;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use ferry_channel::{ChannelReader, ChannelWriter, Role};
+use ferry_link::stripe::Conn;
 
 use crate::*;
 
@@ -79,6 +80,23 @@ pub fn recv_on<W: Write + Send + 'static>(
     opts.check()?;
     let (session, conn) = accept::accept_authenticated(opts, l, opts.wait, refused)?;
     let (r, w, shut) = halves(opts, &conn, std::net::Shutdown::Write)?;
+    recv_session(opts, session, r, w, open, Some(shut))
+}
+
+/// Receive over a session's connections that are already there (a
+/// daemon's, after its answer): a fresh handshake on them, then the
+/// stream.
+pub fn recv_conn<W: Write + Send + 'static>(
+    opts: &Options,
+    conn: &Conn,
+    open: Opener<W>,
+) -> Result<Summary, StreamError> {
+    opts.check()?;
+    let (mut r, mut w, shut) = halves(opts, conn, std::net::Shutdown::Write)?;
+    r.set_idle(opts.handshake_wait());
+    let session = ferry_channel::handshake(&mut r, &mut w, &opts.key, Role::Responder)
+        .map_err(|e| channel_err(e, "handshake"))?;
+    r.set_idle(opts.idle);
     recv_session(opts, session, r, w, open, Some(shut))
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError};
 use ferry_channel::{ChannelReader, ChannelWriter, Role, Session};
-use ferry_link::stripe::{self, ConnRead, ConnWrite};
+use ferry_link::stripe::{self, Conn, ConnRead, ConnWrite};
 
 use crate::resume::skip_prefix;
 use crate::*;
@@ -124,6 +124,30 @@ pub fn send_file_on(opts: &Options, input: File, s: TcpStream) -> Result<Summary
     let start = Instant::now();
     let resumer = resumer(&input)?;
     let (session, r, w, abort) = join(opts, s)?;
+    send_session(
+        opts,
+        input,
+        session,
+        r,
+        w,
+        Some(abort),
+        Some(resumer),
+        start,
+    )
+}
+
+/// As [`send_file`], over a session's connections that are already
+/// there (a daemon's, after its answer): a fresh handshake on them, then
+/// the stream.
+pub fn send_file_conn(opts: &Options, input: File, conn: &Conn) -> Result<Summary, StreamError> {
+    opts.check()?;
+    let start = Instant::now();
+    let resumer = resumer(&input)?;
+    let (mut r, mut w, abort) = halves(opts, conn, std::net::Shutdown::Both)?;
+    r.set_idle(opts.handshake_wait());
+    let session = ferry_channel::handshake(&mut r, &mut w, &opts.key, Role::Initiator)
+        .map_err(|e| channel_err(e, "handshake"))?;
+    r.set_idle(opts.idle);
     send_session(
         opts,
         input,

@@ -37,10 +37,10 @@ pub struct StreamOpts {
     /// proves the key. Default: no limit.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
-    /// send, pipe: stripe the stream over N TCP connections (1 to 16), for
-    /// links where one TCP flow cannot fill the pipe (a long round trip,
-    /// loss). auto: 1 below 5 ms round trip, 4 below 20 ms, else 8. The
-    /// receiver takes what the sender opens.
+    /// send, pipe, and recv --from a daemon: stripe the stream over N TCP
+    /// connections (1 to 16), for links where one TCP flow cannot fill the
+    /// pipe (a long round trip, loss). auto: 1 below 5 ms round trip, 4
+    /// below 20 ms, else 8. recv --listen takes what the sender opens.
     #[arg(long, default_value = "auto", value_name = "N")]
     pub streams: ferry_link::stripe::Streams,
 }

@@ -5,8 +5,8 @@
 //! connection with the daemon's key. Each session's buffer is 64 MiB: a
 //! daemon serves several.
 
+use ferry_link::stripe::Conn;
 use std::fs::File;
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,9 @@ use super::recv::ResumableFile;
 fn options(key: &Psk, idle: Option<Duration>) -> Options {
     let mut opts = Options::new(key.clone());
     opts.buffer = 64 << 20;
-    opts.idle = idle;
+    // A client that never starts its stream, or goes silent in it (a live
+    // one sends a keepalive every second), gives back its slot.
+    opts.idle = Some(idle.unwrap_or(Duration::from_secs(30)));
     opts
 }
 
@@ -50,30 +52,13 @@ fn done(opts: &Options, s: ferry_stream::Summary) -> StreamDone {
     }
 }
 
-/// A connection's read half, and how to shut it.
-type Halves = (TcpStream, Box<dyn Fn() + Send>);
-
-/// The connection's read half and how to shut it (`how`).
-fn halves(conn: &TcpStream, how: std::net::Shutdown) -> Result<Halves, ferry_core::Error> {
-    let io = |e: std::io::Error| failure(StreamError::new(ErrorKind::Io, e.to_string()));
-    let r = conn.try_clone().map_err(io)?;
-    let ctl = conn.try_clone().map_err(io)?;
-    Ok((
-        r,
-        Box::new(move || {
-            let _ = ctl.shutdown(how);
-        }),
-    ))
-}
-
 /// Receives a client's stream into the file the daemon opened.
 pub fn daemon_receiver(key: Psk, idle: Option<Duration>) -> Arc<StreamRecv> {
-    Arc::new(move |file: File, conn: TcpStream, resume: bool| {
+    Arc::new(move |file: File, conn: Conn, resume: bool| {
         let opts = options(&key, idle);
-        let (r, shut) = halves(&conn, std::net::Shutdown::Write)?;
         let open: ferry_stream::Opener<ResumableFile> =
             Box::new(move || ResumableFile::from_file(file, resume, "the stream's file"));
-        ferry_stream::recv_over(&opts, r, conn, open, Some(shut))
+        ferry_stream::recv_conn(&opts, &conn, open)
             .map(|s| done(&opts, s))
             .map_err(failure)
     })
@@ -82,10 +67,9 @@ pub fn daemon_receiver(key: Psk, idle: Option<Duration>) -> Arc<StreamRecv> {
 /// Sends the file the daemon opened as a stream to the client (resumed
 /// from what the client's own file holds, when it offers that).
 pub fn daemon_sender(key: Psk, idle: Option<Duration>) -> Arc<StreamSend> {
-    Arc::new(move |file: File, conn: TcpStream| {
+    Arc::new(move |file: File, conn: Conn| {
         let opts = options(&key, idle);
-        let (r, abort) = halves(&conn, std::net::Shutdown::Both)?;
-        ferry_stream::send_file_over(&opts, file, r, conn, Some(abort))
+        ferry_stream::send_file_conn(&opts, file, &conn)
             .map(|s| done(&opts, s))
             .map_err(failure)
     })

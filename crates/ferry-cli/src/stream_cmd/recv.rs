@@ -57,7 +57,7 @@ pub fn run_recv(a: RecvArgs) -> i32 {
     // our listener, or (pipe --via-ssh) our stdin/stdout.
     let listener;
     let via = match (&a.from, &a.listen) {
-        (Some(url), _) => match from_daemon(url, &opts.key) {
+        (Some(url), _) => match from_daemon(url, &opts.key, opts.streams) {
             Ok(s) => Via::Daemon(s),
             Err(e) => {
                 errln!("ferry recv: {e}");
@@ -139,13 +139,18 @@ enum Via<'a> {
     Listen(&'a std::net::TcpListener),
     /// Our stdin and stdout (`pipe --via-ssh`).
     Stdin,
-    /// A daemon that accepted to send a file (`--from`): the connection.
-    Daemon(std::net::TcpStream),
+    /// A daemon that accepted to send a file (`--from`): the session's
+    /// connections.
+    Daemon(ferry_link::stripe::Conn),
 }
 
 /// Ask the daemon at `url` (`ferry://HOST:PORT/PATH`) to send the file
-/// PATH as a stream; the connection once it has accepted.
-fn from_daemon(url: &str, key: &Psk) -> Result<std::net::TcpStream, ferry_core::Error> {
+/// PATH as a stream; the session's connections once it has accepted.
+fn from_daemon(
+    url: &str,
+    key: &Psk,
+    streams: ferry_link::stripe::Streams,
+) -> Result<ferry_link::stripe::Conn, ferry_core::Error> {
     let u = match ferry_core::remote::daemon::parse_url(url) {
         Some(Ok(u)) => u,
         Some(Err(e)) => return Err(ferry_core::Error::Usage(e)),
@@ -159,7 +164,7 @@ fn from_daemon(url: &str, key: &Psk) -> Result<std::net::TcpStream, ferry_core::
         .iter()
         .map(|s| s.to_string())
         .collect();
-    ferry_core::remote::daemon::daemon_stream(&u.host, u.port, key, &args)
+    ferry_core::remote::daemon::daemon_stream(&u.host, u.port, key, &args, streams)
 }
 
 /// Receive one stream into `sink`.
@@ -194,14 +199,7 @@ fn recv_with<W: Write + Send + 'static>(
             let w = stdout_file().map_err(|e| io("stdout", e))?;
             return ferry_stream::recv_over(opts, r, w, open, None);
         }
-        Via::Daemon(s) => {
-            let r = s.try_clone().map_err(|e| io("connection", e))?;
-            let ctl = s.try_clone().map_err(|e| io("connection", e))?;
-            let shut = move || {
-                let _ = ctl.shutdown(std::net::Shutdown::Write);
-            };
-            return ferry_stream::recv_over(opts, r, s, open, Some(Box::new(shut)));
-        }
+        Via::Daemon(conn) => return ferry_stream::recv_conn(opts, &conn, open),
     };
     {
         // A connection that fails the handshake is told on stderr and

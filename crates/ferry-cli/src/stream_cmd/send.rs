@@ -1,6 +1,6 @@
 //! `producer | ferry send HOST:PORT [FILE]`.
 
-use std::net::TcpStream;
+use ferry_link::stripe::Conn;
 use std::time::Instant;
 
 use super::args::{options, read_key, SendArgs};
@@ -15,27 +15,19 @@ enum To {
     Daemon(ferry_core::remote::daemon::DaemonUrl),
 }
 
-type Halves = (TcpStream, TcpStream, Box<dyn Fn() + Send>);
-
-/// Ask the daemon at `u` to take a stream into its path; the connection
-/// (split, and how to cut it) once it has accepted.
+/// Ask the daemon at `u` to take a stream into its path; the session's
+/// connections once it has accepted.
 fn to_daemon(
     opts: &ferry_stream::Options,
     u: &ferry_core::remote::daemon::DaemonUrl,
     no_resume: bool,
-) -> Result<Halves, ferry_core::Error> {
+) -> Result<Conn, ferry_core::Error> {
     let mut args = vec!["recv".to_string()];
     if no_resume {
         args.push("--no-resume".into());
     }
     args.extend(["--".to_string(), u.path.clone()]);
-    let s = ferry_core::remote::daemon::daemon_stream(&u.host, u.port, &opts.key, &args)?;
-    let io = |e: std::io::Error| ferry_core::Error::Link(ferry_link::LinkError::Io(e.to_string()));
-    let (r, ctl) = (s.try_clone().map_err(io)?, s.try_clone().map_err(io)?);
-    let abort = move || {
-        let _ = ctl.shutdown(std::net::Shutdown::Both);
-    };
-    Ok((r, s, Box::new(abort)))
+    ferry_core::remote::daemon::daemon_stream(&u.host, u.port, &opts.key, &args, opts.streams)
 }
 
 pub fn run_send(a: SendArgs) -> i32 {
@@ -71,7 +63,7 @@ pub fn run_send(a: SendArgs) -> i32 {
     let res = match to {
         To::Recv(peer) => ferry_stream::send_file(&opts, input, peer),
         To::Daemon(u) => match to_daemon(&opts, &u, a.no_resume) {
-            Ok((r, w, abort)) => ferry_stream::send_file_over(&opts, input, r, w, Some(abort)),
+            Ok(conn) => ferry_stream::send_file_conn(&opts, input, &conn),
             Err(e) => {
                 p.finish();
                 errln!("ferry send: {e}");

@@ -492,8 +492,14 @@ fn a_stream_that_never_starts_gives_back_the_root() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let held =
-        ferry_core::remote::daemon::daemon_stream("127.0.0.1", d.port, &psk(), &req).unwrap();
+    let held = ferry_core::remote::daemon::daemon_stream(
+        "127.0.0.1",
+        d.port,
+        &psk(),
+        &req,
+        Streams::Fixed(1),
+    )
+    .unwrap();
     let input = t.path().join("in");
     std::fs::write(&input, b"next").unwrap();
     let start = Instant::now();

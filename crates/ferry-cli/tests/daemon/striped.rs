@@ -72,3 +72,36 @@ fn an_incomplete_striped_session_does_not_hold_up_others() {
     assert_same_tree(&src, &root.join("a"));
     assert_same_tree(&src, &root.join("b"));
 }
+
+/// A stream pushed into the daemon and fetched back, each striped.
+#[test]
+fn streams_to_and_from_a_daemon_striped() {
+    let (t, _src, root, key) = fixture();
+    let d = Daemon::start(&key, &["--root", p(&root)]);
+    let input = t.path().join("stream.in");
+    std::fs::write(&input, bytes(5, 20 << 20)).unwrap();
+    let sent = ferry_ok(&[
+        "send",
+        "--streams",
+        "4",
+        &d.url("s.bin"),
+        p(&input),
+        "--key-file",
+        p(&key),
+    ]);
+    assert_eq!(sent["connections"], 4, "{sent}");
+    assert!(std::fs::read(root.join("s.bin")).unwrap() == bytes(5, 20 << 20));
+    let back = t.path().join("stream.back");
+    let got = ferry_ok(&[
+        "recv",
+        "--streams",
+        "3",
+        "--from",
+        &d.url("s.bin"),
+        p(&back),
+        "--key-file",
+        p(&key),
+    ]);
+    assert_eq!(got["connections"], 3, "{got}");
+    assert!(std::fs::read(&back).unwrap() == bytes(5, 20 << 20));
+}

@@ -2,7 +2,6 @@
 //! handshake with the key, the request and its answer.
 
 use std::io::{BufWriter, Read, Write};
-use std::net::TcpStream;
 
 use ferry_channel::{ChannelError, ChannelReader, ChannelWriter, Psk};
 use ferry_link::daemon::{self as pre, Status};
@@ -91,15 +90,18 @@ pub fn daemon_connect(
 }
 
 /// As [`daemon_connect`], for a stream request (`recv -- PATH`): the bare
-/// connection once the daemon has accepted, on which the stream then
-/// makes its own handshake (fresh keys, the same pre-shared key).
-pub fn daemon_stream(host: &str, port: u16, psk: &Psk, args: &[String]) -> Result<TcpStream> {
-    let (_, _, conn) = dial(host, port, psk, args, Streams::Fixed(1))?;
-    let link = |e: std::io::Error| Error::Link(LinkError::Io(e.to_string()));
-    match conn.only() {
-        Some(s) => s.try_clone().map_err(link),
-        None => Err(Error::Protocol("a stream runs over one connection".into())),
-    }
+/// connection (or connections, as `streams` says) once the daemon has
+/// accepted, on which the stream then makes its own handshake (fresh
+/// keys, the same pre-shared key).
+pub fn daemon_stream(
+    host: &str,
+    port: u16,
+    psk: &Psk,
+    args: &[String],
+    streams: Streams,
+) -> Result<Conn> {
+    let (_, _, conn) = dial(host, port, psk, args, streams)?;
+    Ok(conn)
 }
 
 type Dialed = (

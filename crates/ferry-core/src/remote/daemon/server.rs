@@ -108,11 +108,12 @@ pub type Log = dyn Fn(&str) + Send + Sync;
 pub type Watch = dyn Fn(&str, Arc<Stats>) -> Box<dyn FnOnce() + Send> + Send + Sync;
 
 /// Receives a stream a client pushes into `file` (`ferry send ...
-/// ferry://`), over the bare connection once the request was accepted:
-/// the stream's own handshake with the daemon's key (fresh session keys),
-/// then its data. `resume`: what the file holds may be offered. The bytes
-/// written, or why not. The CLI supplies it (`ferry-stream`).
-pub type StreamRecv = dyn Fn(std::fs::File, TcpStream, bool) -> Result<StreamDone> + Send + Sync;
+/// ferry://`), over the session's bare connection (or connections) once
+/// the request was accepted: the stream's own handshake with the daemon's
+/// key (fresh session keys), then its data. `resume`: what the file holds
+/// may be offered. The bytes written, or why not. The CLI supplies it
+/// (`ferry-stream`).
+pub type StreamRecv = dyn Fn(std::fs::File, Conn, bool) -> Result<StreamDone> + Send + Sync;
 
 /// What a stream session moved: the stream's length, and of it what was
 /// kept from an earlier one (a resume).
@@ -123,9 +124,9 @@ pub struct StreamDone {
 }
 
 /// Sends the file a client asked for (`ferry recv --from ferry://...`) as
-/// a stream over the bare connection, the daemon the stream's initiator;
-/// the bytes sent, or why not.
-pub type StreamSend = dyn Fn(std::fs::File, TcpStream) -> Result<StreamDone> + Send + Sync;
+/// a stream over the session's bare connection (or connections), the
+/// daemon the stream's initiator; the bytes sent, or why not.
+pub type StreamSend = dyn Fn(std::fs::File, Conn) -> Result<StreamDone> + Send + Sync;
 
 /// What the daemon's user adds: a watcher of sessions, a stream receiver
 /// (without one, stream requests are refused).
@@ -421,7 +422,7 @@ fn refused(peer: SocketAddr, writer: &mut impl Write, status: Status, why: Strin
 
 /// A stream pushed into one file beneath the root (see [`StreamRecv`]).
 fn stream_session(
-    sock: &TcpStream,
+    sock: &Conn,
     writer: &mut impl Write,
     peer: SocketAddr,
     sh: &Shared,
@@ -460,8 +461,8 @@ fn stream_session(
     let what = format!("{dir} {:?}", asked.first().map_or("", String::as_str));
     (sh.log)(&format!("{peer}: {what}"));
     // A client that never starts the stream, or goes silent in it (a live
-    // one sends keepalives every second), gives back its slot and the root.
-    let _ = sock.set_read_timeout(Some(sh.cfg.timeout.unwrap_or(REQUEST_WAIT)));
+    // one sends keepalives every second), gives back its slot and the root:
+    // the hooks' idle timeout.
     // What the file holds is offered (its size and digest) only by a
     // daemon that would let the client read it anyway.
     let resume = req.opts.partial && sh.cfg.allow_send;
@@ -482,7 +483,7 @@ fn stream_session(
         }),
         (Err(e), _) | (_, Err(e)) => Err(Error::Link(ferry_link::LinkError::Io(e.to_string()))),
     };
-    let _ = sock.shutdown(std::net::Shutdown::Both);
+    sock.shutdown(std::net::Shutdown::Both);
     SessionEnd { peer, what, result }
 }
 
@@ -509,12 +510,7 @@ fn session_run(
         return refused(peer, &mut writer, Status::Busy, why.into());
     };
     if req.stream {
-        // A stream makes its own handshake on the bare connection.
-        let Some(sock) = conn.only() else {
-            let why = "a stream to a daemon runs over one connection".to_string();
-            return refused(peer, &mut writer, Status::Usage, why);
-        };
-        return stream_session(sock, &mut writer, peer, sh, &req, &asked, _hold);
+        return stream_session(conn, &mut writer, peer, sh, &req, &asked, _hold);
     }
     let _held = match confined(&mut req, sh) {
         Ok(h) => h,
