@@ -42,7 +42,8 @@ SCEN = "lfp"
 LINKS = ("1gbit-100ms", "1gbit-100ms-loss")
 IPERF_PORT = 5211
 IPERF_S = 15          # each iperf3 run: long enough to leave slow start (~1 s at 100 ms) far behind
-PEER_FLOOR = 5e6      # bytes/s: a peer run that would average less is stopped (size / this + 30 s)
+PEER_FLOOR = 5e6      # bytes/s: a peer run that would average less is stopped (peer_cap)
+PEER_GRACE = 30.0     # s: added to size / PEER_FLOOR (logins, slow start)
 RTT_OK = (90.0, 125.0)  # ms: the presets' RTT is 100 ms; outside this the link is broken
 # The issue's "Done when" (reported; a ferry row that fails verification
 # is what fails the bench): on the lossless link each default form reaches
@@ -58,6 +59,11 @@ def lfp_file(ctx: Ctx) -> str:
     n = ctx.sizes["lfp_mib"]
     return data.cached(ctx.data(f"stream-random-{n}M"), {"mib": n, "seed": 6, "kind": "random"},
                        lambda p: data.random_stream(p, n, 6))
+
+
+def peer_cap(size: int) -> float:
+    """Seconds after which a peer's run is stopped and its row capped."""
+    return size / PEER_FLOOR + PEER_GRACE
 
 
 def case_name(kind: str, preset: str) -> str:
@@ -110,7 +116,7 @@ def references(ctx: Ctx, preset: str) -> dict:
 # -- the rows --------------------------------------------------------------------
 
 def stream_tools(ctx: Ctx, size: int) -> list[Tool]:
-    link, cap = ctx.link, size / PEER_FLOOR + 30
+    link, cap = ctx.link, peer_cap(size)
     ssh = link.ssh_cmd()
 
     def pipe(f: Ferry, name: str, flags: str) -> Tool:
@@ -129,7 +135,7 @@ def stream_tools(ctx: Ctx, size: int) -> list[Tool]:
 
 
 def file_tools(ctx: Ctx, size: int) -> list[Tool]:
-    link, cap = ctx.link, size / PEER_FLOOR + 30
+    link, cap = ctx.link, peer_cap(size)
 
     def sync(f: Ferry, name: str, flags: str) -> Tool:
         return Tool(name, "ferry", lambda s, d: f.sync_cmd(flags + file_to_b(s, d), link), NS_A,
@@ -290,5 +296,5 @@ def figures(ctx: Ctx, presets: list, size: int) -> None:
         f"(the host's settings): congestion control {ex['tcp_congestion_control']}, tcp_wmem {ex['tcp_wmem']}, "
         f"tcp_rmem {ex['tcp_rmem']}; one connection's window is bounded by tcp_wmem's maximum, so one stream "
         f"gets about that / RTT. A peer run that would average under {PEER_FLOOR / 1e6:.0f} MB/s is stopped "
-        "at size / that + 30 s and its row reported as capped (with what crossed the link per second until "
+        f"at size / that + {PEER_GRACE:g} s and its row reported as capped (with what crossed the link per second until "
         "then), not failed, and not run again in that case."))

@@ -138,9 +138,9 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
         return
     if cap and r.timed_out:  # a peer too slow to wait for: reported, never a failure
         rec["runs"].append({"wall_s": round(r.wall, 4), "wire_bytes": r.wire, "rc": r.rc, "verified": False,
-                            "capped": True, "error": f"stopped after {cap:g} s"})
-        rec["status"], rec["reason"] = "capped", f"stopped after {cap:g} s"
-        loud(f"{scen} / {case} / {t.name}: did not finish in {cap:g} s; stopped, reported as capped "
+                            "capped": True, "error": f"stopped after {cap:.0f} s"})
+        rec["status"], rec["reason"] = "capped", f"stopped after {cap:.0f} s"
+        loud(f"{scen} / {case} / {t.name}: did not finish in {cap:.0f} s; stopped, reported as capped "
              f"(not a failure){'' if r.wire is None else f'; {r.wire / 1e6:.0f} MB crossed the link'}")
         return
     if r.rc != 0:
