@@ -296,5 +296,5 @@ def figures(ctx: Ctx, presets: list, size: int) -> None:
         f"(the host's settings): congestion control {ex['tcp_congestion_control']}, tcp_wmem {ex['tcp_wmem']}, "
         f"tcp_rmem {ex['tcp_rmem']}; one connection's window is bounded by tcp_wmem's maximum, so one stream "
         f"gets about that / RTT. A peer run that would average under {PEER_FLOOR / 1e6:.0f} MB/s is stopped "
-        f"at size / that + {PEER_GRACE:g} s and its row reported as capped (with what crossed the link per second until "
-        "then), not failed, and not run again in that case."))
+        f"at size / that + {PEER_GRACE:g} s and its row reported as capped (with what crossed the link per "
+        "second until then), not failed, and not run again in that case."))
