@@ -36,6 +36,7 @@ import json
 import math
 import os
 import random
+import resource
 import select
 import signal
 import socket
@@ -99,8 +100,9 @@ class Queue:
         self.request(NFQNL_MSG_VERDICT_BATCH if batch else NFQNL_MSG_VERDICT,
                      attr(NFQA_VERDICT_HDR, struct.pack(">II", verdict, pid)))
 
-    def packets(self, data: bytes):
-        """(id, length) of each queued packet in one recv()."""
+    def packets(self, data: bytes, lengths: bool):
+        """(id, length) of each queued packet in one recv(); length 0
+        unless asked for (it costs a walk over the attributes)."""
         off = 0
         while off + 16 <= len(data):
             n, kind = struct.unpack_from("=IH", data, off)
@@ -113,8 +115,10 @@ class Queue:
                     if alen < 4:
                         break
                     atype &= 0x3FFF
-                    if atype == NFQA_PACKET_HDR:
+                    if atype == NFQA_PACKET_HDR:  # the kernel puts it first
                         pid = struct.unpack_from(">I", data, a + 4)[0]
+                        if not lengths:
+                            break
                     elif atype == NFQA_CAP_LEN:  # only there when longer than the copy
                         length = struct.unpack_from(">I", data, a + 4)[0]
                     elif atype == NFQA_PAYLOAD and not length:
@@ -126,6 +130,7 @@ class Queue:
 
 
 def run(queue: int, delay: float, loss: float, maxlen: int) -> dict:
+    t0 = time.monotonic()
     q = Queue(queue, maxlen)
     held: collections.deque = collections.deque()  # (due, packet id)
     stats = {"packets": 0, "frames": 0, "lost_packets": 0, "lost_frames": 0, "max_held": 0}
@@ -143,24 +148,32 @@ def run(queue: int, delay: float, loss: float, maxlen: int) -> dict:
             q.verdict(last, NF_ACCEPT, batch=True)
         wait = max(0.0, held[0][0] - time.monotonic()) if held else 0.2
         try:
-            ready, _, _ = select.select([q.sock], [], [], wait)
-            data = q.sock.recv(1 << 20) if ready else b""
+            if not select.select([q.sock], [], [], wait)[0]:
+                continue
         except InterruptedError:
             continue
         now = time.monotonic()
-        for pid, length in q.packets(data):
-            frames = max(1, -(-(length - HEADERS) // FRAME_PAYLOAD))
-            stats["packets"] += 1
-            stats["frames"] += frames
-            if keep and rnd.random() >= math.exp(keep * frames):
-                stats["lost_packets"] += 1
-                stats["lost_frames"] += frames
-                q.verdict(pid, NF_DROP)
-                continue
-            held.append((now + delay, pid))
+        while True:  # everything queued by now, one recv each, then back to the verdicts
+            try:
+                data = q.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            for pid, length in q.packets(data, bool(keep)):
+                frames = max(1, -(-(length - HEADERS) // FRAME_PAYLOAD)) if keep else 1
+                stats["packets"] += 1
+                stats["frames"] += frames
+                if keep and rnd.random() >= math.exp(keep * frames):
+                    stats["lost_packets"] += 1
+                    stats["lost_frames"] += frames
+                    q.verdict(pid, NF_DROP)
+                    continue
+                held.append((now + delay, pid))
         stats["max_held"] = max(stats["max_held"], len(held))
     if held:  # let what is in flight go rather than drop it at exit
         q.verdict(held[-1][1], NF_ACCEPT, batch=True)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    stats["cpu_s"] = round(ru.ru_utime + ru.ru_stime, 2)
+    stats["seconds"] = round(time.monotonic() - t0, 2)
     return stats
 
 

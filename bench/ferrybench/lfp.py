@@ -269,13 +269,17 @@ def figures(ctx: Ctx, presets: list, size: int) -> None:
         frames = sum((v or {}).get("frames", 0) for v in dl.values())
         lost = sum((v or {}).get("lost_frames", 0) for v in dl.values())
         events = sum((v or {}).get("lost_packets", 0) for v in dl.values())
+        cpu = sum((v or {}).get("cpu_s", 0) for v in dl.values())
+        secs = max([(v or {}).get("seconds", 0) for v in dl.values()] or [0])
         ctx.note(SCEN, (
             f"**{preset}**: RTT {num1(lk.get('rtt_ms'))} ms (median of 5 "
             f"`ping -U`); iperf3 (median of {len(ref.get('P8', []))} runs of {IPERF_S} s each, receiver's "
             f"goodput): -P 8 {mb(p8)} MB/s, one stream {mb(single)} MB/s"
             + (f" ({ref['why_none']})" if ref.get("why_none") else "")
             + (f"; the delay lines passed {frames} frames and lost {events} times, {lost} frames "
-               f"({100 * lost / frames:.3f}%)" if frames and DELAY[preset][1] else "") + "."))
+               f"({100 * lost / frames:.3f}%)" if frames and DELAY[preset][1] else "")
+            + (f"; the two delay lines used {cpu:.0f} s of CPU in the {secs:.0f} s they ran" if secs else "")
+            + "."))
         ctx.note(SCEN, "\n".join(rows))
         log(f"{SCEN} / {preset}: iperf3 -P 8 {mb(p8)} MB/s, one stream {mb(single)} MB/s; "
             + "; ".join(f"{t} {mb(g['goodput_Bps'])} MB/s ({num(g['of_iperf3_P8'])} of -P 8)"
