@@ -245,6 +245,7 @@ def main(argv=None) -> int:
         return 2
     link = None
     ferry = Ferry(ferry_path, a.work)
+
     def scen_link(s):
         own = SCENARIOS[s].get("links")  # shapes its links itself, in turn; --link may pick one
         if own:

@@ -39,7 +39,6 @@ from .util import log, loud, sh, slug, which
 
 q = shlex.quote
 SCEN = "lfp"
-LINKS = ("1gbit-100ms", "1gbit-100ms-loss")
 IPERF_PORT = 5211
 IPERF_S = 15          # each iperf3 run: long enough to leave slow start (~1 s at 100 ms) far behind
 PEER_FLOOR = 5e6      # bytes/s: a peer run that would average less is stopped (peer_cap)
@@ -167,7 +166,8 @@ def link_check(ctx: Ctx, preset: str) -> tuple[float | None, str]:
 def scen_lfp(ctx: Ctx):
     """Issue 19: ferry's pipe and sync --direct on a long fat pipe, with
     and without loss, against iperf3 and the peers."""
-    presets = ctx.current_link.split(", ")  # the links to run, set by __main__ (all of LINKS, or --link's)
+    # the links to run, set by __main__: SCENARIOS["lfp"]["links"], or the one --link names
+    presets = ctx.current_link.split(", ")
     src = lfp_file(ctx)
     size = os.path.getsize(src)
     ex = ctx.extra.setdefault(SCEN, {})
