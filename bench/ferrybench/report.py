@@ -212,7 +212,7 @@ def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
                         fmt="none", ecolor="black", capsize=2, lw=0.8)
             ax.text(s["median"] + xmax * 0.01, y, f"{s['median']:.2f}s", va="center", fontsize=7)
         else:
-            ax.text(xmax * 0.01, y, "n/a" if r["status"] == "n/a" else "FAIL", va="center",
+            ax.text(xmax * 0.01, y, r["status"] if r["status"] in ("n/a", "capped") else "FAIL", va="center",
                     fontsize=7, color="gray")
     ax.set_yticks(ys)
     ax.set_yticklabels([l for l, _, _ in rows], fontsize=7)
