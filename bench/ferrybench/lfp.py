@@ -273,7 +273,7 @@ def figures(ctx: Ctx, presets: list, size: int) -> None:
         secs = max([(v or {}).get("seconds", 0) for v in dl.values()] or [0])
         ctx.note(SCEN, (
             f"**{preset}**: RTT {num1(lk.get('rtt_ms'))} ms (median of 5 "
-            f"`ping -U`); iperf3 (median of {len(ref.get('P8', []))} runs of {IPERF_S} s each, receiver's "
+            f"`ping -U`); iperf3 (median of {len(ref.get('P8', []))} run(s) of {IPERF_S} s each, receiver's "
             f"goodput): -P 8 {mb(p8)} MB/s, one stream {mb(single)} MB/s"
             + (f" ({ref['why_none']})" if ref.get("why_none") else "")
             + (f"; the delay lines passed {frames} frames and lost {events} times, {lost} frames "
