@@ -4,7 +4,7 @@
 #   bash bench/setup.sh            # everything
 #   bash bench/setup.sh --no-pip   # skip matplotlib (tables and JSON still work)
 set -euo pipefail
-PKGS="rsync mbuffer nbdkit libnbd-bin openssh-server openssh-client qemu-utils zstd iproute2 bc time e2fsprogs tar"
+PKGS="rsync mbuffer nbdkit libnbd-bin openssh-server openssh-client qemu-utils zstd iproute2 bc time e2fsprogs tar iperf3 iputils-ping iptables"
 pip=1
 [ "${1:-}" = "--no-pip" ] && pip=0
 if [ "$(id -u)" != 0 ]; then

@@ -23,15 +23,18 @@ REPO = os.path.dirname(BENCH)
 
 FULL = dict(files=1024, file_kb=256, big_mib=512, mangle_pct=5.0, img_mib=512, img_data_mib=64,
             guest_img_mib=512, guest_data_mib=300, stream_mib=1024, resume_mib=1024, resume_kill_pct=60.0,
-            runs=3)
+            lfp_mib=2048, runs=3)
 QUICK = dict(files=48, file_kb=32, big_mib=16, mangle_pct=5.0, img_mib=64, img_data_mib=8,
-             guest_img_mib=64, guest_data_mib=36, stream_mib=32, resume_mib=64, resume_kill_pct=60.0, runs=1)
+             guest_img_mib=64, guest_data_mib=36, stream_mib=32, resume_mib=64, resume_kill_pct=60.0, lfp_mib=64,
+             runs=1)
 # The sizes the open issues state their targets at (--issue-sizes): a 1 GiB
 # tree of 1 MiB files, a 1 GiB big file, a 4 GiB sparse image with ~300 MiB
 # allocated, a 2 GiB ext4 image with ~1.2 GiB of files written (half then
-# deleted), a 2 GiB stream, a 4 GiB file killed at 60% and resumed.
+# deleted), a 2 GiB stream, a 4 GiB file killed at 60% and resumed, 2 GiB
+# over a long fat pipe (lfp: its default is the issue's size already).
 ISSUE = dict(files=1024, file_kb=1024, big_mib=1024, mangle_pct=5.0, img_mib=4096, img_data_mib=300,
-             guest_img_mib=2048, guest_data_mib=1228, stream_mib=2048, resume_mib=4096, resume_kill_pct=60.0)
+             guest_img_mib=2048, guest_data_mib=1228, stream_mib=2048, resume_mib=4096, resume_kill_pct=60.0,
+             lfp_mib=2048)
 FLOATS = ("mangle_pct", "resume_kill_pct")
 
 DESCRIBE = {
@@ -65,6 +68,11 @@ DESCRIBE = {
               "a full copy; then a copy killed with SIGKILL when {resume_kill_pct:g}% of the file is at the "
               "destination, and the same command run again to finish it (the resume, timed and verified). "
               "Not in the default set: `bash bench/run.sh resume`, or with --issue-sizes.",
+    "lfp": "{lfp_mib} MiB of random bytes over a long fat pipe, 1 Gbit/s with 100 ms RTT (1gbit-100ms), then the "
+           "same with 0.1% of the frames lost each way (1gbit-100ms-loss): piped to a file in B (`ferry pipe` with "
+           "its automatic number of connections and with `--streams 1`, `mbuffer -O`/`-I`, `zstd -1 -T0 | ssh`) "
+           "and synced as a file (`ferry sync --direct`, default and `--streams 1`, rsync over ssh); iperf3 -P 8 "
+           "and one stream measured on the same link as references. Only when named: `bash bench/run.sh lfp`.",
 }
 
 
@@ -75,14 +83,17 @@ def parse(argv):
                     "on the same data over the same emulated link in one run.")
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help=f"any of {', '.join(SCENARIOS)} (default: all but "
-                        f"{', '.join(s for s in SCENARIOS if not SCENARIOS[s].get('default', True))}, "
-                        "which --issue-sizes adds unless --quick)")
+                        f"{', '.join(s for s in SCENARIOS if not SCENARIOS[s].get('default', True))}; "
+                        "--issue-sizes adds those unless --quick, except "
+                        f"{', '.join(s for s in SCENARIOS if SCENARIOS[s].get('named_only'))}, which runs only "
+                        "when named)")
     p.add_argument("--quick", action="store_true",
                    help="smoke mode for CI: tiny data, 1 run, link 1gbit; fails only on a verification error")
     p.add_argument("--runs", type=int, help="timed runs per tool and case (default 3, quick 1)")
     p.add_argument("--link", choices=list(PRESETS),
                    help="one link for every networked scenario "
-                        "(default: tree/bigfile/stream/resume 1gbit, sparse/guest 100mbit)")
+                        "(default: tree/bigfile/stream/resume 1gbit, sparse/guest 100mbit); lfp runs its own "
+                        "two (1gbit-100ms, 1gbit-100ms-loss), or only the one named here")
     p.add_argument("--ferry", help="ferry binary (default: $FERRY, $CARGO_TARGET_DIR/release/ferry, target/release/ferry)")
     p.add_argument("--work", default=os.environ.get("FERRYBENCH_WORK", "/var/tmp/ferrybench"),
                    help="scratch directory for data and destinations (default /var/tmp/ferrybench; data is cached here)")
@@ -104,7 +115,8 @@ def parse(argv):
                  ("guest_img_mib", "guest: ext4 image size, MiB"),
                  ("guest_data_mib", "guest: MiB of files written into it (about half then deleted)"),
                  ("stream_mib", "stream: size, MiB"), ("resume_mib", "resume: file size, MiB"),
-                 ("resume_kill_pct", "resume: kill the copy when this %% of the file is at the destination")):
+                 ("resume_kill_pct", "resume: kill the copy when this %% of the file is at the destination"),
+                 ("lfp_mib", "lfp: MiB of random bytes streamed and synced over the long fat pipes")):
         g.add_argument("--" + k.replace("_", "-"), type=float if k in FLOATS else int,
                        help=f"{h} ({FULL[k]:g} / {QUICK[k]:g}; issue {ISSUE[k]:g})")
     p.add_argument("--probe", action="store_true",
@@ -165,13 +177,14 @@ def main(argv=None) -> int:
     # resume is not in the default set (it kills copies and takes a while),
     # except at the issues' sizes, where its issue states its target
     wanted = a.scenarios or [s for s in SCENARIOS if SCENARIOS[s].get("default", True)
-                             or (a.issue_sizes and not a.quick)]
+                             or (a.issue_sizes and not a.quick and not SCENARIOS[s].get("named_only"))]
     if a.gen_only:
-        from . import guest as gu, scenarios as sc
+        from . import guest as gu, lfp, scenarios as sc
         ctx = Ctx(work=a.work, ferry=None, link=None, procs=None, logdir="", runs=runs, sizes=sizes)
         need = {"tree": [sc.tree_base], "bigfile": [sc.big_files], "sparse": [sc.sparse_img], "guest": [gu.guest_data],
                 "stream": [sc.stream_file, sc.random_stream_file],
-                "local": [sc.tree_base, sc.sparse_img, sc.big_files], "resume": [sc.resume_file]}
+                "local": [sc.tree_base, sc.sparse_img, sc.big_files], "resume": [sc.resume_file],
+                "lfp": [lfp.lfp_file]}
         for s in wanted:
             for fn in need[s]:
                 log(f"data: {fn.__name__} -> {fn(ctx)}")
@@ -232,8 +245,13 @@ def main(argv=None) -> int:
         return 2
     link = None
     ferry = Ferry(ferry_path, a.work)
-    links = {s: (a.link or ("1gbit" if a.quick else SCENARIOS[s]["link"])) if SCENARIOS[s]["net"] else None
-             for s in wanted}
+
+    def scen_link(s):
+        own = SCENARIOS[s].get("links")  # shapes its links itself, in turn; --link may pick one
+        if own:
+            return a.link if a.link in own else ", ".join(own)
+        return (a.link or ("1gbit" if a.quick else SCENARIOS[s]["link"])) if SCENARIOS[s]["net"] else None
+    links = {s: scen_link(s) for s in wanted}
     records = []
     ctx = None
     interrupted = False
@@ -269,7 +287,9 @@ def main(argv=None) -> int:
         ctx = Ctx(work=a.work, ferry=ferry, link=link, procs=procs, logdir=logdir, runs=runs, sizes=sizes,
                   base=base_ferry)
         for s in wanted:
-            if SCENARIOS[s]["net"]:
+            if SCENARIOS[s].get("links"):
+                ctx.current_link = links[s]  # the scenario shapes them
+            elif SCENARIOS[s]["net"]:
                 link.shape(links[s])
                 ctx.current_link = links[s]
             else:
@@ -312,6 +332,7 @@ def main(argv=None) -> int:
                       f"half deleted; stream {sizes['stream_mib']} MiB (and as many random bytes). "
                       + (f"Resume: {sizes['resume_mib']} MiB of random bytes, killed at "
                          f"{sizes['resume_kill_pct']:g}%. " if "resume" in wanted else "")
+                      + (f"Long fat pipes: {sizes['lfp_mib']} MiB of random bytes. " if "lfp" in wanted else "")
                       + 
                       "Generated deterministically (seeded) by bench/ferrybench/data.py."),
     }

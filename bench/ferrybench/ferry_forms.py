@@ -152,10 +152,11 @@ class Ferry:
         rsh = self.rsh_args("sync", remote_link) if remote_link else ""
         return f"{shlex.quote(self.path)} sync {rsh}--json {args}"
 
-    def pipe_cmd(self, producer: str, link: Link, remote_cmd: str) -> str:
+    def pipe_cmd(self, producer: str, link: Link, remote_cmd: str, flags: str = "") -> str:
+        """flags: more options for pipe, e.g. "--streams 1 " (with the space)."""
         rsh = self.rsh_args("pipe", link)
         js = "--json " if self.has_flag("pipe", "--json") else ""
-        return (f"{producer} | {shlex.quote(self.path)} pipe {js}{rsh}{self.key_args('pipe')}"
+        return (f"{producer} | {shlex.quote(self.path)} pipe {flags}{js}{rsh}{self.key_args('pipe')}"
                 f"{ADDR_B} -- {remote_cmd}")
 
     def recv_server(self, out: str, env: dict) -> Server:

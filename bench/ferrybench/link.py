@@ -1,5 +1,6 @@
 """The emulated link: two network namespaces joined by a veth pair, shaped
-with tc tbf, and a real sshd in the receiving namespace.
+with tc tbf (and a delay line for the long fat pipes), and a real sshd in
+the receiving namespace.
 
 Everything here is created by the suite and removed by it (by pid and by
 namespace name) on exit, Ctrl-C or error. No address outside the two
@@ -25,21 +26,47 @@ ADDR_A = "10.203.0.1"
 ADDR_B = "10.203.0.2"
 SSH_PORT = 2207
 
-# rate, burst (tbf needs burst >= rate/HZ-ish; too small a burst starves
-# TCP: see field notes, 32kbit held 100mbit down to 10.3 MB/s)
+# What each preset puts on both ends of the veth pair: a root tbf (egress,
+# so each direction is shaped once; tbf needs burst >= rate/HZ-ish, too
+# small a burst starves TCP: see field notes, 32kbit held 100mbit down to
+# 10.3 MB/s), and for the long fat pipes a delay line as well. tbf's
+# latency is the most it queues: 50 ms; on the long fat pipes 100 ms, a
+# bottleneck buffer of one bandwidth-delay product (1 Gbit/s x 100 ms =
+# 12.5 MB), the usual rule for a WAN router.
 PRESETS = {
-    "100mbit": ("100mbit", "512kbit"),
-    "1gbit": ("1gbit", "1mbit"),
+    "100mbit": ["rate", "100mbit", "burst", "512kbit", "latency", "50ms"],
+    "1gbit": ["rate", "1gbit", "burst", "1mbit", "latency", "50ms"],
+    "1gbit-100ms": ["rate", "1gbit", "burst", "1mbit", "latency", "100ms"],
+    "1gbit-100ms-loss": ["rate", "1gbit", "burst", "1mbit", "latency", "100ms"],
     "none": None,
 }
+# Long fat pipes: one-way delay in ms (each direction, so the RTT is twice
+# it) and the probability that a frame is lost (each direction). The
+# kernels these VMs run have no sch_netem, so tbf paces each direction as
+# for 1gbit and a delay line (delayline.py) in the receiving namespace
+# holds what arrives on its veth end (iptables NFQUEUE in raw PREROUTING,
+# up to 100000 packets: the default 1024 is below the ~8600 full frames
+# that 100 ms hold at 1 Gbit/s, and would drop), releases it in order after
+# the delay, and drops the lost ones: a bottleneck link, then the
+# distance. On a kernel with netem the same link is `tc qdisc add dev DEV
+# root netem rate 1gbit delay 50ms [loss 0.1%] limit 100000`, for studies
+# by hand.
+DELAY = {
+    "1gbit-100ms": (50, 0.0),
+    "1gbit-100ms-loss": (50, 0.001),
+}
+NFQUEUE = 0
+DELAYLINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "delayline.py")
 
-# TCP payload bytes per second a tbf preset lets through: tbf counts each
-# packet's length at the device, 1514 bytes for a full Ethernet frame (1500
-# MTU + 14 header), which carries 1448 bytes of TCP payload (1500 - 20 IP -
-# 20 TCP - 12 timestamp option). So rate/8 * 1448/1514.
+# TCP payload bytes per second a preset lets through: tbf
+# count each packet's length at the device, 1514 bytes for a full Ethernet
+# frame (1500 MTU + 14 header), which carries 1448 bytes of TCP payload
+# (1500 - 20 IP - 20 TCP - 12 timestamp option). So rate/8 * 1448/1514.
 PAYLOAD_RATE = {
     "100mbit": 100e6 / 8 * 1448 / 1514,
     "1gbit": 1e9 / 8 * 1448 / 1514,
+    "1gbit-100ms": 1e9 / 8 * 1448 / 1514,
+    "1gbit-100ms-loss": 1e9 / 8 * 1448 / 1514,
     "none": None,
 }
 PAYLOAD_TEXT = "tbf rate / 8 × 1448/1514 (TCP payload with timestamps per 1514-byte Ethernet frame)"
@@ -146,6 +173,8 @@ class Link:
         self.sshd: subprocess.Popen | None = None
         self.preset = None
         self.ssh_config = os.path.join(self.tmp, "ssh_config")
+        self.delaylines: list = []  # (namespace, Popen, counters file)
+        self.delay_stats: dict = {}  # preset -> namespace -> a delay line's counters
         self.bin = os.path.join(self.tmp, "bin")
         self.up = False
 
@@ -171,16 +200,75 @@ class Link:
     def shape(self, preset: str):
         if preset == self.preset:
             return
+        self.stop_delay()
         for ns, dev in ((NS_A, DEV_A), (NS_B, DEV_B)):
             sh(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
             if PRESETS[preset]:
-                rate, burst = PRESETS[preset]
-                sh(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf",
-                    "rate", rate, "burst", burst, "latency", "50ms"])
+                sh(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf"] + PRESETS[preset])
+        if preset in DELAY:
+            self.start_delay(preset)
         self.preset = preset
         log(f"link: shaped to {preset}"
-            + (f" (tbf rate {PRESETS[preset][0]} burst {PRESETS[preset][1]} latency 50ms, both directions)"
-               if PRESETS[preset] else " (unshaped veth)"))
+            + (f" (tbf {' '.join(PRESETS[preset])}, both directions" if PRESETS[preset] else " (unshaped veth")
+            + (f"; delay line {DELAY[preset][0]} ms, loss {DELAY[preset][1]:.2%} each way" if preset in DELAY
+               else "") + ")")
+
+    # -- delay lines (long fat pipes) ---------------------------------------
+    def start_delay(self, preset: str):
+        """A delay line in each namespace for what arrives on its veth end,
+        then the NFQUEUE rule that feeds it (the line must listen first: a
+        queue without a listener drops every packet)."""
+        import sys
+        delay, loss = DELAY[preset]
+        for ns, dev in ((NS_A, DEV_A), (NS_B, DEV_B)):
+            out = os.path.join(self.tmp, f"delayline-{ns}.json")
+            err = os.path.join(self.tmp, f"delayline-{ns}.err")
+            p = self.procs.add(subprocess.Popen(
+                ["ip", "netns", "exec", ns, sys.executable, DELAYLINE, "--queue", str(NFQUEUE),
+                 "--delay-ms", str(delay), "--loss", str(loss)],
+                stdin=subprocess.DEVNULL, stdout=open(out, "w"), stderr=open(err, "w")))
+            self.delaylines.append((ns, p, out))
+            for _ in range(250):  # bound: /proc/net/netfilter/nfnetlink_queue lists the queue
+                r = sh(["ip", "netns", "exec", ns, "cat", "/proc/net/netfilter/nfnetlink_queue"], check=False)
+                if any(ln.split()[:1] == [str(NFQUEUE)] for ln in r.stdout.splitlines()):
+                    break
+                if p.poll() is not None:
+                    raise RuntimeError(f"delay line in {ns} exited {p.returncode}: {open(err).read()[-500:]}")
+                time.sleep(0.02)
+            else:
+                raise RuntimeError(f"delay line in {ns} did not bind queue {NFQUEUE}")
+            sh(["ip", "netns", "exec", ns, "iptables", "-t", "raw", "-A", "PREROUTING", "-i", dev,
+                "-j", "NFQUEUE", "--queue-num", str(NFQUEUE)])
+
+    def stop_delay(self):
+        """Remove the rules, then end the lines (each lets what it holds
+        go); their counters land in self.delay_stats[preset][namespace]."""
+        if not self.delaylines:
+            return
+        for ns in (NS_A, NS_B):
+            sh(["ip", "netns", "exec", ns, "iptables", "-t", "raw", "-F", "PREROUTING"], check=False)
+        stats = self.delay_stats.setdefault(self.preset, {})
+        for ns, p, out in self.delaylines:
+            self.procs.stop(p)
+            try:
+                with open(out) as f:
+                    stats[ns] = json.loads(f.read().strip().splitlines()[-1])
+            except (OSError, ValueError, IndexError):
+                stats[ns] = None
+        self.delaylines = []
+
+    def rtt_ms(self, n: int = 5) -> float | None:
+        """Median round trip A -> B -> A by ping, user to user (-U: the
+        kernel stamps a packet as it arrives, before the delay line holds
+        it, so ping's usual figure leaves out the way back). None without
+        ping."""
+        if not which("ping"):
+            return None
+        r = sh(["ip", "netns", "exec", NS_A, "ping", "-n", "-U", "-c", str(n), "-i", "0.2", ADDR_B], check=False)
+        import re
+        import statistics
+        rtts = [float(x) for x in re.findall(r"time=([0-9.]+) ms", r.stdout)]
+        return statistics.median(rtts) if rtts else None
 
     def wire_bytes(self) -> int:
         """rx+tx bytes seen by A's end of the veth pair."""
@@ -285,6 +373,8 @@ class Link:
         return e
 
     def close(self):
+        if self.delaylines:
+            self.stop_delay()
         if self.sshd is not None:
             self.procs.stop(self.sshd)
             self.sshd = None

@@ -102,6 +102,9 @@ def scenario_table(scen: str, by_case: dict) -> str:
             s = summarize(r)
             if r["status"] == "n/a":
                 row = [esc(case), name, f"n/a ({esc(r['reason'])})"] + [""] * (len(head) - 3)
+            elif s is None and r["status"] == "capped":
+                row = [esc(case), name, f"capped: {esc(r['reason'])} (too slow to wait for; not a failure)"] \
+                    + [""] * (len(head) - 3)
             elif s is None and r["status"] == "ok":
                 row = [esc(case), name, "not run (interrupted)"] + [""] * (len(head) - 3)
             elif s is None:
@@ -116,6 +119,7 @@ def scenario_table(scen: str, by_case: dict) -> str:
                 if image:
                     row.append("-" if s["alloc"] is None else f"{s['alloc'] / 2**20:.0f}")
                 row.append(("- (copies nothing)" if r.get("no_data") else "yes") if r["status"] == "ok"
+                           else f"yes; a run capped: {esc(r['reason'])}" if r["status"] == "capped"
                            else f"FAIL: {esc(r['reason'])}")
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -208,7 +212,7 @@ def chart(scen: str, by_case: dict, link: str, path: str) -> bool:
                         fmt="none", ecolor="black", capsize=2, lw=0.8)
             ax.text(s["median"] + xmax * 0.01, y, f"{s['median']:.2f}s", va="center", fontsize=7)
         else:
-            ax.text(xmax * 0.01, y, "n/a" if r["status"] == "n/a" else "FAIL", va="center",
+            ax.text(xmax * 0.01, y, r["status"] if r["status"] in ("n/a", "capped") else "FAIL", va="center",
                     fontsize=7, color="gray")
     ax.set_yticks(ys)
     ax.set_yticklabels([l for l, _, _ in rows], fontsize=7)
@@ -263,8 +267,21 @@ LINK_TEXT = {
     "100mbit": "veth between two network namespaces, `tc tbf rate 100mbit burst 512kbit latency 50ms` each way",
     "1gbit": "veth between two network namespaces, `tc tbf rate 1gbit burst 1mbit latency 50ms` each way",
     "none": "veth between two network namespaces, unshaped",
+    "1gbit-100ms": "veth between two network namespaces, `tc tbf rate 1gbit burst 1mbit latency 100ms` each way "
+                   "and a delay line adding 50 ms each way (RTT 100 ms; bench/ferrybench/delayline.py)",
+    "1gbit-100ms-loss": "veth between two network namespaces, `tc tbf rate 1gbit burst 1mbit latency 100ms` each "
+                        "way and a delay line adding 50 ms each way (RTT 100 ms) and losing 0.1% of the frames "
+                        "each way (bench/ferrybench/delayline.py)",
     None: "none (local disk to local disk)",
 }
+
+
+def link_text(link: str | None) -> str:
+    """LINK_TEXT of a scenario's link; a scenario that shapes several in
+    turn (lfp) names them with ", "."""
+    if not link:
+        return LINK_TEXT[None]
+    return "; then ".join(LINK_TEXT.get(x, x) for x in link.split(", "))
 
 
 def write_benchmarks_md(path: str, repo: str, outdir: str, meta: dict, records: list[dict],
@@ -283,7 +300,7 @@ def write_benchmarks_md(path: str, repo: str, outdir: str, meta: dict, records: 
     for scen, by_case in cases(records).items():
         link = meta["links"].get(scen)
         body += [f"## {scen}", "", f"Reproduces: seed {meta['seeds'].get(scen, '')}.", "",
-                 f"Link: {LINK_TEXT.get(link, link)}.", "", meta["describe"].get(scen, ""), "",
+                 f"Link: {link_text(link)}.", "", meta["describe"].get(scen, ""), "",
                  scenario_table(scen, by_case), ""] + notes(meta, scen)
         if scen in charts:
             dst = os.path.join(chart_dir, f"{scen}.png")

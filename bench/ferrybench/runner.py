@@ -38,6 +38,8 @@ class Tool:
     twin: str | None = None                    # a ferry@base row: the main binary's row it pairs with
     flags: tuple = ()                          # (subcommand, flag) pairs beyond its form that it passes
     kill_cmd: Callable[[str, str], str] | None = None  # resume: the run that is killed (None: cmd)
+    cap: float | None = None                   # peers: stop a run after this many seconds and report
+                                               # the row as capped (too slow to wait for), not failed
 
 
 @dataclass
@@ -126,12 +128,20 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
     tag = f"{slug(scen)}-{slug(case)}-{slug(t.name)}-{len(rec['runs'])}"
     servers = t.servers(src, dst) if t.servers else []
     env = t.env if t.env is not None else (ctx.link.env() if ctx.link else None)
+    cap = t.cap if t.kind == "peer" else None
     try:
         r = timed(t.cmd(src, dst), ns=t.ns, env=env, servers=servers, procs=ctx.procs,
                   link=ctx.link if t.ns else None, logdir=ctx.logdir, tag=tag,
-                  timeout=ctx.sizes["timeout"])
+                  timeout=cap or ctx.sizes["timeout"])
     except RuntimeError as e:
         fail(ctx, rec, t, str(e)[:300], f"FAIL {scen} / {case} / {t.name}: {e}")
+        return
+    if cap and r.timed_out:  # a peer too slow to wait for: reported, never a failure
+        rec["runs"].append({"wall_s": round(r.wall, 4), "wire_bytes": r.wire, "rc": r.rc, "verified": False,
+                            "capped": True, "error": f"stopped after {cap:.0f} s"})
+        rec["status"], rec["reason"] = "capped", f"stopped after {cap:.0f} s"
+        loud(f"{scen} / {case} / {t.name}: did not finish in {cap:.0f} s; stopped, reported as capped "
+             f"(not a failure){'' if r.wire is None else f'; {r.wire / 1e6:.0f} MB crossed the link'}")
         return
     if r.rc != 0:
         ok, msg = False, f"exit {r.rc}{' (timed out)' if r.timed_out else ''}: " + \
@@ -207,8 +217,9 @@ def run_file_case(ctx: Ctx, scen: str, case: str, tools: list[Tool], src: str,
     given (the guest scenario checks a --sparsify copy as a filesystem)."""
     tools = usable(ctx, scen, [case], tools)
     check = check or (lambda t, s, d: verify.same_file(s, d))
-    for rnd in range(ctx.runs):
-        for t in rotate([t for t in tools if t.runs is None or rnd < t.runs], rnd):
+    for rnd in range(ctx.runs):  # a capped peer would be capped again: once is enough
+        for t in rotate([t for t in tools if (t.runs is None or rnd < t.runs)
+                         and record(ctx, scen, case, t)["status"] != "capped"], rnd):
             dst = ctx.dst(scen, t)
             rm_rf(dst)
             prepare(dst)

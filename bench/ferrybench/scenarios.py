@@ -611,6 +611,11 @@ def scen_guest(ctx: Ctx):
     run(ctx)
 
 
+def scen_lfp(ctx: Ctx):
+    from .lfp import scen_lfp as run  # lfp.py builds on this module: imported when run
+    run(ctx)
+
+
 SCENARIOS = {
     "tree": {"fn": scen_tree, "link": "1gbit", "net": True,
              "seed": "000 (pvc-migrate: incremental stages, initial / unchanged / 30% / 60% churn)"},
@@ -629,4 +634,11 @@ SCENARIOS = {
     "resume": {"fn": scen_resume, "link": "1gbit", "net": True, "default": False,
                "seed": "none; the resume issue: a large copy killed at ~60%, then re-run "
                        "(ferry's partial files vs rsync --partial / --append-verify)"},
+    # Only when named (not with --issue-sizes either): it shapes its own
+    # links, one after the other (--link picks one of them).
+    "lfp": {"fn": scen_lfp, "link": "1gbit-100ms", "net": True, "default": False, "named_only": True,
+            "links": ("1gbit-100ms", "1gbit-100ms-loss"),
+            "seed": "none; issue 19: a long fat pipe (1 Gbit/s, 100 ms RTT, and with 0.1% loss): ferry pipe and "
+                    "sync --direct, default and --streams 1, against iperf3 -P 8 / one stream, mbuffer, "
+                    "zstd | ssh, rsync"},
 }

@@ -33,7 +33,7 @@ def section(results_dir: str, title: str, intro: str, repo: str, page: str) -> s
     for scen, by_case in report.cases(records).items():
         link = meta["links"].get(scen)
         body += [f"### {scen}", "", f"Reproduces: seed {meta['seeds'].get(scen, '')}.", "",
-                 f"Link: {report.LINK_TEXT.get(link, link)}.", "", meta["describe"].get(scen, ""), "",
+                 f"Link: {report.link_text(link)}.", "", meta["describe"].get(scen, ""), "",
                  report.scenario_table(scen, by_case), ""] + report.notes(meta, scen)
         png = os.path.join(results_dir, f"{scen}.png")
         if os.path.exists(png):
