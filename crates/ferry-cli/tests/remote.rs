@@ -265,6 +265,9 @@ fn compression_pays_on_text_and_costs_nothing_on_random() {
     }
 }
 
+/// `--direct`, on one connection (`auto` on loopback) and striped over
+/// several (`--streams N`), both ways, with a file large enough to cross
+/// all of them.
 #[test]
 fn direct_channel_push_and_pull() {
     let Some(srv) = SshServer::start("direct_channel_push_and_pull") else {
@@ -275,64 +278,25 @@ fn direct_channel_push_and_pull() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     tree(&src);
-    let pushed = d.path().join("pushed");
-    let j = ferry_ok(&remote_args(
-        &rsh,
-        p(&bin),
-        &["--direct", &slash(&src), &srv.remote(&pushed)],
-    ));
-    assert_same_tree(&src, &pushed);
-    assert!(j["bytes_wire"].as_u64().unwrap() > 3 << 20);
-    // Loopback: one connection fills it.
-    assert_eq!(j["direct_connections"], 1);
-    let pulled = d.path().join("pulled");
-    ferry_ok(&remote_args(
-        &rsh,
-        p(&bin),
-        &["--direct", &format!("{}/", srv.remote(&src)), p(&pulled)],
-    ));
-    assert_same_tree(&src, &pulled);
-}
-
-/// `--direct --streams N`: the session striped over N connections, both
-/// ways, with a file large enough to cross all of them.
-#[test]
-fn direct_striped_push_and_pull() {
-    let Some(srv) = SshServer::start("direct_striped_push_and_pull") else {
-        return;
-    };
-    let rsh = srv.rsh();
-    let bin = ferry_bin();
-    let d = tempfile::tempdir().unwrap();
-    let src = d.path().join("src");
-    tree(&src);
     fs::write(src.join("big.bin"), bytes(9, 40 << 20)).unwrap();
-    for n in ["3", "8"] {
-        let pushed = d.path().join(format!("pushed{n}"));
+    // auto: loopback's round trip asks for one connection.
+    for (n, want) in [("auto", 1), ("3", 3), ("8", 8)] {
+        let pushed = d.path().join(format!("pushed-{n}"));
+        let to = srv.remote(&pushed);
         let j = ferry_ok(&remote_args(
             &rsh,
             p(&bin),
-            &[
-                "--direct",
-                "--streams",
-                n,
-                &slash(&src),
-                &srv.remote(&pushed),
-            ],
+            &["--direct", "--streams", n, &slash(&src), &to],
         ));
         assert_same_tree(&src, &pushed);
-        assert_eq!(j["direct_connections"], n.parse::<u64>().unwrap());
-        let pulled = d.path().join(format!("pulled{n}"));
+        assert!(j["bytes_wire"].as_u64().unwrap() > 40 << 20);
+        assert_eq!(j["direct_connections"], want, "--streams {n}");
+        let pulled = d.path().join(format!("pulled-{n}"));
+        let from = format!("{}/", srv.remote(&src));
         ferry_ok(&remote_args(
             &rsh,
             p(&bin),
-            &[
-                "--direct",
-                "--streams",
-                n,
-                &format!("{}/", srv.remote(&src)),
-                p(&pulled),
-            ],
+            &["--direct", "--streams", n, &from, p(&pulled)],
         ));
         assert_same_tree(&src, &pulled);
     }

@@ -103,18 +103,7 @@ pub fn send<R: Read + Send + 'static>(
 pub fn send_file(opts: &Options, input: File, peer: SocketAddr) -> Result<Summary, StreamError> {
     opts.check()?;
     let start = Instant::now();
-    let resumer = resumer(&input)?;
-    let (session, r, w, abort) = dial(opts, peer)?;
-    send_session(
-        opts,
-        input,
-        session,
-        r,
-        w,
-        Some(abort),
-        Some(resumer),
-        start,
-    )
+    send_file_dialed(opts, input, start, dial(opts, peer)?)
 }
 
 /// As [`send_file`], on a connection already made to the receiver (more
@@ -122,18 +111,7 @@ pub fn send_file(opts: &Options, input: File, peer: SocketAddr) -> Result<Summar
 pub fn send_file_on(opts: &Options, input: File, s: TcpStream) -> Result<Summary, StreamError> {
     opts.check()?;
     let start = Instant::now();
-    let resumer = resumer(&input)?;
-    let (session, r, w, abort) = join(opts, s)?;
-    send_session(
-        opts,
-        input,
-        session,
-        r,
-        w,
-        Some(abort),
-        Some(resumer),
-        start,
-    )
+    send_file_dialed(opts, input, start, join(opts, s)?)
 }
 
 /// As [`send_file`], over a session's connections that are already
@@ -142,12 +120,22 @@ pub fn send_file_on(opts: &Options, input: File, s: TcpStream) -> Result<Summary
 pub fn send_file_conn(opts: &Options, input: File, conn: &Conn) -> Result<Summary, StreamError> {
     opts.check()?;
     let start = Instant::now();
-    let resumer = resumer(&input)?;
     let (mut r, mut w, abort) = halves(opts, conn, std::net::Shutdown::Both)?;
     r.set_idle(opts.handshake_wait());
     let session = ferry_channel::handshake(&mut r, &mut w, &opts.key, Role::Initiator)
         .map_err(|e| channel_err(e, "handshake"))?;
     r.set_idle(opts.idle);
+    send_file_dialed(opts, input, start, (session, r, w, abort))
+}
+
+/// A file's stream over a session with the receiver, resumable.
+fn send_file_dialed(
+    opts: &Options,
+    input: File,
+    start: Instant,
+    (session, r, w, abort): Dialed,
+) -> Result<Summary, StreamError> {
+    let resumer = resumer(&input)?;
     send_session(
         opts,
         input,
