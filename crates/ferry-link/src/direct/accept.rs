@@ -22,8 +22,10 @@ use super::{handshake_tcp_join, HANDSHAKE_TIMEOUT};
 use crate::stripe::{Conn, Groups, Joined};
 
 /// Handshakes under way at once; beyond that the oldest is cut short (a
-/// flood of silent connections costs at most this many threads).
-pub const MAX_PENDING: usize = 16;
+/// flood of silent connections costs at most this many threads). Well
+/// above the connections of one striped session, so a client's own
+/// connections do not push each other out.
+pub const MAX_PENDING: usize = 64;
 
 /// How often the listener is polled while handshakes run.
 const POLL: Duration = Duration::from_millis(20);
@@ -128,13 +130,17 @@ impl<'a> Waiting<'a> {
                 return Ok(won);
             }
             self.groups.expire();
-            // However it trickles bytes in, no handshake outlives its time.
+            // However it trickles bytes in, no handshake outlives its time
+            // (and one cut short is no longer pending: whatever its thread
+            // reports is dropped).
             let now = Instant::now();
-            for (t, _, h) in &self.pending {
-                if now.duration_since(*t) > HANDSHAKE_TIMEOUT {
+            self.pending.retain(|(t, _, h)| {
+                let keep = now.duration_since(*t) <= HANDSHAKE_TIMEOUT;
+                if !keep {
                     let _ = h.shutdown(Shutdown::Both);
                 }
-            }
+                keep
+            });
             if let (Some(d), Some(w)) = (deadline, wait) {
                 if now >= d {
                     self.cut_all_but(None);
@@ -186,24 +192,27 @@ impl<'a> Waiting<'a> {
     /// The handshakes that ended: the first that succeeded, if any.
     fn collect(&mut self, refused: &mut dyn FnMut(SocketAddr, ChannelError)) -> Option<Accepted> {
         while let Ok((peer, res)) = self.rx.try_recv() {
+            // A connection cut short (pushed out by newer ones, or out of
+            // time) may still have finished its handshake: its socket is
+            // shut, so it is nobody's session.
+            let Some(k) = self.pending.iter().position(|(_, p, _)| *p == peer) else {
+                continue;
+            };
+            self.pending.remove(k);
             match res {
                 Ok((session, s, None)) => {
                     self.cut_all_but(Some(peer));
                     return Some(Accepted::Peer(session, Conn::single(s)));
                 }
-                Ok((session, s, Some(join))) => {
-                    self.pending.retain(|(_, p, _)| *p != peer);
-                    match self.groups.add(join, session, s) {
-                        Joined::Waiting => {}
-                        Joined::Complete(session, conn) => {
-                            self.cut_all_but(None);
-                            return Some(Accepted::Peer(session, conn));
-                        }
-                        Joined::Refused(why) => refused(peer, ChannelError::Handshake(why)),
+                Ok((session, s, Some(join))) => match self.groups.add(join, session, s) {
+                    Joined::Waiting => {}
+                    Joined::Complete(session, conn) => {
+                        self.cut_all_but(None);
+                        return Some(Accepted::Peer(session, conn));
                     }
-                }
+                    Joined::Refused(why) => refused(peer, ChannelError::Handshake(why)),
+                },
                 Err(e) => {
-                    self.pending.retain(|(_, p, _)| *p != peer);
                     self.wrong_key |= matches!(e, ChannelError::WrongKey);
                     refused(peer, e);
                 }

@@ -1,12 +1,13 @@
 //! The server's side of joining: the connections that proved the key,
 //! grouped by session until all of a session's are in.
 
+use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use ferry_channel::{Join, Session};
 
-use super::Conn;
+use super::{Conn, START};
 
 /// Connections held in sessions not yet complete, over all of them; past
 /// this the oldest incomplete session is dropped (a client that holds the
@@ -97,11 +98,27 @@ impl Groups {
         g.socks[i] = Some(s);
         if g.socks.iter().all(Option::is_some) {
             let g = self.groups.remove(k);
-            if let Some(session) = g.session {
-                return Joined::Complete(
-                    session,
-                    Conn::striped(g.socks.into_iter().flatten().collect()),
-                );
+            // The start: the client sends nothing before it has this on
+            // every connection, so it never talks into a session that a
+            // lost connection left incomplete.
+            let started = g
+                .socks
+                .iter()
+                .flatten()
+                .all(|mut s| s.write_all(&[START]).is_ok());
+            match (g.session, started) {
+                (Some(session), true) => {
+                    return Joined::Complete(
+                        session,
+                        Conn::striped(g.socks.into_iter().flatten().collect()),
+                    )
+                }
+                _ => {
+                    for s in g.socks.iter().flatten() {
+                        let _ = s.shutdown(Shutdown::Both);
+                    }
+                    return Joined::Refused("a connection of the session is gone".into());
+                }
             }
         }
         while self.held() > MAX_HELD {

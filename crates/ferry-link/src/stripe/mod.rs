@@ -6,7 +6,9 @@
 //! (a random token) and which connection of how many it is
 //! (`ferry_channel::Join`). The server groups the connections that proved
 //! the key by token ([`Groups`], used by the accept loop of
-//! [`crate::direct`]) and starts the session once all `count` are in.
+//! [`crate::direct`]) and starts the session once all `count` are in,
+//! with one byte ([`START`]) on each; the client waits for that byte on
+//! every connection before it sends anything more.
 //! Connection 0's handshake keys the session's channel; the others'
 //! handshakes only prove the key (their keys are dropped), so a stranger
 //! cannot add a connection to a session.
@@ -62,6 +64,9 @@ pub const MAX_CHUNK: usize = 1 << 20;
 pub const CHUNK: usize = 256 << 10;
 /// Bytes of a chunk header.
 pub const HEADER: usize = 12;
+/// The byte the accepting side sends on each connection of a striped
+/// session once all have joined: the session starts.
+pub const START: u8 = 1;
 /// Most connections of one session (the handshake's limit).
 pub const MAX_STREAMS: u8 = ferry_channel::MAX_CONNECTIONS;
 

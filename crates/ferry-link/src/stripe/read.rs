@@ -24,6 +24,11 @@ pub const WINDOW: usize = 32 << 20;
 /// Buffers kept for reuse.
 const SPARE: usize = 32;
 
+/// A side ends all its connections at once: once one has ended, the
+/// others have this long to bring what is due or end too, or the session
+/// is cut (a connection that died without a reset).
+pub const ENDED_GRACE: Duration = Duration::from_secs(30);
+
 /// Where one connection stands.
 struct Lane<S> {
     s: S,
@@ -51,6 +56,8 @@ pub struct StripeReader<S = TcpStream> {
     next: u64,
     off: usize,
     idle: Option<Duration>,
+    /// See [`ENDED_GRACE`].
+    grace: Duration,
     spare: Vec<Vec<u8>>,
 }
 
@@ -78,8 +85,15 @@ impl<S: Read + AsFd> StripeReader<S> {
             next: 0,
             off: 0,
             idle,
+            grace: ENDED_GRACE,
             spare: Vec::new(),
         }
+    }
+
+    /// How long the other connections may stay silent once one has ended
+    /// (default [`ENDED_GRACE`]).
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
     }
 
     pub fn set_idle(&mut self, idle: Option<Duration>) {
@@ -128,7 +142,10 @@ impl<S: Read + AsFd> StripeReader<S> {
     /// Wait until one of `which` has bytes (or an error, or its end), at
     /// most the idle timeout.
     fn wait(&self, which: &[usize]) -> io::Result<Vec<bool>> {
-        let ts = self.idle.map(|d| Timespec {
+        let ended = self.lanes.iter().position(|l| l.ended);
+        let grace = ended.is_some() && self.idle.is_none_or(|d| d > self.grace);
+        let limit = if grace { Some(self.grace) } else { self.idle };
+        let ts = limit.map(|d| Timespec {
             tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
             tv_nsec: d.subsec_nanos().into(),
         });
@@ -138,6 +155,15 @@ impl<S: Read + AsFd> StripeReader<S> {
                 .map(|&i| PollFd::new(&self.lanes[i].s, PollFlags::IN))
                 .collect();
             match poll(&mut fds, ts.as_ref()) {
+                Ok(0) if grace => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "connection {} of the session ended and the others went silent",
+                            ended.unwrap_or(0)
+                        ),
+                    ));
+                }
                 Ok(0) => {
                     let secs = self.idle.map_or(0, |d| d.as_secs_f64().ceil() as u64);
                     return Err(io::Error::new(

@@ -161,6 +161,23 @@ fn a_silent_stripe_times_out_and_a_stalled_lane_too() {
     assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
 }
 
+/// One connection ended after its chunk; the other stays open and says
+/// nothing (it died without a reset): the read fails after the grace,
+/// without any idle timeout set.
+#[test]
+fn a_connection_that_ended_while_another_went_silent_fails() {
+    let (a, b) = lanes(2);
+    (&a[0]).write_all(&chunk(0, b"first")).unwrap();
+    a[0].shutdown(Shutdown::Write).unwrap();
+    let mut r = StripeReader::new(b, None);
+    r.set_grace(Duration::from_millis(300));
+    let t = Instant::now();
+    let e = read_all(&mut r).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    drop(a);
+}
+
 #[test]
 fn the_count_follows_the_round_trip() {
     assert_eq!(auto_count(None), 1);
@@ -300,4 +317,52 @@ proptest! {
         chunks.sort_by_key(|c| c.0);
         prop_assert_eq!(stripe(&chunks, 4).unwrap(), want);
     }
+}
+
+/// Silent strangers crowding the listener, before and while a striped
+/// client joins: the client's connections are not pushed out by each
+/// other, a handshake that finished on a connection cut short never joins
+/// a session, and the session that starts carries data.
+#[test]
+fn a_crowd_of_silent_strangers_does_not_break_a_striped_session() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let psk = Psk::new(KEY).unwrap();
+        let Ok(Accepted::Peer(session, conn)) = accept_authenticated(
+            &l,
+            &psk,
+            Some(Duration::from_secs(20)),
+            &mut |_, _| {},
+            &|| false,
+        ) else {
+            panic!("no session")
+        };
+        let mut r = ChannelReader::new(
+            conn.reader(Some(Duration::from_secs(10))).unwrap(),
+            &session,
+        );
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).unwrap();
+        got.len()
+    });
+    let crowd: Vec<TcpStream> = (0..70).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let more = thread::spawn(move || {
+        // (Once the session is over, the listener is gone: refused.)
+        (0..40)
+            .filter_map(|_| {
+                thread::sleep(Duration::from_millis(2));
+                TcpStream::connect(addr).ok()
+            })
+            .collect::<Vec<_>>()
+    });
+    let psk = Psk::new(KEY).unwrap();
+    let first = TcpStream::connect(addr).unwrap();
+    let (session, conn) = join_client(first, &psk, Streams::Fixed(16), HANDSHAKE_TIMEOUT).unwrap();
+    let mut w = ChannelWriter::new(conn.writer().unwrap(), &session);
+    w.write_all(&pattern(3 << 20)).unwrap();
+    w.finish().unwrap();
+    conn.shutdown(Shutdown::Write);
+    assert_eq!(server.join().unwrap(), 3 << 20);
+    drop((crowd, more.join().unwrap()));
 }

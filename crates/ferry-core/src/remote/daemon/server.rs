@@ -28,8 +28,9 @@ use super::{DaemonConfig, ParseRequest, Request, Target};
 use crate::error::{Error, Result};
 use crate::stats::Stats;
 
-/// Connections still in their handshake at once.
-pub const MAX_HANDSHAKES: usize = 16;
+/// Connections still in their handshake at once (well above the 16 of
+/// one striped session).
+pub const MAX_HANDSHAKES: usize = 64;
 
 /// How long a client that proved the key may take to send its request.
 pub const REQUEST_WAIT: Duration = Duration::from_secs(30);
@@ -244,8 +245,18 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 
 fn connection(s: TcpStream, id: u64, peer: SocketAddr, sh: &Shared) {
     let hs = handshake_tcp_join(s, &sh.psk, Role::Responder, HANDSHAKE_TIMEOUT, None);
-    if let Ok(mut pending) = sh.handshakes.lock() {
-        pending.retain(|(n, _)| *n != id);
+    // A connection pushed out by newer ones may have finished its
+    // handshake all the same: its socket is shut, it is nobody's session.
+    let cut = match sh.handshakes.lock() {
+        Ok(mut pending) => {
+            let before = pending.len();
+            pending.retain(|(n, _)| *n != id);
+            pending.len() == before
+        }
+        Err(_) => true,
+    };
+    if cut {
+        return;
     }
     let (session, conn) = match hs {
         Ok((session, s, None)) => (session, Conn::single(s)),
