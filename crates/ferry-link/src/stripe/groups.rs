@@ -106,15 +106,14 @@ impl Groups {
                 .iter()
                 .flatten()
                 .all(|mut s| s.write_all(&[START]).is_ok());
+            let socks: Vec<TcpStream> = g.socks.into_iter().flatten().collect();
             match (g.session, started) {
-                (Some(session), true) => {
-                    return Joined::Complete(
-                        session,
-                        Conn::striped(g.socks.into_iter().flatten().collect()),
-                    )
-                }
+                (Some(session), true) => match Conn::striped(socks) {
+                    Ok(conn) => return Joined::Complete(session, conn),
+                    Err(e) => return Joined::Refused(format!("a striped session: {e}")),
+                },
                 _ => {
-                    for s in g.socks.iter().flatten() {
+                    for s in &socks {
                         let _ = s.shutdown(Shutdown::Both);
                     }
                     return Joined::Refused("a connection of the session is gone".into());

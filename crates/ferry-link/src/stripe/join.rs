@@ -83,7 +83,7 @@ pub fn join_client(
     for (k, s) in all.iter().enumerate() {
         started(s, k, wait)?;
     }
-    Ok((session, Conn::striped(all)))
+    Ok((session, Conn::striped(all)?))
 }
 
 /// Wait (at most `wait`) for the server's start on connection `k`.

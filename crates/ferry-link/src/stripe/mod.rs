@@ -40,18 +40,17 @@
 //! A session of one connection uses the connection as it is (no chunk
 //! headers).
 
+mod conn;
 mod groups;
 mod join;
 pub mod read;
 mod write;
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use ferry_channel::IdleRead;
-
+pub use conn::{Conn, ConnRead, ConnWrite, Stripe};
 pub use groups::{Groups, Joined, MAX_HELD};
 pub use join::join_client;
 pub use read::StripeReader;
@@ -123,126 +122,6 @@ pub fn tcp_rtt(s: &TcpStream) -> Option<Duration> {
         )
     };
     (rc == 0 && info.tcpi_rtt > 0).then(|| Duration::from_micros(info.tcpi_rtt.into()))
-}
-
-/// The connections of one session, in join order (one, or 2 ..=
-/// [`MAX_STREAMS`]).
-pub struct Conn {
-    socks: Vec<TcpStream>,
-}
-
-impl Conn {
-    /// A session on one connection.
-    pub fn single(s: TcpStream) -> Conn {
-        Conn { socks: vec![s] }
-    }
-
-    /// A session on these connections, in `index` order.
-    pub fn striped(socks: Vec<TcpStream>) -> Conn {
-        Conn { socks }
-    }
-
-    /// The connection, if there is only one.
-    pub fn only(&self) -> Option<&TcpStream> {
-        match self.socks.as_slice() {
-            [s] => Some(s),
-            _ => None,
-        }
-    }
-
-    /// How many connections.
-    pub fn count(&self) -> usize {
-        self.socks.len()
-    }
-
-    /// The peer's address (connection 0's).
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.socks[0].peer_addr()
-    }
-
-    fn clones(&self) -> io::Result<Vec<TcpStream>> {
-        self.socks.iter().map(TcpStream::try_clone).collect()
-    }
-
-    /// The session's incoming bytes, with an idle timeout (`None`: wait
-    /// for ever) that [`ConnRead::set_idle`] can change.
-    pub fn reader(&self, idle: Option<Duration>) -> io::Result<ConnRead> {
-        Ok(match self.socks.len() {
-            1 => ConnRead::One(IdleRead::new(self.socks[0].try_clone()?, idle)),
-            _ => ConnRead::Many(StripeReader::new(self.clones()?, idle)),
-        })
-    }
-
-    /// The session's outgoing bytes.
-    pub fn writer(&self) -> io::Result<ConnWrite> {
-        Ok(match self.socks.len() {
-            1 => ConnWrite::One(self.socks[0].try_clone()?),
-            _ => ConnWrite::Many(StripeWriter::new(self.clones()?)),
-        })
-    }
-
-    /// Another handle on the same connections (to shut them from another
-    /// thread).
-    pub fn try_clone(&self) -> io::Result<Conn> {
-        Ok(Conn {
-            socks: self.clones()?,
-        })
-    }
-
-    /// Shut every connection (`Write`: the end of what this side sends,
-    /// after all it wrote; `Both`: unblock everything, on failure).
-    pub fn shutdown(&self, how: Shutdown) {
-        for s in &self.socks {
-            let _ = s.shutdown(how);
-        }
-    }
-}
-
-/// A session's incoming bytes: the connection, or the chunks of all of
-/// them in order.
-pub enum ConnRead {
-    One(IdleRead<TcpStream>),
-    Many(StripeReader),
-}
-
-impl ConnRead {
-    /// How long a silence may last before a read fails with `TimedOut`.
-    pub fn set_idle(&mut self, idle: Option<Duration>) {
-        match self {
-            ConnRead::One(r) => r.set_idle(idle),
-            ConnRead::Many(r) => r.set_idle(idle),
-        }
-    }
-}
-
-impl Read for ConnRead {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            ConnRead::One(r) => r.read(buf),
-            ConnRead::Many(r) => r.read(buf),
-        }
-    }
-}
-
-/// A session's outgoing bytes.
-pub enum ConnWrite {
-    One(TcpStream),
-    Many(StripeWriter),
-}
-
-impl Write for ConnWrite {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            ConnWrite::One(w) => w.write(buf),
-            ConnWrite::Many(w) => w.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            ConnWrite::One(w) => w.flush(),
-            ConnWrite::Many(w) => w.flush(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -366,3 +366,34 @@ fn a_crowd_of_silent_strangers_does_not_break_a_striped_session() {
     assert_eq!(server.join().unwrap(), 3 << 20);
     drop((crowd, more.join().unwrap()));
 }
+
+/// A daemon's stream follows its request on the same connections: the
+/// chunks' numbers go on across reader and writer handles, and what one
+/// reader took in ahead is there for the next (found by CI: the client's
+/// first reader had read the stream's first chunk with the answer).
+#[test]
+fn handles_made_one_after_the_other_share_the_stripe() {
+    let (a, b) = lanes(3);
+    let (a, b) = (Conn::striped(a).unwrap(), Conn::striped(b).unwrap());
+    let mut w1 = a.writer().unwrap();
+    w1.write_all(b"answer").unwrap();
+    w1.flush().unwrap();
+    drop(w1);
+    let mut w2 = a.writer().unwrap();
+    w2.write_all(&pattern(1 << 20)).unwrap();
+    w2.flush().unwrap();
+    a.shutdown(Shutdown::Write);
+    // Everything has arrived before the first reader reads.
+    thread::sleep(Duration::from_millis(100));
+    let mut r1 = b.reader(Some(Duration::from_secs(5))).unwrap();
+    let mut head = [0u8; 6];
+    r1.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"answer");
+    drop(r1);
+    let mut rest = Vec::new();
+    b.reader(Some(Duration::from_secs(5)))
+        .unwrap()
+        .read_to_end(&mut rest)
+        .unwrap();
+    assert!(rest == pattern(1 << 20));
+}
