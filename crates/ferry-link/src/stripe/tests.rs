@@ -195,6 +195,23 @@ fn the_count_follows_the_round_trip() {
 
 const KEY: &[u8] = b"a key for striping 0123456789";
 
+/// The first session on `l` with [`KEY`] (within 20 s); with `strict`, a
+/// refused connection fails the test.
+fn accept_one(l: &TcpListener, strict: bool) -> (ferry_channel::Session, Conn) {
+    let psk = Psk::new(KEY).unwrap();
+    let mut refused = |_, e| assert!(!strict, "refused: {e}");
+    match accept_authenticated(
+        l,
+        &psk,
+        Some(Duration::from_secs(20)),
+        &mut refused,
+        &|| false,
+    ) {
+        Ok(Accepted::Peer(session, conn)) => (session, conn),
+        _ => panic!("no session"),
+    }
+}
+
 /// A session of `n` connections, joined and accepted for real, carrying a
 /// channel both ways.
 #[test]
@@ -203,16 +220,7 @@ fn a_joined_session_carries_a_channel_both_ways() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let server = thread::spawn(move || {
-            let psk = Psk::new(KEY).unwrap();
-            let Ok(Accepted::Peer(session, conn)) = accept_authenticated(
-                &l,
-                &psk,
-                Some(Duration::from_secs(20)),
-                &mut |_, e| panic!("refused: {e}"),
-                &|| false,
-            ) else {
-                panic!("no session")
-            };
+            let (session, conn) = accept_one(&l, true);
             assert_eq!(conn.count(), usize::from(n));
             let mut r = ChannelReader::new(conn.reader(None).unwrap(), &session);
             let mut w = ChannelWriter::new(conn.writer().unwrap(), &session);
@@ -328,16 +336,7 @@ fn a_crowd_of_silent_strangers_does_not_break_a_striped_session() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let server = thread::spawn(move || {
-        let psk = Psk::new(KEY).unwrap();
-        let Ok(Accepted::Peer(session, conn)) = accept_authenticated(
-            &l,
-            &psk,
-            Some(Duration::from_secs(20)),
-            &mut |_, _| {},
-            &|| false,
-        ) else {
-            panic!("no session")
-        };
+        let (session, conn) = accept_one(&l, false);
         let mut r = ChannelReader::new(
             conn.reader(Some(Duration::from_secs(10))).unwrap(),
             &session,
