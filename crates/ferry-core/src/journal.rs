@@ -192,6 +192,17 @@ pub fn is_reserved(name: &[u8]) -> bool {
 /// kill costs at most about this much again, plus what was in flight).
 pub const SYNC_EVERY: u64 = 64 << 20;
 
+/// Segments complete since the last journal append (holes, mostly) that
+/// make an append due even with little data among them: what waits in
+/// memory stays small, and a kill in a terabyte of holes costs little.
+pub const SYNC_RECORDS: usize = 4096;
+
+/// Whether `bytes` of data in `segments` complete segments call for an
+/// `fdatasync` and a journal append.
+pub fn sync_due(bytes: u64, segments: usize) -> bool {
+    bytes >= SYNC_EVERY || segments >= SYNC_RECORDS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +222,16 @@ mod tests {
             b.extend_from_slice(&record(&check, *s, d));
         }
         b
+    }
+
+    #[test]
+    fn appends_follow_data_not_holes() {
+        assert!(!sync_due(0, 1));
+        assert!(!sync_due(SYNC_EVERY - 1, 8));
+        assert!(sync_due(SYNC_EVERY, 8));
+        // 512 segments of holes (4 GiB): still waiting; 4096 (32 GiB): due.
+        assert!(!sync_due(0, 512));
+        assert!(sync_due(0, SYNC_RECORDS));
     }
 
     #[test]

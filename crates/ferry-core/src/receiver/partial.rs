@@ -139,16 +139,19 @@ pub(super) struct Partial {
 }
 
 impl Partial {
-    /// Segment `seg` of `len` bytes is written and verified (`digest`: its
-    /// digest on the file's grid, or zeros when not known). Every
-    /// [`journal::SYNC_EVERY`] bytes, the data is fdatasync'd and the
-    /// segments complete before that are appended to the journal.
-    pub(super) fn segment_done(&self, data: &dyn Sink, seg: u64, digest: [u8; 32], len: u64) {
+    /// Segment `seg` is written and verified (`digest`: its digest on the
+    /// file's grid, or zeros when not known); `dirty`: the bytes of data it
+    /// wrote. Every [`journal::SYNC_EVERY`] bytes of data, or
+    /// [`journal::SYNC_RECORDS`] segments (runs of holes), the data is
+    /// fdatasync'd and the segments complete before that are appended to
+    /// the journal. Counting data, not segment lengths, keeps a terabyte of
+    /// holes from costing an `fdatasync` every 64 MiB of them.
+    pub(super) fn segment_done(&self, data: &dyn Sink, seg: u64, digest: [u8; 32], dirty: u64) {
         let batch = {
             let Ok(mut w) = self.w.lock() else { return };
             w.pending.push((seg, digest));
-            w.pending_bytes += len;
-            if w.syncing || w.pending_bytes < journal::SYNC_EVERY {
+            w.pending_bytes += dirty;
+            if w.syncing || !journal::sync_due(w.pending_bytes, w.pending.len()) {
                 return;
             }
             w.syncing = true;

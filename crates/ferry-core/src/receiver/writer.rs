@@ -22,6 +22,9 @@ pub(super) struct SegState {
     pub(super) sig: Option<SigBuild>,
     /// The segment assembled for one direct write (see [`direct`]).
     pub(super) buf: Option<direct::SegBuf>,
+    /// Bytes of data and copies put into the file: what an `fdatasync`
+    /// of this segment has to write (holes and zeros cost next to nothing).
+    pub(super) dirty: u64,
 }
 
 impl SegState {
@@ -139,6 +142,7 @@ pub(super) fn new_seg_state(
             SegmentHasher::disabled()
         },
         next: seg * layout::SEGMENT,
+        dirty: 0,
         sig: f.sig_out.as_ref().map(|s| SigBuild {
             bs: s.bs as usize,
             cur: Vec::new(),
@@ -172,6 +176,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                     }
                 }
                 Stats::add(&sh.stats.bytes_done, data.len() as u64);
+                st.dirty += data.len() as u64;
                 st.hasher.data(&data);
                 if let Some(b) = &mut st.sig {
                     b.feed(&data);
@@ -185,6 +190,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 if !in_order(&f, st, off, len) {
                     continue;
                 }
+                st.dirty += len;
                 copy_from_basis(&f, st, sh, off, boff, len, &mut scratch);
             }
             Op::Zero(off, len, unused) => {
@@ -216,6 +222,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let seg = seg as u64;
                 let (start, end) = layout::segment_range(f.entry.size, seg);
                 let st = segs.remove(&(id, seg));
+                let dirty = st.as_ref().map_or(0, |st| st.dirty);
                 super::readback::keep_digest(&f, seg, digest);
                 let kept = match (&st, &f.partial) {
                     (None, Some(p)) if p.offered(seg) => Some(p),
@@ -254,7 +261,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                             f.fail_with(why);
                         }
                     }
-                    journal_segment(&f, seg, digest, end - start);
+                    journal_segment(&f, seg, digest, dirty);
                 }
                 if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
                     if let Err(e) = finalize(&f, sh) {
@@ -272,11 +279,12 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
 
 /// A segment of a file with a partial file is complete: journal it, with
 /// its digest where that is one on the whole-file grid that this side
-/// checked (else zeros: the next run re-hashes it anyway).
-fn journal_segment(f: &DstFile, seg: u64, digest: [u8; 32], len: u64) {
+/// checked (else zeros: the next run re-hashes it anyway). `dirty`: the
+/// bytes of data the segment put into the file.
+fn journal_segment(f: &DstFile, seg: u64, digest: [u8; 32], dirty: u64) {
     if let (Some(p), None) = (&f.partial, f.failure()) {
         let known = f.verify && !f.delta.load(Ordering::SeqCst);
-        p.segment_done(&*f.file, seg, if known { digest } else { [0; 32] }, len);
+        p.segment_done(&*f.file, seg, if known { digest } else { [0; 32] }, dirty);
     }
 }
 
