@@ -111,8 +111,10 @@ fn stale_temp_files_are_removed_by_the_next_run() {
     assert_eq!(fs::read(dst.join("f")).unwrap(), b"new");
 }
 
-/// Each file is fdatasync'd before its rename and the changed directories
-/// are fsync'd; --no-fsync does neither. Counted with strace.
+/// Each file's data is durable before its rename (small files in batches:
+/// write-back waited for, then one `syncfs`; see the receiver's
+/// `commit` module), and the changed directories are fsync'd after;
+/// --no-fsync does none of it. Read from strace's log, in order.
 #[test]
 fn files_are_synced_before_rename_and_directories_after() {
     if !which("strace") {
@@ -125,13 +127,15 @@ fn files_are_synced_before_rename_and_directories_after() {
     for i in 0..5 {
         fs::write(src.join(format!("a/f{i}")), bytes(i, 100_000)).unwrap();
     }
-    let count = |extra: &[&str], dst: &Path| -> (usize, usize) {
+    // One big file: written with O_DIRECT, committed the same way.
+    fs::write(src.join("big"), bytes(9, 9 << 20)).unwrap();
+    let trace = |extra: &[&str], dst: &Path| -> Vec<String> {
         let log = d.path().join("strace.log");
         let mut args = vec![
             "-f",
             "-qq",
             "-e",
-            "trace=fdatasync,fsync,rename,renameat,renameat2",
+            "trace=fdatasync,fsync,syncfs,sync_file_range,rename,renameat,renameat2",
             "-o",
         ];
         args.push(p(&log));
@@ -144,22 +148,54 @@ fn files_are_synced_before_rename_and_directories_after() {
         args.push(p(dst));
         let st = Command::new("strace").args(&args).status().unwrap();
         assert!(st.success());
-        let text = fs::read_to_string(&log).unwrap();
-        let datasyncs = text.lines().filter(|l| l.contains("fdatasync(")).count();
-        let fsyncs = text
+        // "pid  call(args) = rc" (or "... <unfinished ...>", resumed on a
+        // "<... call resumed>" line, skipped): the calls, in the order made.
+        let traced = [
+            "fdatasync",
+            "fsync",
+            "syncfs",
+            "sync_file_range",
+            "rename",
+            "renameat",
+            "renameat2",
+        ];
+        fs::read_to_string(&log)
+            .unwrap()
             .lines()
-            .filter(|l| l.contains(" fsync(") || l.starts_with("fsync("))
-            .count();
-        (datasyncs, fsyncs)
+            .filter_map(|l| {
+                let call = l.split_whitespace().nth(1)?.split('(').next()?;
+                traced.contains(&call).then(|| call.to_string())
+            })
+            .collect()
     };
-    let (datasyncs, fsyncs) = count(&[], &d.path().join("dst"));
-    assert!(datasyncs >= 5, "{datasyncs} fdatasync calls for 5 files");
+    let calls = trace(&[], &d.path().join("dst"));
+    let renames: Vec<usize> = (0..calls.len())
+        .filter(|&i| calls[i].starts_with("rename"))
+        .collect();
+    assert_eq!(renames.len(), 6, "one rename per file: {calls:?}");
+    let synced = |i: usize| calls[..i].iter().any(|c| c == "syncfs" || c == "fdatasync");
     assert!(
-        fsyncs >= 2,
-        "{fsyncs} fsync calls for 2 changed directories"
+        renames.iter().all(|&i| synced(i)),
+        "a rename before any sync: {calls:?}"
     );
-    let (datasyncs, fsyncs) = count(&["--no-fsync"], &d.path().join("dst2"));
-    assert_eq!((datasyncs, fsyncs), (0, 0), "--no-fsync still syncs");
+    assert!(
+        calls.iter().any(|c| c == "sync_file_range"),
+        "write-back never waited for: {calls:?}"
+    );
+    let last_rename = *renames.last().unwrap();
+    let dir_syncs = calls[last_rename..]
+        .iter()
+        .filter(|c| *c == "fsync")
+        .count();
+    assert!(
+        dir_syncs >= 2,
+        "{dir_syncs} fsync calls after the renames for 2 changed directories: {calls:?}"
+    );
+    let calls = trace(&["--no-fsync"], &d.path().join("dst2"));
+    assert!(
+        calls.iter().all(|c| c.starts_with("rename")),
+        "--no-fsync still syncs: {calls:?}"
+    );
 }
 
 /// Run ferry as the unprivileged user `nobody` (root ignores file

@@ -70,6 +70,34 @@ pub fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
 }
 
 /// Size of a regular file or a block device.
+/// Start writing `file`'s dirty pages back, without waiting
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`). Only a hint: an error is
+/// met again by [`wait_writeback`] or `fdatasync`.
+pub fn start_writeback(file: &File) {
+    let _ = sync_range(file, libc::SYNC_FILE_RANGE_WRITE);
+}
+
+/// Wait for the write-back [`start_writeback`] started, reporting a
+/// failed write (`sync_file_range(SYNC_FILE_RANGE_WAIT_AFTER)`), for a
+/// file that nothing writes to any more. Unlike `fdatasync` this neither
+/// writes the inode nor flushes the device's cache: a `syncfs` must
+/// follow for the data to be durable.
+pub fn wait_writeback(file: &File) -> io::Result<()> {
+    sync_range(file, libc::SYNC_FILE_RANGE_WAIT_AFTER)
+}
+
+fn sync_range(file: &File, flags: libc::c_uint) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on a descriptor `file` keeps open; it
+    // reads and writes no memory of this process.
+    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, flags) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 pub fn size_of(file: &File, meta: &std::fs::Metadata) -> io::Result<u64> {
     if meta.file_type().is_block_device() {
         Ok(rustix::fs::seek(file.as_fd(), SeekFrom::End(0))?)

@@ -301,13 +301,25 @@ pub(super) fn release_delta(f: &DstFile) {
     }
 }
 
-pub(super) fn finalize(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
+pub(super) fn finalize(f: &Arc<DstFile>, sh: &Shared<'_>) -> io::Result<()> {
     let r = finalize_inner(f, sh);
     release_delta(f);
     r
 }
 
-fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
+/// Tell what committing `f` came to: an I/O error that stops the run
+/// (a full disk) is fatal, any other is this file's error line.
+pub(super) fn told(f: &DstFile, sh: &Shared<'_>, r: io::Result<()>) {
+    if let Err(e) = r {
+        if is_fatal_io(&e) {
+            sh.set_fatal(Error::io(&f.loc.shown, e));
+        } else {
+            sh.stats.error(line(&f.loc.shown, &e));
+        }
+    }
+}
+
+fn finalize_inner(f: &Arc<DstFile>, sh: &Shared<'_>) -> io::Result<()> {
     if let Some(why) = f.failure() {
         let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
         let after = decide::after_failure(&why, f.delta.load(Ordering::SeqCst) || resumed);
@@ -360,6 +372,17 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
             fsutil::set_mtime_fd(file, e.mtime, e.mtime_nsec).op("set mtime of")?;
         }
         if decide::fsync_before_rename(sh.opts.fsync, f.readback.is_some()) {
+            let temp = f.tmp.is_some();
+            if decide::batch_commit(
+                sh.opts.fsync,
+                temp,
+                f.partial.is_some(),
+                f.readback.is_some(),
+            ) {
+                // Synced with its batch, then renamed (see [`super::commit`]).
+                sh.commits.add(f.clone(), sh);
+                return Ok(());
+            }
             // The data reaches the disk before the name does: after a crash
             // the file is the old one or the new one, never a torn one.
             file.sync_data().op("fsync")?;
@@ -367,6 +390,13 @@ fn finalize_inner(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
     } else {
         f.file.durable().op("fsync")?;
     }
+    commit(f, sh)
+}
+
+/// Commit `f`, whose data is durable where that was asked for: read it
+/// back (`--verify`), back up and replace the old copy, and count it.
+pub(super) fn commit(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
+    let e = &f.entry;
     if let (Some(_), Some(file), false) = (&f.readback, f.file.as_file(), f.stream_to) {
         if let Some(why) = super::readback::verify_on_disk(f, file)? {
             // The disk does not hold what was written: the old file stays.

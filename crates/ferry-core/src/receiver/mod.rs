@@ -32,6 +32,7 @@ use crate::stats::Stats;
 use crate::SyncOptions;
 
 mod backup;
+mod commit;
 mod decide;
 mod entries;
 mod file;
@@ -69,6 +70,8 @@ struct Shared<'a> {
     dirty: Mutex<HashSet<Vec<u8>>>,
     /// Files whose delta failed verification, to ask for again whole.
     retries: Mutex<Vec<Entry>>,
+    /// Finished files waiting for their batch's `syncfs`.
+    commits: commit::Commits,
 }
 
 impl Shared<'_> {
@@ -157,6 +160,7 @@ pub fn run_receiver(
     };
     let (wake_tx, wake_rx) = bounded(1);
     let root = fsutil::is_root();
+    let budget = file_budget();
     let shared = Shared {
         opts,
         backup_dir: setup.backup_dir,
@@ -180,6 +184,7 @@ pub fn run_receiver(
         wake: wake_rx,
         dirty: Mutex::new(HashSet::new()),
         retries: Mutex::new(Vec::new()),
+        commits: commit::Commits::new(budget),
     };
     let nworkers = opts.threads.max(1);
     let result = std::thread::scope(|s| {
@@ -217,7 +222,7 @@ pub fn run_receiver(
             signer: Some(sign_tx),
             waiting: Default::default(),
             end_of_list: false,
-            budget: file_budget(),
+            budget,
             check: {
                 let mut c = ListCheck::new(Shape::Tree);
                 c.expect_top(opts.expect_top.clone());
@@ -239,6 +244,9 @@ pub fn run_receiver(
         for h in handles {
             let _ = h.join();
         }
+        // Files verified before the run ended, even by an error, are
+        // committed (as each would have been on its own).
+        shared.commits.flush(&shared);
         r?;
         if let Some(e) = shared.fatal.lock().ok().and_then(|mut g| g.take()) {
             return Err(e);

@@ -264,13 +264,7 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                     journal_segment(&f, seg, digest, dirty);
                 }
                 if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    if let Err(e) = finalize(&f, sh) {
-                        if is_fatal_io(&e) {
-                            sh.set_fatal(Error::io(&f.loc.shown, e));
-                        } else {
-                            sh.stats.error(line(&f.loc.shown, &e));
-                        }
-                    }
+                    told(&f, sh, finalize(&f, sh));
                 }
             }
         }

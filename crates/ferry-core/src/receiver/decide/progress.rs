@@ -245,7 +245,6 @@ impl FileBudget {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn max(self) -> usize {
         self.max
     }

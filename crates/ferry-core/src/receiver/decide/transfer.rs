@@ -195,6 +195,33 @@ pub(crate) fn fsync_before_rename(fsync: bool, readback: bool) -> bool {
     fsync || readback
 }
 
+/// Whether a finished file's `fdatasync` may join a batch: one `syncfs`
+/// for many files before their renames (see `receiver::commit`). Only a
+/// plain temporary file qualifies: a partial file keeps its journal's own
+/// order, a file read back (`--verify`) must be on the disk first, and
+/// devices and streams are written where they are.
+pub(crate) fn batch_commit(fsync: bool, temp: bool, partial: bool, readback: bool) -> bool {
+    fsync && temp && !partial && !readback
+}
+
+/// Files and bytes a commit batch may gather, from the open-file budget
+/// `budget`: every file in a batch holds a place among the files in
+/// flight, so a batch takes at most half of them, and the others keep the
+/// transfer going.
+pub(crate) fn batch_limits(budget: usize) -> (usize, u64) {
+    ((budget / 2).clamp(1, 1024), 256 << 20)
+}
+
+/// Whether a commit batch of `files` files and `bytes` bytes, the oldest
+/// waiting `age_ms`, is due: full, or old enough that a slow transfer
+/// still sees its files appear.
+pub(crate) fn batch_due(files: usize, bytes: u64, age_ms: u64, limits: (usize, u64)) -> bool {
+    files >= limits.0 || bytes >= limits.1 || (files > 0 && age_ms >= BATCH_AGE_MS)
+}
+
+/// How long a finished file may wait for its batch's `syncfs`.
+pub(crate) const BATCH_AGE_MS: u64 = 2000;
+
 /// Why a block device of `capacity` bytes cannot take `size` bytes.
 pub(crate) fn device_refusal(capacity: u64, size: u64) -> Option<String> {
     (capacity < size).then(|| format!("device holds {capacity} bytes, source has {size}"))
@@ -217,6 +244,29 @@ pub(crate) fn nbd_refusal(read_only: bool, capacity: u64, size: u64) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_temp_files_join_a_commit_batch() {
+        assert!(batch_commit(true, true, false, false));
+        assert!(!batch_commit(false, true, false, false), "--no-fsync");
+        assert!(!batch_commit(true, false, false, false), "in place");
+        assert!(!batch_commit(true, true, true, false), "partial file");
+        assert!(!batch_commit(true, true, false, true), "--verify");
+    }
+
+    #[test]
+    fn a_batch_takes_half_the_budget_and_is_due_when_full_or_old() {
+        assert_eq!(batch_limits(4096), (1024, 256 << 20));
+        assert_eq!(batch_limits(244), (122, 256 << 20));
+        assert_eq!(batch_limits(4), (2, 256 << 20));
+        assert_eq!(batch_limits(1).0, 1);
+        let l = batch_limits(244);
+        assert!(!batch_due(121, 1 << 20, 10, l));
+        assert!(batch_due(122, 1 << 20, 10, l));
+        assert!(batch_due(3, 256 << 20, 10, l));
+        assert!(batch_due(1, 0, BATCH_AGE_MS, l));
+        assert!(!batch_due(0, 0, BATCH_AGE_MS * 10, l));
+    }
 
     #[test]
     fn inplace_writes_into_existing_regular_files_only() {
