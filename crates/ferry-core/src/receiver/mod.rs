@@ -180,6 +180,7 @@ pub fn run_receiver(
             n: AtomicU64::new(0),
             wake: wake_tx,
             deltas: AtomicU64::new(0),
+            stuck: AtomicU64::new(0),
         }),
         wake: wake_rx,
         dirty: Mutex::new(HashSet::new()),
@@ -633,10 +634,7 @@ impl Dispatcher<'_, '_> {
     fn open_files(&self) -> usize {
         let open = self.sh.in_flight.n.load(Ordering::SeqCst) as usize;
         self.budget.holding(open, || {
-            self.files
-                .values()
-                .filter(|f| f.failure().is_some() && f.basis.is_some())
-                .count()
+            self.sh.in_flight.stuck.load(Ordering::SeqCst) as usize
         })
     }
 
