@@ -54,13 +54,16 @@ pub(crate) fn write_loop<W: Write>(
             Err(TryRecvError::Disconnected) => break,
         };
         buf.clear();
-        buf.extend_from_slice(&[0; 8]);
-        codec::encode(&m, &mut buf);
-        let body = (buf.len() - 8) as u32;
-        buf[..4].copy_from_slice(&body.to_le_bytes());
-        buf[4..8].copy_from_slice(&(!body).to_le_bytes());
-        let check = frame_check(&buf);
-        buf.extend_from_slice(&check.to_le_bytes());
+        push_frame(&m, &mut buf);
+        // Frames already queued go out in the same write, up to
+        // COALESCE bytes: a file list of small entries would otherwise
+        // cost a write (and, through ssh, a packet) per entry.
+        while buf.len() < COALESCE {
+            match rx.try_recv() {
+                Ok(m) => push_frame(&m, &mut buf),
+                Err(_) => break,
+            }
+        }
         let t = std::time::Instant::now();
         // Each write that takes bytes is progress: a slow but moving pipe
         // is never taken for a dead one (see [`Liveness`]).
@@ -72,6 +75,22 @@ pub(crate) fn write_loop<W: Write>(
         }
     }
     w.flush().map_err(io_err)
+}
+
+/// Frames gathered into one write while more are queued (see
+/// [`write_loop`]).
+const COALESCE: usize = 64 << 10;
+
+/// Append `m`'s frame to `buf`: length, its complement, body, check.
+fn push_frame(m: &Message, buf: &mut Vec<u8>) {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 8]);
+    codec::encode(m, buf);
+    let body = (buf.len() - start - 8) as u32;
+    buf[start..start + 4].copy_from_slice(&body.to_le_bytes());
+    buf[start + 4..start + 8].copy_from_slice(&(!body).to_le_bytes());
+    let check = frame_check(&buf[start..]);
+    buf.extend_from_slice(&check.to_le_bytes());
 }
 
 /// `write_all`, noting each write that the pipe took as progress.
