@@ -23,6 +23,7 @@ pub mod ids;
 pub mod itemize;
 pub mod journal;
 pub mod listcheck;
+pub mod pathset;
 pub mod plan;
 pub mod receiver;
 pub mod remote;

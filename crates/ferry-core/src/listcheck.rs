@@ -11,7 +11,9 @@
 //! earlier regular-file entry. A single-file destination takes exactly one
 //! regular file and nothing else.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
+
+use crate::pathset::PathMap;
 
 use ferry_link::{Entry, EntryKind};
 
@@ -30,10 +32,10 @@ pub enum Shape {
 pub struct ListCheck {
     shape: Shape,
     last_id: Option<u32>,
-    /// Kind of every path seen.
-    kinds: HashMap<Vec<u8>, EntryKind>,
+    /// Kind of every path seen (by keyed digest: see [`crate::pathset`]).
+    kinds: PathMap<EntryKind>,
     /// Ids of regular-file entries (hard-link targets).
-    files: HashMap<u32, ()>,
+    files: HashSet<u32>,
     entries: u64,
     /// On a pull: the names the user asked for (see [`ListCheck::expect_top`]).
     top: Option<Vec<Vec<u8>>>,
@@ -77,8 +79,8 @@ impl ListCheck {
         Self {
             shape,
             last_id: None,
-            kinds: HashMap::new(),
-            files: HashMap::new(),
+            kinds: PathMap::default(),
+            files: HashSet::new(),
             entries: 0,
             top: None,
         }
@@ -137,7 +139,7 @@ impl ListCheck {
         if e.size > MAX_FILE_SIZE {
             return refuse("file larger than the protocol allows");
         }
-        match self.kinds.get(path.as_slice()) {
+        match self.kinds.get(path) {
             Some(EntryKind::Dir) if kind == EntryKind::Dir => {}
             Some(_) => return refuse("entry sent twice"),
             None => {}
@@ -147,14 +149,14 @@ impl ListCheck {
         {
             return refuse("entry is not below a directory of the list");
         }
-        if kind == EntryKind::HardLink && !self.files.contains_key(&e.link_to) {
+        if kind == EntryKind::HardLink && !self.files.contains(&e.link_to) {
             return refuse("hard link to an entry that is not an earlier regular file");
         }
         self.last_id = Some(e.id);
         self.entries += 1;
-        self.kinds.insert(path.clone(), kind);
+        self.kinds.insert(path, kind);
         if kind == EntryKind::File {
-            self.files.insert(e.id, ());
+            self.files.insert(e.id);
         }
         Ok(())
     }

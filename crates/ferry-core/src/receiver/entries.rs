@@ -63,7 +63,7 @@ impl Dispatcher<'_, '_> {
             ));
             return Ok(());
         }
-        self.seen.insert(e.path.clone());
+        self.seen.insert(&e.path);
         let shown = self.tree.show(&e.path);
         if e.kind() == EntryKind::File {
             self.paths.insert(e.id, e.path.clone());

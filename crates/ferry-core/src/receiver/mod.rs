@@ -211,7 +211,7 @@ pub fn run_receiver(
             files: HashMap::new(),
             done: HashMap::new(),
             paths: HashMap::new(),
-            seen: HashSet::new(),
+            seen: Default::default(),
             dirs_ok: HashSet::from([Vec::new()]),
             dirs: Vec::new(),
             dirs_queued: HashSet::new(),
@@ -396,8 +396,9 @@ struct Dispatcher<'a, 'b> {
     done: HashMap<u32, decide::SegmentTally>,
     /// Destination path of every file entry, for hard links.
     paths: HashMap<u32, Vec<u8>>,
-    /// Every path in the source list, for `--delete`.
-    seen: HashSet<Vec<u8>>,
+    /// Every path in the source list, for `--delete` (by keyed digest:
+    /// see [`crate::pathset`]).
+    seen: crate::pathset::PathSet,
     /// Paths known to be real directories at the destination.
     dirs_ok: HashSet<Vec<u8>>,
     /// Paths of the directories in `dirs`.

@@ -2,7 +2,6 @@
 //! ([`root_at`], [`late_root`]), whether `--delete` runs ([`deletion`])
 //! and which destination entries it removes ([`extras`]).
 
-use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -130,7 +129,7 @@ pub(crate) struct Extra {
 pub(crate) fn extras(
     parent: &[u8],
     listing: Vec<(OsString, bool)>,
-    seen: &HashSet<Vec<u8>>,
+    seen: &crate::pathset::PathSet,
     excludes: Option<&Excludes>,
 ) -> Vec<Extra> {
     listing
@@ -155,6 +154,7 @@ pub(crate) fn rsync_delete_order(a: (&OsStr, bool), b: (&OsStr, bool)) -> std::c
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pathset::PathSet;
 
     #[test]
     fn deletion_goes_in_rsyncs_order() {
@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn extras_are_what_the_list_lacks_in_listing_order() {
-        let seen: HashSet<Vec<u8>> = [b"d/keep".to_vec(), b"d/sub".to_vec()].into();
+        let seen: PathSet = [&b"d/keep"[..], b"d/sub"].into_iter().collect();
         let none = Excludes::new(&[]).unwrap();
         let got = extras(
             b"d",
@@ -279,7 +279,7 @@ mod tests {
     #[test]
     fn extras_match_whole_paths_not_names() {
         // "x" is listed under "a" only: the "x" under "b" goes.
-        let seen: HashSet<Vec<u8>> = [b"a/x".to_vec()].into();
+        let seen: PathSet = [&b"a/x"[..]].into_iter().collect();
         let none = Excludes::new(&[]).unwrap();
         assert_eq!(
             rels(&extras(b"b", listing(&[("x", false)]), &seen, Some(&none))),
@@ -299,7 +299,7 @@ mod tests {
                 ("cache", false),
                 ("b", false),
             ]),
-            &HashSet::new(),
+            &PathSet::default(),
             Some(&ex),
         );
         // "cache/" protects a directory only; a file of that name goes.
@@ -309,7 +309,7 @@ mod tests {
         let all = extras(
             b"",
             listing(&[("a.tmp", false), ("b", false)]),
-            &HashSet::new(),
+            &PathSet::default(),
             None,
         );
         assert_eq!(rels(&all), [&b"a.tmp"[..], b"b"]);
