@@ -46,10 +46,23 @@ pub(crate) struct EarlySeg {
 type Sink = Box<dyn Fn(EarlySeg) + Send>;
 
 /// A delta source's block hashes and the receiver's signature so far.
+/// Made on first use: the sender keeps one per listed file, and most are
+/// never asked for (a million unchanged files would otherwise hold a
+/// million of these).
 #[derive(Default)]
-pub(crate) struct PreHash {
+pub(crate) struct PreHash(std::sync::OnceLock<Box<PreHashState>>);
+
+#[derive(Default)]
+pub(crate) struct PreHashState {
     st: Mutex<Pre>,
     cv: Condvar,
+}
+
+impl std::ops::Deref for PreHash {
+    type Target = PreHashState;
+    fn deref(&self) -> &PreHashState {
+        self.0.get_or_init(Box::default)
+    }
 }
 
 #[derive(Default, PartialEq, Eq, Clone, Copy)]
