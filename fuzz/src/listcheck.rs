@@ -2,7 +2,8 @@
 //! ([`ferry_core::listcheck::ListCheck`]), on arbitrary entry lists.
 //!
 //! Input: `flags`, then 4 bytes per entry: kind and id step, path,
-//! `link_to`, size class (see [`entry`]); paths come from a small table of
+//! `link_to` (a hard link's target path is taken from the same table by
+//! it), size class (see [`entry`]); paths come from a small table of
 //! names and hostile forms (`..`, `.`, `a//b`, `/a`, NUL, …), or raw bytes.
 //! `flags & 1`: a single-file destination; `& 2`: a pull that asked for
 //! `a` and `c` only; `& 4`: the shape turns single-file after the first
@@ -58,11 +59,17 @@ fn entry(b: &mut Bytes<'_>, id: &mut u32) -> Entry {
         3 => u64::MAX,
         s => u64::from(s),
     };
+    let target = if kind == EntryKind::HardLink {
+        PATHS[link_to as usize % PATHS.len()].to_vec()
+    } else {
+        Vec::new()
+    };
     Entry {
         id: *id,
         path,
         kind: Some(kind),
         link_to,
+        target,
         size,
         ..Default::default()
     }
@@ -107,7 +114,11 @@ impl Model {
             && (p.is_empty()
                 || parent(p).is_empty()
                 || self.kinds.get(parent(p)) == Some(&EntryKind::Dir))
-            && (kind != EntryKind::HardLink || self.files.contains(&e.link_to));
+            && (kind != EntryKind::HardLink
+                || (self.files.contains(&e.link_to)
+                    && !e.target.is_empty()
+                    && safe(&e.target)
+                    && self.kinds.get(&e.target) == Some(&EntryKind::File)));
         if ok {
             self.last_id = Some(e.id);
             self.entries += 1;
@@ -209,6 +220,12 @@ fn invariants(list: &[Entry], single: bool) {
         }
         if e.kind() == EntryKind::HardLink {
             assert!(files.contains(&e.link_to), "hard link to {}", e.link_to);
+            assert_eq!(
+                kinds.get(e.target.as_slice()),
+                Some(&EntryKind::File),
+                "hard link to path {:?}",
+                e.target
+            );
         }
         assert!(e.size <= MAX_FILE_SIZE);
         kinds.insert(p, e.kind());

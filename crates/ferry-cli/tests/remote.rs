@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use common::*;
@@ -576,4 +576,77 @@ fn a_silent_peer_times_out_and_a_slow_one_does_not() {
             "push={push}: noticed after {waited:?}"
         );
     }
+}
+
+/// A list longer than the 65,536-entry window of protocol version 10: the
+/// sender waits for the receiver's `Decided` and forgets what was decided;
+/// a hard link reaches back across the window by path. Locally, then
+/// pushed and pulled through a real sshd, each followed by a re-run that
+/// moves only the one file changed past the window.
+#[test]
+fn a_list_longer_than_the_window_goes_through() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    // 70 directories of 1,000 files: 70,071 entries with the root.
+    for i in 0..70 {
+        let dir = src.join(format!("d{i:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        for j in 0..1000 {
+            let body = if j % 100 == 0 {
+                format!("{i}/{j}")
+            } else {
+                String::new()
+            };
+            fs::write(dir.join(format!("f{j:03}")), body).unwrap();
+        }
+    }
+    fs::hard_link(src.join("d00/f100"), src.join("d69/zz-link")).unwrap();
+    let check = |dst: &Path| {
+        assert_same_tree(&src, dst);
+        let (a, b) = (dst.join("d00/f100"), dst.join("d69/zz-link"));
+        assert_eq!(
+            fs::metadata(&a).unwrap().ino(),
+            fs::metadata(&b).unwrap().ino(),
+            "the hard link across the window"
+        );
+    };
+    let changed = src.join("d68/f500");
+    let change = |n: i64| {
+        fs::write(&changed, format!("changed {n}")).unwrap();
+        set_mtime(&changed, 1_700_000_000 + n);
+    };
+    let local = d.path().join("local");
+    let j = ferry_ok(&["sync", &slash(&src), p(&local)]);
+    assert_eq!(j["files_total"], 70_001, "{j}");
+    check(&local);
+    change(1);
+    let j = ferry_ok(&["sync", &slash(&src), p(&local)]);
+    assert_eq!(j["files_transferred"], 1, "{j}");
+    check(&local);
+
+    let Some(srv) = SshServer::start("a_list_longer_than_the_window_goes_through") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let bin = p(&bin);
+    let pushed = d.path().join("pushed");
+    ferry_ok(&remote_args(
+        &rsh,
+        bin,
+        &[&slash(&src), &srv.remote(&pushed)],
+    ));
+    check(&pushed);
+    change(2);
+    let j = ferry_ok(&remote_args(
+        &rsh,
+        bin,
+        &[&slash(&src), &srv.remote(&pushed)],
+    ));
+    assert_eq!(j["files_transferred"], 1, "{j}");
+    check(&pushed);
+    let pulled = d.path().join("pulled");
+    let from = format!("{}/", srv.remote(&src));
+    ferry_ok(&remote_args(&rsh, bin, &[&from, p(&pulled)]));
+    check(&pulled);
 }

@@ -149,7 +149,12 @@ impl ListCheck {
         {
             return refuse("entry is not below a directory of the list");
         }
-        if kind == EntryKind::HardLink && !self.files.contains(&e.link_to) {
+        if kind == EntryKind::HardLink
+            && (!self.files.contains(&e.link_to)
+                || e.target.is_empty()
+                || !valid_rel(&e.target)
+                || self.kinds.get(&e.target) != Some(&EntryKind::File))
+        {
             return refuse("hard link to an entry that is not an earlier regular file");
         }
         self.last_id = Some(e.id);
@@ -186,6 +191,7 @@ mod tests {
     fn an_ordinary_tree_passes() {
         let mut link = ent(5, "a/h", HardLink);
         link.link_to = 3;
+        link.target = b"a/b/f".to_vec();
         let list = [
             ent(0, "", Dir),
             ent(1, "a", Dir),
@@ -260,6 +266,23 @@ mod tests {
         let mut to_link = ent(1, "h", HardLink);
         to_link.link_to = 0;
         assert!(run(Shape::Tree, &[ent(0, "l", Symlink), to_link]).is_err());
+        // Version 10: the target's path is a listed regular file too.
+        let link = |target: &str| {
+            let mut l = ent(3, "h", HardLink);
+            l.link_to = 1;
+            l.target = target.as_bytes().to_vec();
+            l
+        };
+        let before = [ent(0, "d", Dir), ent(1, "f", File), ent(2, "l", Symlink)];
+        let with = |l: Entry| {
+            let mut v = before.to_vec();
+            v.push(l);
+            run(Shape::Tree, &v)
+        };
+        assert_eq!(with(link("f")), Ok(()));
+        for bad in ["", "d", "l", "nope", "../f", "/f", "f/"] {
+            assert!(with(link(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

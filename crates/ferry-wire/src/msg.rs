@@ -146,6 +146,11 @@ pub enum Message {
     EndOfList,
     /// R→S: send the contents of file `file`.
     Want { file: u32, mode: WantMode },
+    /// R→S (version 10): the receiver has decided on every entry whose id
+    /// is below `below`: those it has not asked for by now it never will.
+    /// The sender forgets them, and lists at most a window of entries
+    /// ahead of the last `below` it got (see docs/PROTOCOL.md).
+    Decided { below: u32 },
     /// R→S: part of the receiver's block signature of its copy of a file.
     Signature(SignaturePart),
     /// R→S: part of the list of segments a resumed file's partial copy
@@ -264,6 +269,7 @@ impl Message {
             Message::Entry(_) => "Entry",
             Message::EndOfList => "EndOfList",
             Message::Want { .. } => "Want",
+            Message::Decided { .. } => "Decided",
             Message::Signature(_) => "Signature",
             Message::Have(_) => "Have",
             Message::Data { .. } => "Data",

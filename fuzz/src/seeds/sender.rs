@@ -66,6 +66,25 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
         .collect();
     v.push((t, "want_all_whole".into(), seed(0, all_whole.clone())));
     v.push((t, "want_all_whole_in_process".into(), seed(2, all_whole)));
+    // Version 10: `Decided` forgets what was not asked for; a `Want`
+    // after it, a `Decided` that goes back, and one far past the list.
+    let m = vec![
+        want("a", WantMode::Whole),
+        Message::Decided { below: id("z") },
+        want("z", WantMode::Whole),
+        Message::Decided { below: u32::MAX },
+        Message::EndOfList,
+        done(),
+    ];
+    v.push((t, "decided_then_want".into(), seed(0, m)));
+    let m = vec![
+        Message::Decided { below: id("z") },
+        want("sub/c", WantMode::Whole),
+        Message::Decided { below: 1 },
+        Message::EndOfList,
+        done(),
+    ];
+    v.push((t, "want_after_decided".into(), seed(0, m)));
     let mut a_basis = content("a");
     a_basis[10..20].copy_from_slice(b"0123456789");
     let mut m = vec![want("a", WantMode::Delta)];

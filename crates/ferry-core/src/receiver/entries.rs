@@ -65,12 +65,11 @@ impl Dispatcher<'_, '_> {
         }
         self.seen.insert(&e.path);
         let shown = self.tree.show(&e.path);
-        if e.kind() == EntryKind::File {
-            self.paths.insert(e.id, e.path.clone());
-            if self.budget.must_wait(self.waiting.len(), self.open_files()) {
-                self.waiting.push_back(e);
-                return Ok(());
-            }
+        if e.kind() == EntryKind::File
+            && self.budget.must_wait(self.waiting.len(), self.open_files())
+        {
+            self.waiting.push_back(e);
+            return Ok(());
         }
         if e.kind() == EntryKind::HardLink {
             self.links.push(e);

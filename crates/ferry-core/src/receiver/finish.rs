@@ -73,9 +73,9 @@ impl Dispatcher<'_, '_> {
     /// Make the hard-link entry `e` a link to the file entry it names: an
     /// entry of this transfer, reached through the same handles.
     fn hard_link(&self, e: &Entry) -> io::Result<()> {
-        let Some(target_rel) = self.paths.get(&e.link_to) else {
-            return Err(io::Error::other("hard link to an entry not in the list"));
-        };
+        // The list check made sure the target is a regular file listed
+        // before it (version 10 names it by path).
+        let target_rel = &e.target;
         let dry = self.sh.opts.dry_run;
         let dest = self.tree.loc(&e.path, dry)?;
         let target = self.tree.loc(target_rel, dry)?;

@@ -210,7 +210,6 @@ pub fn run_receiver(
             tx: &tx,
             files: HashMap::new(),
             done: HashMap::new(),
-            paths: HashMap::new(),
             seen: Default::default(),
             dirs_ok: HashSet::from([Vec::new()]),
             dirs: Vec::new(),
@@ -222,6 +221,8 @@ pub fn run_receiver(
             started: std::time::Instant::now(),
             signer: Some(sign_tx),
             waiting: Default::default(),
+            next_entry: 0,
+            decided_sent: 0,
             end_of_list: false,
             budget,
             check: {
@@ -394,8 +395,6 @@ struct Dispatcher<'a, 'b> {
     files: HashMap<u32, Arc<DstFile>>,
     /// Segments of each file in flight that the sender has finished.
     done: HashMap<u32, decide::SegmentTally>,
-    /// Destination path of every file entry, for hard links.
-    paths: HashMap<u32, Vec<u8>>,
     /// Every path in the source list, for `--delete` (by keyed digest:
     /// see [`crate::pathset`]).
     seen: crate::pathset::PathSet,
@@ -417,6 +416,10 @@ struct Dispatcher<'a, 'b> {
     signer: Option<Sender<SignJob>>,
     /// Files listed while the [`file_budget`] is spent, in list order.
     waiting: std::collections::VecDeque<Entry>,
+    /// One past the last entry of the list read so far.
+    next_entry: u32,
+    /// The last `Decided` sent (see [`decide::decided_due`]).
+    decided_sent: u32,
     /// The sender's `EndOfList`, held until `waiting` is empty.
     end_of_list: bool,
     /// How many files may be open for writing at once.
@@ -463,7 +466,11 @@ impl Dispatcher<'_, '_> {
                 continue;
             };
             match m {
-                Message::Entry(e) => self.entry(*e)?,
+                Message::Entry(e) => {
+                    self.next_entry = e.id.saturating_add(1);
+                    self.entry(*e)?;
+                    self.tell_decided()?;
+                }
                 Message::Data { file, offset, data } => {
                     let len = data.len() as u64;
                     self.route(workers, file, offset, len, Op::Data(offset, data))?
@@ -669,6 +676,7 @@ impl Dispatcher<'_, '_> {
             let res = self.tree.loc(&e.path, false).and_then(|l| self.file(e, &l));
             self.outcome(res, &shown)?;
         }
+        self.tell_decided()?;
         // Every delta must be finished first: one that fails is asked for
         // again, and no `Want` may follow `EndOfList`.
         let deltas = self.sh.in_flight.deltas.load(Ordering::SeqCst);
@@ -682,6 +690,18 @@ impl Dispatcher<'_, '_> {
     }
 
     /// Queue work for the signer thread.
+    /// Tell the sender how far the list is decided, every so often: it
+    /// lists at most a window past that (see [`decide::decided_due`]).
+    fn tell_decided(&mut self) -> Result<()> {
+        let below = self.waiting.front().map_or(self.next_entry, |e| e.id);
+        if decide::decided_due(below, self.decided_sent) {
+            self.sign(SignJob::Decided(below))
+                .map_err(|e| Error::Protocol(e.to_string()))?;
+            self.decided_sent = below;
+        }
+        Ok(())
+    }
+
     fn sign(&self, job: SignJob) -> io::Result<()> {
         self.signer
             .as_ref()

@@ -16,6 +16,9 @@ pub(super) enum SignJob {
     /// The sender's list is complete: answer `EndOfList`, after every
     /// `Want` queued before it.
     EndOfList,
+    /// Every entry below this is decided: say so (`Decided`), after every
+    /// `Want` queued before it, so that none comes after it for those.
+    Decided(u32),
 }
 
 /// The share of a delta file that deltas have saved so far in this run
@@ -35,6 +38,11 @@ pub(super) fn signer(jobs: Receiver<SignJob>, sh: &Shared<'_>, tx: MsgTx) {
         match job {
             SignJob::EndOfList => {
                 if tx.send(Message::EndOfList).is_err() {
+                    return;
+                }
+            }
+            SignJob::Decided(below) => {
+                if tx.send(Message::Decided { below }).is_err() {
                     return;
                 }
             }

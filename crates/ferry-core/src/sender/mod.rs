@@ -32,6 +32,9 @@ use crate::plan::SourceSpec;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
+mod credit;
+#[cfg(test)]
+pub(crate) use credit::WINDOW;
 mod delta;
 mod open;
 mod ops;
@@ -125,6 +128,7 @@ pub fn run_sender(
     rx.set_idle_timeout(opts.timeout);
 
     let table: Table = Arc::default();
+    let credit = credit::Credit::default();
     let (job_tx, job_rx) = unbounded::<Job>();
     let over = AtomicBool::new(false);
     // Reading is often I/O-bound (cold cache, small files): more readers
@@ -144,7 +148,8 @@ pub fn run_sender(
             // Files that vanish are the receiver's to note, unless it is
             // remote: then this side, which prints, notes them too.
             let warn = (!opts.in_process).then_some(stats);
-            workers.push(s.spawn(move || segment::worker(job_rx, tx, progress, warn, how)));
+            let table = table.clone();
+            workers.push(s.spawn(move || segment::worker(job_rx, tx, &table, progress, warn, how)));
         }
         drop(job_rx);
 
@@ -152,23 +157,26 @@ pub fn run_sender(
         let (prehash_tx, prehash_rx) = unbounded::<Arc<SrcFile>>();
         let direct_io = opts.direct_io;
         let over = &over;
+        let credit = &credit;
         s.spawn(move || prehash::prehash(prehash_rx, direct_io, over));
         let req = requests::Requests::new(
             table.clone(),
             tx.clone(),
-            job_tx,
-            workers,
+            (job_tx, workers),
             prehash_tx,
             progress,
             // The changes a remote receiver reports, when they were asked for.
             progress.filter(|_| opts.list_changes),
+            credit,
         );
         let requests = s.spawn(move || -> Result<ReceiverReport> {
             let _over = requests::SetOnDrop(over);
-            req.serve(&rx)
+            let r = req.serve(&rx);
+            credit.close();
+            r
         });
 
-        let walked = walk::walk_all(sources, opts, stats, &tx, &table);
+        let walked = walk::walk_all(sources, opts, stats, &tx, &table, credit);
         if let Err(e) = &walked {
             let _ = tx.send(crate::error::fatal(e));
         }

@@ -18,6 +18,7 @@ use crate::early::EarlySeg;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
 
+use super::credit::Credit;
 use super::prehash::worth_prehashing;
 use super::resume::{held_of, interleave, Resuming};
 use super::{DeltaJob, Held, Job, SrcFile, Table};
@@ -86,19 +87,25 @@ pub(super) struct Requests<'s> {
     wanted: HashMap<u32, WantMode>,
     /// Files being resumed whose `Have` list is not complete yet.
     resuming: HashMap<u32, Resuming>,
+    /// The receiver has decided on every entry below this (`Decided`):
+    /// those not asked for are forgotten.
+    decided: u32,
+    credit: &'s Credit,
 }
 
 impl<'s> Requests<'s> {
     pub(super) fn new(
         table: Table,
         tx: MsgTx,
-        jobs: Sender<Job>,
-        workers: Vec<ScopedJoinHandle<'s, Result<()>>>,
+        (jobs, workers): (Sender<Job>, Vec<ScopedJoinHandle<'s, Result<()>>>),
         prehash: Sender<Arc<SrcFile>>,
         progress: Option<&'s Stats>,
         changes: Option<&'s Stats>,
+        credit: &'s Credit,
     ) -> Self {
         Self {
+            decided: 0,
+            credit,
             changes,
             table,
             tx,
@@ -117,6 +124,7 @@ impl<'s> Requests<'s> {
         loop {
             match rx.recv()? {
                 Message::Want { file, mode } => self.want(file, mode)?,
+                Message::Decided { below } => self.decided(below)?,
                 Message::Signature(part) => self.signature(part)?,
                 Message::Have(part) => self.have(part)?,
                 Message::EndOfList => self.end_of_list()?,
@@ -143,7 +151,52 @@ impl<'s> Requests<'s> {
         }
     }
 
+    /// The receiver decided on every entry below `below`: forget those it
+    /// did not ask for, and let the walk list further.
+    fn decided(&mut self, below: u32) -> Result<()> {
+        if below < self.decided {
+            return Err(Error::Protocol(format!(
+                "receiver decided below {below} after {}",
+                self.decided
+            )));
+        }
+        if let Ok(mut t) = self.table.lock() {
+            let wanted = &mut self.wanted;
+            // What a `Want` still can come for: one asked for as a delta or
+            // a resume (asked again whole if it fails). One asked for whole
+            // is never asked again, and its worker drops it once sent.
+            let keep = |id: u32, wanted: &HashMap<u32, WantMode>| {
+                wanted.get(&id).is_some_and(|m| *m != WantMode::Whole)
+            };
+            let span = u64::from(below - self.decided);
+            if span <= (t.len() + wanted.len()) as u64 {
+                for id in self.decided..below {
+                    if !keep(id, wanted) {
+                        if !wanted.contains_key(&id) {
+                            t.remove(&id);
+                        }
+                        wanted.remove(&id);
+                    }
+                }
+            } else {
+                // A receiver's `below` far past the list: walk what is kept
+                // instead of the ids.
+                let (lo, snapshot) = (self.decided, wanted.clone());
+                t.retain(|&id, _| !(lo..below).contains(&id) || snapshot.contains_key(&id));
+                wanted.retain(|&id, m| !(lo..below).contains(&id) || *m != WantMode::Whole);
+            }
+        }
+        self.decided = below;
+        self.credit.decided(below);
+        Ok(())
+    }
+
     fn want(&mut self, file: u32, mode: WantMode) -> Result<()> {
+        if file < self.decided && !self.wanted.contains_key(&file) {
+            return Err(Error::Protocol(format!(
+                "receiver asked for file {file} after deciding on it"
+            )));
+        }
         let f = self.table.lock().ok().and_then(|t| t.get(&file).cloned());
         let Some(f) = f else {
             return Err(Error::Protocol(format!(

@@ -14,20 +14,26 @@ use crate::error::{describe, Result};
 use crate::scan;
 use crate::stats::Stats;
 
-use super::{delta, resume, whole, Held, Job, ReadHow};
+use super::{delta, resume, whole, Held, Job, ReadHow, Table};
 
 /// A worker thread: sends the segments queued for it until the queue
 /// closes.
 pub(super) fn worker(
     jobs: Receiver<Job>,
     tx: MsgTx,
+    table: &Table,
     progress: Option<&Stats>,
     warn: Option<&Stats>,
     how: ReadHow,
 ) -> Result<()> {
     let mut buf = Vec::with_capacity(scan::CHUNK);
     for job in jobs {
-        send_segment(&job, &tx, &mut buf, how, warn)?;
+        if send_segment(&job, &tx, &mut buf, how, warn)? && is_whole(&job) {
+            // Sent whole, never asked for again: the table lets it go.
+            if let Ok(mut t) = table.lock() {
+                t.remove(&job.id);
+            }
+        }
         if let Some(st) = progress {
             let (a, b) = layout::segment_range(job.file.size, job.seg);
             Stats::add(&st.bytes_done, b - a);
@@ -88,13 +94,19 @@ fn changed_failure(
     }
 }
 
+/// A job of a file asked for whole (not a delta, not a resume).
+fn is_whole(job: &Job) -> bool {
+    job.early.is_none() && job.delta.is_none() && job.held == Held::Nothing
+}
+
+/// Send one segment; true when it was the file's last.
 fn send_segment(
     job: &Job,
     tx: &MsgTx,
     buf: &mut Vec<u8>,
     how: ReadHow,
     warn: Option<&Stats>,
-) -> Result<()> {
+) -> Result<bool> {
     let f = &job.file;
     let id = job.id;
     let fail = |why: NotSent| -> Result<()> {
@@ -135,7 +147,8 @@ fn send_segment(
             Err(e) => fail(read_failure(&f.path, &e))?,
         }
     }
-    if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+    let last = f.remaining.fetch_sub(1, Ordering::SeqCst) == 1;
+    if last {
         // Last segment of this file: was it stable while we read it?
         if let Some(file) = &file {
             if !f.failed.load(Ordering::SeqCst) {
@@ -151,7 +164,7 @@ fn send_segment(
         segment: job.seg as u32,
         digest,
     })?;
-    Ok(())
+    Ok(last)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::scan;
 use crate::stats::Stats;
 use crate::SyncOptions;
 
+use super::credit::Credit;
 use super::open::open_listed;
 use super::{SrcFile, Table};
 
@@ -29,12 +30,14 @@ pub(super) fn walk_all(
     stats: &Stats,
     tx: &MsgTx,
     table: &Table,
+    credit: &Credit,
 ) -> Result<()> {
     let mut w = Walker {
         opts,
         stats,
         tx,
         table,
+        credit,
         next_id: 0,
         inodes: HashMap::new(),
         // Several sources can bring the same name (`a/ b/ dst`): the first
@@ -123,8 +126,12 @@ struct Walker<'a> {
     stats: &'a Stats,
     tx: &'a MsgTx,
     table: &'a Table,
+    /// The receiver's decisions, which the list may not run far ahead of.
+    credit: &'a Credit,
     next_id: u32,
-    inodes: HashMap<(u64, u64), u32>,
+    /// Files with more than one link, by device and inode: the id and
+    /// path of the first listed, which later names link to.
+    inodes: HashMap<(u64, u64), (u32, Vec<u8>)>,
     /// With several sources: every name sent and whether it is a directory.
     names: Option<HashMap<Vec<u8>, bool>>,
     /// Which owners and groups have been named to the receiver.
@@ -142,6 +149,8 @@ impl Walker<'_> {
             e.owner = self.namer.name(Which::User, e.uid);
             e.group = self.namer.name(Which::Group, e.gid);
         }
+        // At most a window ahead of what the receiver has decided on.
+        self.credit.wait_for(e.id);
         self.tx.send(Message::Entry(Box::new(e)))?;
         Ok(())
     }
@@ -302,13 +311,16 @@ impl Walker<'_> {
         let ft = meta.file_type();
         let ident = (meta.dev(), meta.ino());
         if self.opts.hard_links && meta.nlink() > 1 && ft.is_file() {
-            if let Some(&first) = self.inodes.get(&ident) {
+            if let Some((first, first_path)) = self.inodes.get(&ident) {
                 e.kind = Some(EntryKind::HardLink);
-                e.link_to = first;
+                e.link_to = *first;
+                // Version 10: the path too, so the receiver need not keep
+                // every file's path in case a link names it.
+                e.target = first_path.clone();
                 self.send(e)?;
                 return Ok(());
             }
-            self.inodes.insert(ident, e.id);
+            self.inodes.insert(ident, (e.id, e.path.clone()));
         }
         e.kind = Some(EntryKind::File);
         let size = if ft.is_block_device() {

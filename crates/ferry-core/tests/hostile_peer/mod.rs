@@ -59,7 +59,16 @@ pub fn list(spec: &str, outside: &Path) -> Vec<Entry> {
             }
             "F" => (e.kind, e.size) = (Some(EntryKind::File), arg.parse().unwrap()),
             "L" => (e.kind, e.target) = (Some(EntryKind::Symlink), out(arg)),
-            "H" => (e.kind, e.link_to) = (Some(EntryKind::HardLink), arg.parse().unwrap()),
+            "H" => {
+                // Version 10: the link names its target by id and by path.
+                e.kind = Some(EntryKind::HardLink);
+                e.link_to = arg.parse().unwrap();
+                e.target = v
+                    .iter()
+                    .find(|x: &&Entry| x.id == e.link_to)
+                    .map(|x| x.path.clone())
+                    .unwrap_or_default();
+            }
             k => panic!("bad kind {k:?} in {spec:?}"),
         }
         v.push(e);

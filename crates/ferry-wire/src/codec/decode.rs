@@ -90,6 +90,9 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
         },
         tag::ENTRY => entry(&mut i)?,
         tag::END_OF_LIST => Message::EndOfList,
+        tag::DECIDED => Message::Decided {
+            below: i.var32("below")?,
+        },
         tag::WANT => Message::Want {
             file: i.var32("file")?,
             mode: match i.u8()? {

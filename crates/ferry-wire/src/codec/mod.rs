@@ -65,6 +65,7 @@ mod tag {
     pub const FILE_CHANGED: u8 = 16;
     pub const CHANGE: u8 = 17;
     pub const UNUSED: u8 = 18;
+    pub const DECIDED: u8 = 19;
 }
 
 trait Out {
@@ -122,6 +123,10 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             write_entry(o, e);
         }
         Message::EndOfList => o.u8(tag::END_OF_LIST),
+        Message::Decided { below } => {
+            o.u8(tag::DECIDED);
+            o.var(*below as u64);
+        }
         Message::Want { file, mode } => {
             o.u8(tag::WANT);
             o.var(*file as u64);

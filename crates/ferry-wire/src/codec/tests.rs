@@ -69,6 +69,8 @@ fn every_message_roundtrips() {
         to: b"x".to_vec(),
     })));
     roundtrip(Message::EndOfList);
+    roundtrip(Message::Decided { below: 0 });
+    roundtrip(Message::Decided { below: u32::MAX });
     roundtrip(Message::Want {
         file: 3,
         mode: WantMode::Delta,

@@ -272,6 +272,16 @@ impl FileBudget {
     }
 }
 
+/// Entries between two `Decided` messages: the sender's list runs up to
+/// 65,536 entries ahead of the last one (`sender::credit`).
+pub(crate) const DECIDED_EVERY: u32 = 1024;
+
+/// Whether to tell the sender that every entry below `below` is decided,
+/// the last `Decided` having said `sent`.
+pub(crate) fn decided_due(below: u32, sent: u32) -> bool {
+    below >= sent.saturating_add(DECIDED_EVERY)
+}
+
 /// Answer the sender's `EndOfList` (no `Want` may follow it): once it
 /// came (`held`), no file waits to be asked for, no delta is unfinished
 /// (one may fail and be asked for again) and no retry is queued.

@@ -242,3 +242,14 @@ fn end_of_list_waits_for_queued_files_deltas_and_retries() {
     assert!(!may_end_list(true, 0, 1, false));
     assert!(!may_end_list(true, 0, 0, true));
 }
+
+#[test]
+fn decided_is_told_every_so_many_entries() {
+    assert!(!decided_due(0, 0));
+    assert!(!decided_due(DECIDED_EVERY - 1, 0));
+    assert!(decided_due(DECIDED_EVERY, 0));
+    assert!(!decided_due(DECIDED_EVERY + 5, DECIDED_EVERY));
+    // The list runs a window ahead of it: the receiver always tells
+    // before the sender has to stop.
+    const { assert!(DECIDED_EVERY < crate::sender::WINDOW / 4) };
+}
