@@ -28,8 +28,10 @@ written: the destination gets holes. Changed files are written to a temporary
 file beside the destination and renamed into place, so an interrupted run leaves
 the old file or the new one, never a mix (--inplace trades that for less space).
 Across hosts and for every delta, each segment written is verified against a
-BLAKE3 digest of what the sender read. Files are fdatasync'd before the rename
-and changed directories fsync'd at the end (--no-fsync turns this off).
+BLAKE3 digest of what the sender read. A file's data is on the disk before its
+rename (fdatasync; small files on a local filesystem in batches: write-back
+waited for, then one syncfs) and changed directories are fsync'd at the end
+(--no-fsync turns this off).
 --verify reads each file back from the disk once it is there and checks it
 against the sender's digests again.
 

@@ -86,6 +86,15 @@ pub fn wait_writeback(file: &File) -> io::Result<()> {
     sync_range(file, libc::SYNC_FILE_RANGE_WAIT_AFTER)
 }
 
+/// A `sync_file_range` error that says the call is not available here
+/// (seccomp, gVisor, WSL1, an odd filesystem), not that data was lost.
+pub fn sync_range_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSYS | libc::EINVAL | libc::EPERM | libc::EOPNOTSUPP | libc::ESPIPE)
+    )
+}
+
 fn sync_range(file: &File, flags: libc::c_uint) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: a plain system call on a descriptor `file` keeps open; it

@@ -5,26 +5,30 @@
 //! which on many small files is most of the run (5,000 files of 0-8 KiB:
 //! 1.32 s against 0.48 s without).
 //!
-//! So finished plain temporary files (see [`decide::batch_commit`]) wait
-//! here, written, verified and with their metadata set, until the batch
-//! is due ([`decide::batch_due`]). Then:
+//! So finished plain temporary files on a local filesystem (see
+//! [`decide::batch_commit`], [`decide::batch_fs`]) wait here, written,
+//! verified and with their metadata set, until the batch is due
+//! ([`decide::batch_due`]: full, or its oldest file has waited 2 s,
+//! checked as files come and by a timer). Then:
 //!
 //! 1. every file's write-back is started, then waited for, one by one
-//!    (`sync_file_range`): a file whose data cannot be written is dropped
-//!    here (its temp file goes, the old copy stays), as its `fdatasync`
-//!    would have failed;
+//!    (`sync_file_range`): a file whose data cannot be written fails here
+//!    (its temp file goes, the old copy stays);
 //! 2. one `syncfs` for each filesystem the batch is on writes the
 //!    metadata and flushes the device's cache: one journal commit, one
 //!    cache flush, for the whole batch;
-//! 3. only then is each file renamed into place, in the order they
-//!    finished. If the `syncfs` fails, none of its files is.
+//! 3. each file's own descriptor is asked again for a write error (the
+//!    `syncfs` may have written pages of it), and only then is it renamed
+//!    into place, in the order they finished.
 //!
-//! If a write failed in step 1 the disk is failing: the rest of the batch
-//! falls back to one `fdatasync` each (a `syncfs` would also write, and
-//! fail, the metadata of everything else on that filesystem), and a
-//! fatal error stops the renames. What is left at the end of the run is
-//! committed the same way, before the directories get their metadata and
-//! are fsynced.
+//! What cannot go that way gets one `fdatasync` per file, as without
+//! batching: every file of a batch where a write failed in step 1 (the
+//! disk is failing; a `syncfs` would also write, and fail, everything
+//! else on it), the files of a filesystem whose `syncfs` failed (it
+//! reports errors of any file there, not only ferry's), and a file whose
+//! `sync_file_range` is not supported. What is left at the end of the run
+//! is committed the same way, before the directories get their metadata
+//! and are fsynced.
 
 use std::time::Instant;
 
@@ -41,6 +45,13 @@ struct Batch {
     files: Vec<Arc<DstFile>>,
     bytes: u64,
     since: Option<Instant>,
+}
+
+impl Batch {
+    fn due(&self, limits: (usize, u64)) -> bool {
+        let age = self.since.map_or(0, |t| t.elapsed().as_millis() as u64);
+        decide::batch_due(self.files.len(), self.bytes, age, limits)
+    }
 }
 
 impl Commits {
@@ -62,10 +73,19 @@ impl Commits {
             };
             b.bytes += f.entry.size;
             b.files.push(f);
-            let since = *b.since.get_or_insert_with(Instant::now);
-            let age = since.elapsed().as_millis() as u64;
-            decide::batch_due(b.files.len(), b.bytes, age, self.limits)
-                .then(|| std::mem::take(&mut *b))
+            b.since.get_or_insert_with(Instant::now);
+            b.due(self.limits).then(|| std::mem::take(&mut *b))
+        };
+        if let Some(b) = due {
+            commit_batch(b.files, sh);
+        }
+    }
+
+    /// Commit the batch if it has become due by age (called by a timer).
+    pub(super) fn tick(&self, sh: &Shared<'_>) {
+        let due = match self.batch.lock() {
+            Ok(mut b) => b.due(self.limits).then(|| std::mem::take(&mut *b)),
+            Err(_) => None,
         };
         if let Some(b) = due {
             commit_batch(b.files, sh);
@@ -92,49 +112,58 @@ fn commit_batch(files: Vec<Arc<DstFile>>, sh: &Shared<'_>) {
             fsutil::start_writeback(file);
         }
     }
+    // Files that get their own `fdatasync`.
+    let mut own = Vec::new();
     let mut written = Vec::with_capacity(files.len());
     let mut failing = false;
     for f in files {
         let Some(file) = f.file.as_file() else {
+            own.push(f);
             continue;
         };
         match fsutil::wait_writeback(file) {
-            Ok(()) => written.push((f.clone(), dev_of(file))),
+            Ok(()) => written.push(f),
+            Err(e) if fsutil::sync_range_unsupported(&e) => own.push(f),
             Err(e) => {
                 failing = true;
                 told(&f, sh, Err(e).op("fsync"));
             }
         }
     }
+    if failing {
+        own.append(&mut written);
+    }
     let mut synced: Vec<(u64, bool)> = Vec::new();
-    for (f, dev) in written {
-        if sh.fatal_flag.load(Ordering::SeqCst) {
-            // The run stops: not renamed, the old copies stay.
-            continue;
-        }
+    for f in written {
         let Some(file) = f.file.as_file() else {
             continue;
         };
-        let ok = if failing || dev.is_none() {
-            file.sync_data().op("fsync")
-        } else {
-            match synced.iter().find(|(d, _)| Some(*d) == dev) {
-                Some((_, true)) => Ok(()),
-                Some((_, false)) => Err(io::Error::other("the filesystem could not be synced")),
+        let ok = match rustix::fs::fstat(file).map(|st| st.st_dev) {
+            Err(_) => false,
+            Ok(dev) => match synced.iter().find(|(d, _)| *d == dev) {
+                Some(&(_, ok)) => ok,
                 None => {
-                    let r = rustix::fs::syncfs(file)
-                        .map_err(io::Error::from)
-                        .op("fsync");
-                    synced.extend(dev.map(|d| (d, r.is_ok())));
-                    r
+                    let ok = rustix::fs::syncfs(file).is_ok();
+                    synced.push((dev, ok));
+                    ok
                 }
-            }
+            },
         };
-        told(&f, sh, ok.and_then(|()| commit(&f, sh)));
+        if !ok {
+            own.push(f);
+            continue;
+        }
+        // A write of this file that failed during the `syncfs` is this
+        // descriptor's to report (and then no longer `fdatasync`'s).
+        let mine = fsutil::wait_writeback(file).op("fsync");
+        told(&f, sh, mine.and_then(|()| commit(&f, sh)));
     }
-}
-
-/// The device `file` is on (`None` if that cannot be told).
-fn dev_of(file: &File) -> Option<u64> {
-    rustix::fs::fstat(file).ok().map(|st| st.st_dev)
+    for f in own {
+        let synced = match f.file.as_file() {
+            Some(file) => file.sync_data().op("fsync"),
+            None => f.file.durable().op("fsync"),
+        };
+        // Not renamed unless synced: dropped, its temp file goes.
+        told(&f, sh, synced.and_then(|()| commit(&f, sh)));
+    }
 }

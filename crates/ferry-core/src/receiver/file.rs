@@ -385,12 +385,15 @@ fn finalize_inner(f: &Arc<DstFile>, sh: &Shared<'_>) -> io::Result<()> {
         }
         if decide::fsync_before_rename(sh.opts.fsync, f.readback.is_some()) {
             let temp = f.tmp.is_some();
-            if decide::batch_commit(
-                sh.opts.fsync,
-                temp,
-                f.partial.is_some(),
-                f.readback.is_some(),
-            ) {
+            let local = rustix::fs::fstatfs(file).is_ok_and(|s| decide::batch_fs(s.f_type as u64));
+            if local
+                && decide::batch_commit(
+                    sh.opts.fsync,
+                    temp,
+                    f.partial.is_some(),
+                    f.readback.is_some(),
+                )
+            {
                 // Synced with its batch, then renamed (see [`super::commit`]).
                 sh.commits.add(f.clone(), sh);
                 return Ok(());

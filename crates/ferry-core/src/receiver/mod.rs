@@ -188,6 +188,7 @@ pub fn run_receiver(
         commits: commit::Commits::new(budget),
     };
     let nworkers = opts.threads.max(1);
+    let ticking = AtomicBool::new(true);
     let result = std::thread::scope(|s| {
         let mut senders = Vec::new();
         let mut handles = Vec::new();
@@ -197,6 +198,20 @@ pub fn run_receiver(
             let sh = &shared;
             handles.push(s.spawn(move || writer(wrx, sh)));
         }
+        // Commits batches that have waited long enough while nothing else
+        // comes to commit them (a slow link, a big file behind them).
+        let ticker = {
+            let (sh, ticking) = (&shared, &ticking);
+            s.spawn(move || {
+                while ticking.load(Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                    sh.commits.tick(sh);
+                }
+            })
+        };
+        // Stops the timer however this closure ends (a panic too, which
+        // the scope would otherwise wait on for ever).
+        let _stop = StopOnDrop(&ticking);
         let (sign_tx, sign_rx) = crossbeam_channel::unbounded::<SignJob>();
         {
             let sh = &shared;
@@ -246,6 +261,8 @@ pub fn run_receiver(
         for h in handles {
             let _ = h.join();
         }
+        ticking.store(false, Ordering::SeqCst);
+        let _ = ticker.join();
         // Files verified before the run ended, even by an error, are
         // committed (as each would have been on its own).
         shared.commits.flush(&shared);
@@ -442,6 +459,15 @@ struct Dispatcher<'a, 'b> {
     /// The process umask: what new entries' permissions lose without
     /// `--perms`.
     umask: u32,
+}
+
+/// Clears its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// How many files may be open for writing at once, from this process's

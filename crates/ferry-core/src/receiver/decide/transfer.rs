@@ -204,6 +204,20 @@ pub(crate) fn batch_commit(fsync: bool, temp: bool, partial: bool, readback: boo
     fsync && temp && !partial && !readback
 }
 
+/// Whether the filesystem of magic `f_type` (`fstatfs`) makes a batch's
+/// data durable with one `syncfs`: local filesystems whose `syncfs`
+/// writes every file's data and metadata and flushes the device. Not
+/// FUSE (whose servers mostly ignore `syncfs`), network filesystems or
+/// anything unknown: those keep one `fdatasync` per file.
+pub(crate) fn batch_fs(f_type: u64) -> bool {
+    const EXT4: u64 = 0xEF53;
+    const XFS: u64 = 0x5846_5342;
+    const BTRFS: u64 = 0x9123_683E;
+    const F2FS: u64 = 0xF2F5_2010;
+    const TMPFS: u64 = 0x0102_1994;
+    matches!(f_type, EXT4 | XFS | BTRFS | F2FS | TMPFS)
+}
+
 /// Files and bytes a commit batch may gather, from the open-file budget
 /// `budget`: every file in a batch holds a place among the files in
 /// flight, so a batch takes at most half of them, and the others keep the
@@ -252,6 +266,17 @@ mod tests {
         assert!(!batch_commit(true, false, false, false), "in place");
         assert!(!batch_commit(true, true, true, false), "partial file");
         assert!(!batch_commit(true, true, false, true), "--verify");
+    }
+
+    #[test]
+    fn only_local_filesystems_batch_their_syncs() {
+        for t in [0xEF53, 0x5846_5342, 0x9123_683E, 0xF2F5_2010, 0x0102_1994] {
+            assert!(batch_fs(t), "{t:#x}");
+        }
+        // FUSE, NFS, CIFS/SMB2, overlayfs, unknown.
+        for t in [0x6573_5546, 0x6969, 0xFE53_4D42, 0x794C_7630, 0] {
+            assert!(!batch_fs(t), "{t:#x}");
+        }
     }
 
     #[test]
