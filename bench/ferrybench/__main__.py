@@ -23,10 +23,11 @@ REPO = os.path.dirname(BENCH)
 
 FULL = dict(files=1024, file_kb=256, big_mib=512, mangle_pct=5.0, img_mib=512, img_data_mib=64,
             guest_img_mib=512, guest_data_mib=300, stream_mib=1024, resume_mib=1024, resume_kill_pct=60.0,
-            lfp_mib=2048, runs=3)
+            lfp_mib=2048, scale_files=1_000_000, scale_sparse_gib=1024, scale_data_mib=1024,
+            scale_stream_mib=2048, runs=3)
 QUICK = dict(files=48, file_kb=32, big_mib=16, mangle_pct=5.0, img_mib=64, img_data_mib=8,
              guest_img_mib=64, guest_data_mib=36, stream_mib=32, resume_mib=64, resume_kill_pct=60.0, lfp_mib=64,
-             runs=1)
+             scale_files=2000, scale_sparse_gib=4, scale_data_mib=16, scale_stream_mib=64, runs=1)
 # The sizes the open issues state their targets at (--issue-sizes): a 1 GiB
 # tree of 1 MiB files, a 1 GiB big file, a 4 GiB sparse image with ~300 MiB
 # allocated, a 2 GiB ext4 image with ~1.2 GiB of files written (half then
@@ -34,7 +35,8 @@ QUICK = dict(files=48, file_kb=32, big_mib=16, mangle_pct=5.0, img_mib=64, img_d
 # over a long fat pipe (lfp: its default is the issue's size already).
 ISSUE = dict(files=1024, file_kb=1024, big_mib=1024, mangle_pct=5.0, img_mib=4096, img_data_mib=300,
              guest_img_mib=2048, guest_data_mib=1228, stream_mib=2048, resume_mib=4096, resume_kill_pct=60.0,
-             lfp_mib=2048)
+             lfp_mib=2048, scale_files=1_000_000, scale_sparse_gib=1024, scale_data_mib=1024,
+             scale_stream_mib=2048)
 FLOATS = ("mangle_pct", "resume_kill_pct")
 
 DESCRIBE = {
@@ -73,6 +75,18 @@ DESCRIBE = {
            "its automatic number of connections and with `--streams 1`, `mbuffer -O`/`-I`, `zstd -1 -T0 | ssh`) "
            "and synced as a file (`ferry sync --direct`, default and `--streams 1`, rsync over ssh); iperf3 -P 8 "
            "and one stream measured on the same link as references. Only when named: `bash bench/run.sh lfp`.",
+    "scale": "Issue 21, ferry at scale. (1) A tree of {scale_files} files of 0-8 KiB (random bytes; one "
+             "directory per 100 files) copied locally (`ferry sync SRC/ DST/` against `rsync -a`) and pushed "
+             "over ssh to namespace B (unshaped veth, real sshd): the initial copy, an unchanged re-run with "
+             "the cache dropped (cold) and one right after (warm), then 10% of the files deleted and 10% "
+             "touched (a tenth of those rewritten) and a re-run with --delete. (2) A {scale_sparse_gib} GiB "
+             "sparse file with {scale_data_mib} MiB of random data in 256 KiB extents evenly spread, and a "
+             "dense file of the same bytes: copied locally (ferry, cp --sparse=always, qemu-img convert), "
+             "pushed over ssh (ferry) and read from an NBD export of it (nbdkit's file plugin on a unix "
+             "socket; ferry, nbdcopy). (3) A {scale_stream_mib} MiB stream (60% random, 40% text) over the "
+             "1gbit link with ferry pipe and send / recv at `-m 256M`. Peak RSS per side under the targets "
+             "table. Only when named: `bash bench/run.sh scale` (one run unless --runs; --scale-files etc. "
+             "to run smaller).",
 }
 
 
@@ -116,9 +130,13 @@ def parse(argv):
                  ("guest_data_mib", "guest: MiB of files written into it (about half then deleted)"),
                  ("stream_mib", "stream: size, MiB"), ("resume_mib", "resume: file size, MiB"),
                  ("resume_kill_pct", "resume: kill the copy when this %% of the file is at the destination"),
-                 ("lfp_mib", "lfp: MiB of random bytes streamed and synced over the long fat pipes")):
+                 ("lfp_mib", "lfp: MiB of random bytes streamed and synced over the long fat pipes"),
+                 ("scale_files", "scale: files in the tree (one directory per 100)"),
+                 ("scale_sparse_gib", "scale: the sparse file's size, GiB"),
+                 ("scale_data_mib", "scale: MiB of data in it (256 KiB extents), and the dense file's size"),
+                 ("scale_stream_mib", "scale: the stream's size, MiB")):
         g.add_argument("--" + k.replace("_", "-"), type=float if k in FLOATS else int,
-                       help=f"{h} ({FULL[k]:g} / {QUICK[k]:g}; issue {ISSUE[k]:g})")
+                       help=f"{h} ({FULL[k]:g} / {QUICK[k]:g}; issue {ISSUE[k]:g})".replace("1e+06", "1000000"))
     p.add_argument("--probe", action="store_true",
                    help="only report which ferry forms this binary supports (sets up the link), then exit")
     p.add_argument("--gen-only", action="store_true",
@@ -179,12 +197,12 @@ def main(argv=None) -> int:
     wanted = a.scenarios or [s for s in SCENARIOS if SCENARIOS[s].get("default", True)
                              or (a.issue_sizes and not a.quick and not SCENARIOS[s].get("named_only"))]
     if a.gen_only:
-        from . import guest as gu, lfp, scenarios as sc
+        from . import guest as gu, lfp, scale, scenarios as sc
         ctx = Ctx(work=a.work, ferry=None, link=None, procs=None, logdir="", runs=runs, sizes=sizes)
         need = {"tree": [sc.tree_base], "bigfile": [sc.big_files], "sparse": [sc.sparse_img], "guest": [gu.guest_data],
                 "stream": [sc.stream_file, sc.random_stream_file],
                 "local": [sc.tree_base, sc.sparse_img, sc.big_files], "resume": [sc.resume_file],
-                "lfp": [lfp.lfp_file]}
+                "lfp": [lfp.lfp_file], "scale": [scale.tree_data, scale.sparse_files, scale.stream_data]}
         for s in wanted:
             for fn in need[s]:
                 log(f"data: {fn.__name__} -> {fn(ctx)}")
@@ -294,7 +312,9 @@ def main(argv=None) -> int:
                 ctx.current_link = links[s]
             else:
                 ctx.current_link = "none"
-            log(f"=== scenario {s} (seed {SCENARIOS[s]['seed']}), link {links[s] or 'local'}, {runs} run(s)")
+            # a scenario may run fewer times by default (scale: one), --runs still wins
+            ctx.runs = a.runs or SCENARIOS[s].get("runs") or runs
+            log(f"=== scenario {s} (seed {SCENARIOS[s]['seed']}), link {links[s] or 'local'}, {ctx.runs} run(s)")
             SCENARIOS[s]["fn"](ctx)
     except KeyboardInterrupt as e:
         loud(f"interrupted ({e}); cleaning up, then writing what was measured")
@@ -314,7 +334,8 @@ def main(argv=None) -> int:
     meta = {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"), "command": cmd.strip(),
         "machine": report.machine(a.work), "ferry_version": ferry.version(), "ferry_path": ferry_path,
-        "commit": a.built_from or git_commit(), "runs": runs, "links": links, "sizes": sizes,
+        "commit": a.built_from or git_commit(), "runs": runs if len(wanted) != 1 else (a.runs or SCENARIOS[wanted[0]].get("runs") or runs),
+        "links": links, "sizes": sizes,
         "drop_caches": can_drop, "skipped": skipped,
         "loadavg_start": [round(x, 2) for x in load0], "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -333,6 +354,9 @@ def main(argv=None) -> int:
                       + (f"Resume: {sizes['resume_mib']} MiB of random bytes, killed at "
                          f"{sizes['resume_kill_pct']:g}%. " if "resume" in wanted else "")
                       + (f"Long fat pipes: {sizes['lfp_mib']} MiB of random bytes. " if "lfp" in wanted else "")
+                      + (f"Scale: a tree of {sizes['scale_files']} files of 0-8 KiB, a {sizes['scale_sparse_gib']} GiB "
+                         f"sparse file with {sizes['scale_data_mib']} MiB of data, a {sizes['scale_stream_mib']} MiB "
+                         "stream. " if "scale" in wanted else "")
                       + 
                       "Generated deterministically (seeded) by bench/ferrybench/data.py."),
     }

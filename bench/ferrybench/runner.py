@@ -123,7 +123,9 @@ def ferry_json(stdout: str) -> dict | None:
 
 
 def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
-            check: Callable[[], tuple[bool, str]], image: bool = False, extra: dict | None = None):
+            check: Callable[[], tuple[bool, str]], image: bool = False, extra: dict | None = None,
+            drop: bool = True):
+    """drop=False: keep the page cache (a warm re-run, the scale scenario)."""
     rec = record(ctx, scen, case, t)
     tag = f"{slug(scen)}-{slug(case)}-{slug(t.name)}-{len(rec['runs'])}"
     servers = t.servers(src, dst) if t.servers else []
@@ -132,7 +134,7 @@ def one_run(ctx: Ctx, scen: str, case: str, t: Tool, src: str, dst: str,
     try:
         r = timed(t.cmd(src, dst), ns=t.ns, env=env, servers=servers, procs=ctx.procs,
                   link=ctx.link if t.ns else None, logdir=ctx.logdir, tag=tag,
-                  timeout=cap or ctx.sizes["timeout"])
+                  timeout=cap or ctx.sizes["timeout"], drop=drop)
     except RuntimeError as e:
         fail(ctx, rec, t, str(e)[:300], f"FAIL {scen} / {case} / {t.name}: {e}")
         return

@@ -616,6 +616,11 @@ def scen_lfp(ctx: Ctx):
     run(ctx)
 
 
+def scen_scale(ctx: Ctx):
+    from .scale import scen_scale as run  # scale.py builds on this module: imported when run
+    run(ctx)
+
+
 SCENARIOS = {
     "tree": {"fn": scen_tree, "link": "1gbit", "net": True,
              "seed": "000 (pvc-migrate: incremental stages, initial / unchanged / 30% / 60% churn)"},
@@ -641,4 +646,12 @@ SCENARIOS = {
             "seed": "none; issue 19: a long fat pipe (1 Gbit/s, 100 ms RTT, and with 0.1% loss): ferry pipe and "
                     "sync --direct, default and --streams 1, against iperf3 -P 8 / one stream, mbuffer, "
                     "zstd | ssh, rsync"},
+    # Only when named: a million files and a 1 TiB sparse file take an hour.
+    # Its own link list: the veth pair unshaped (ssh on the same machine),
+    # shaped to 1gbit only for its stream case. One run unless --runs.
+    "scale": {"fn": scen_scale, "link": "none", "net": True, "default": False, "named_only": True,
+              "links": ("none",), "runs": 1,
+              "seed": "none; issue 21: a million small files (local and over ssh, rsync -a), a 1 TiB sparse "
+                      "file with 1 GiB of data (cp, qemu-img, nbdkit + nbdcopy), peak RSS of each side, "
+                      "a 2 GiB stream's RSS"},
 }
