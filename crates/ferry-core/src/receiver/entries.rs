@@ -230,7 +230,7 @@ impl Dispatcher<'_, '_> {
 
     /// What `dest` holds (`None`: nothing), as plain facts.
     pub(super) fn stat(dest: &Loc) -> io::Result<Option<decide::Stat>> {
-        Ok(dest.stat()?.as_ref().map(decide::Stat::of))
+        Ok(dest.lstat()?.as_ref().map(decide::Stat::of_raw))
     }
 
     pub(super) fn dir(&mut self, mut e: Entry, dest: &Loc) -> io::Result<()> {
@@ -280,8 +280,7 @@ impl Dispatcher<'_, '_> {
     pub(super) fn file(&mut self, mut e: Entry, dest: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
         let stats = self.sh.stats;
-        let meta = dest.stat()?;
-        let old = meta.as_ref().map(decide::Stat::of);
+        let old = Self::stat(dest)?;
         if !opts.perms {
             let had = old.filter(|o| o.kind == decide::Kind::File).map(|o| o.mode);
             e.mode = decide::mode_without_perms(e.mode, had, self.umask);
@@ -298,9 +297,9 @@ impl Dispatcher<'_, '_> {
         }
         let at = decide::file_at(old.map(|s| s.kind));
         let mut old_meta = None;
-        match (at, meta, old) {
-            (decide::FileAt::Dir, _, _) => self.clear(dest, decide::Kind::Dir)?,
-            (decide::FileAt::Regular, Some(m), Some(old)) => {
+        match (at, old) {
+            (decide::FileAt::Dir, _) => self.clear(dest, decide::Kind::Dir)?,
+            (decide::FileAt::Regular, Some(old)) => {
                 if self.unchanged(&e, dest, &old)? {
                     let a = decide::differs(&e, &old, self.sh.keep);
                     if a.any() {
@@ -312,7 +311,9 @@ impl Dispatcher<'_, '_> {
                     }
                     return Ok(());
                 }
-                old_meta = Some(m);
+                // Changed: the old copy's full metadata, for what follows
+                // (an unchanged file costs only the one `lstat`).
+                old_meta = dest.stat()?;
             }
             _ => {}
         }

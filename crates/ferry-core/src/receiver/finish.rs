@@ -45,8 +45,14 @@ impl Dispatcher<'_, '_> {
             return;
         }
         for e in self.dirs.iter().rev() {
-            let steps = decide::meta_for_new(EntryKind::Dir, self.sh.keep, opts.meta_xattrs());
             let r = self.tree.loc(&e.path, false).and_then(|dir| {
+                // Only what differs: an unchanged directory costs a stat.
+                let steps = match dir.lstat()?.as_ref().map(decide::Stat::of_raw) {
+                    Some(old) if old.kind == decide::Kind::Dir => {
+                        decide::meta_fixes(e, &old, self.sh.keep, opts.meta_xattrs())
+                    }
+                    _ => decide::meta_for_new(EntryKind::Dir, self.sh.keep, opts.meta_xattrs()),
+                };
                 if steps.owner {
                     let (u, g) = self.sh.keep.ids(e);
                     dir.chown(u, g).op("set owner of")?;

@@ -43,6 +43,34 @@ pub(crate) struct Stat {
 }
 
 impl Stat {
+    /// The plain facts of a raw `lstat`. (The casts: `struct stat`'s
+    /// field types differ from one architecture to another.)
+    #[allow(clippy::unnecessary_cast)]
+    pub(crate) fn of_raw(st: &rustix::fs::Stat) -> Stat {
+        use rustix::fs::FileType;
+        let kind = match FileType::from_raw_mode(st.st_mode as _) {
+            FileType::RegularFile => Kind::File,
+            FileType::Directory => Kind::Dir,
+            FileType::Symlink => Kind::Symlink,
+            FileType::BlockDevice => Kind::BlockDevice,
+            FileType::CharacterDevice => Kind::CharDevice,
+            FileType::Fifo => Kind::Fifo,
+            _ => Kind::Other,
+        };
+        Stat {
+            kind,
+            size: st.st_size as u64,
+            mode: st.st_mode as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mtime: st.st_mtime as i64,
+            mtime_nsec: st.st_mtime_nsec as u32,
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            rdev: st.st_rdev as u64,
+        }
+    }
+
     /// The plain facts of `m` (from `lstat`).
     pub(crate) fn of(m: &fs::Metadata) -> Stat {
         let t = m.file_type();

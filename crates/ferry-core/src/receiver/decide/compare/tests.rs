@@ -317,3 +317,16 @@ fn special_nodes_by_type_and_number() {
         }
     ));
 }
+
+#[test]
+fn a_raw_lstat_gives_the_same_facts_as_std() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("f");
+    std::fs::write(&f, b"12345").unwrap();
+    std::os::unix::fs::symlink("f", d.path().join("l")).unwrap();
+    for p in [f, d.path().join("l"), d.path().to_path_buf()] {
+        let raw = rustix::fs::lstat(&p).unwrap();
+        let std = std::fs::symlink_metadata(&p).unwrap();
+        assert_eq!(Stat::of_raw(&raw), Stat::of(&std), "{}", p.display());
+    }
+}
