@@ -136,13 +136,7 @@ def zstd1(chunks) -> int | None:
 def data_extents(path: str, chunk: int = 8 << 20):
     """The bytes of a sparse file's data extents (SEEK_DATA / SEEK_HOLE)."""
     with open(path, "rb") as f:
-        fd, end, pos = f.fileno(), os.fstat(f.fileno()).st_size, 0
-        while pos < end:
-            try:
-                pos = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data after pos
-                return
-            hole = os.lseek(fd, pos, os.SEEK_HOLE)
+        for pos, hole in verify.data_ranges(path):
             f.seek(pos)
             while pos < hole:
                 b = f.read(min(chunk, hole - pos))

@@ -460,26 +460,6 @@ def sparse_files(ctx: Ctx) -> tuple[str, str]:
     return sp, de
 
 
-def data_ranges(path: str) -> list[tuple[int, int]]:
-    """[(start, end)] of the data regions, by SEEK_DATA / SEEK_HOLE."""
-    out = []
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        off = 0
-        while off < size:
-            try:
-                s = os.lseek(fd, off, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data after off
-                break
-            e = os.lseek(fd, s, os.SEEK_HOLE)
-            out.append((s, e))
-            off = e
-    finally:
-        os.close(fd)
-    return out
-
-
 def union(a: list, b: list) -> list:
     out = []
     for s, e in sorted(a + b):
@@ -500,7 +480,7 @@ def check_sparse(src: str, dst: str, info: dict) -> tuple[bool, str]:
         return False, str(e)
     if ss.st_size != sd.st_size:
         return False, f"size {sd.st_size} != {ss.st_size}"
-    ra, rb = data_ranges(src), data_ranges(dst)
+    ra, rb = verify.data_ranges(src), verify.data_ranges(dst)
     info.update({"src_data_ranges": len(ra), "dst_data_ranges": len(rb), "same_layout": ra == rb,
                  "src_data_bytes": sum(e - s for s, e in ra), "dst_data_bytes": sum(e - s for s, e in rb),
                  "src_allocated": ss.st_blocks * 512, "dst_allocated": sd.st_blocks * 512})

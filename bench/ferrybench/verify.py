@@ -65,3 +65,23 @@ def same_tree(a: str, b: str) -> tuple[bool, str]:
 
 def tree_bytes(root: str) -> int:
     return sum(s.st_size for s in _entries(root).values() if stat.S_ISREG(s.st_mode))
+
+
+def data_ranges(path: str) -> list[tuple[int, int]]:
+    """[(start, end)] of the data regions, by SEEK_DATA / SEEK_HOLE."""
+    out = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        off = 0
+        while off < size:
+            try:
+                s = os.lseek(fd, off, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data after off
+                break
+            e = os.lseek(fd, s, os.SEEK_HOLE)
+            out.append((s, e))
+            off = e
+    finally:
+        os.close(fd)
+    return out
