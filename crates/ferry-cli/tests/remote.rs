@@ -650,3 +650,51 @@ fn a_list_longer_than_the_window_goes_through() {
     ferry_ok(&remote_args(&rsh, bin, &[&from, p(&pulled)]));
     check(&pulled);
 }
+
+/// The window counts entries sent, not ids: 70,000 skipped symlinks
+/// (`--no-links`) use up ids the receiver never sees, and the file after
+/// them still goes (a window in ids would wait for ever). Locally and
+/// pushed through a real sshd, each under a deadline.
+#[test]
+fn a_long_run_of_skipped_entries_does_not_close_the_window() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("links")).unwrap();
+    for i in 0..70_000 {
+        std::os::unix::fs::symlink("nowhere", src.join(format!("links/l{i:05}"))).unwrap();
+    }
+    fs::write(src.join("z"), b"after the links").unwrap();
+    let run = |args: &[&str]| {
+        let mut child = std::process::Command::new(ferry_bin())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t.elapsed() > std::time::Duration::from_secs(120) {
+                let _ = child.kill();
+                panic!("ferry {args:?} still running after 120 s: the window closed");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(child.wait().unwrap().success(), "ferry {args:?} failed");
+    };
+    let local = d.path().join("local");
+    run(&["sync", "-q", "--no-links", &slash(&src), p(&local)]);
+    assert_eq!(fs::read(local.join("z")).unwrap(), b"after the links");
+    assert_eq!(fs::read_dir(local.join("links")).unwrap().count(), 0);
+
+    let Some(srv) = SshServer::start("a_long_run_of_skipped_entries_does_not_close_the_window")
+    else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let pushed = d.path().join("pushed");
+    let dst = srv.remote(&pushed);
+    let s = slash(&src);
+    run(&["sync", "-q", "--no-links", "-e", &rsh, "--remote-ferry", p(&bin), &s, &dst]);
+    assert_eq!(fs::read(pushed.join("z")).unwrap(), b"after the links");
+}

@@ -49,7 +49,7 @@ impl Dispatcher<'_, '_> {
                 // Only what differs: an unchanged directory costs a stat.
                 let steps = match dir.lstat()?.as_ref().map(decide::Stat::of_raw) {
                     Some(old) if old.kind == decide::Kind::Dir => {
-                        decide::meta_fixes(e, &old, self.sh.keep, opts.meta_xattrs())
+                        decide::dir_meta_fixes(e, &old, self.sh.keep, opts.meta_xattrs())
                     }
                     _ => decide::meta_for_new(EntryKind::Dir, self.sh.keep, opts.meta_xattrs()),
                 };
@@ -80,11 +80,23 @@ impl Dispatcher<'_, '_> {
     /// entry of this transfer, reached through the same handles.
     fn hard_link(&self, e: &Entry) -> io::Result<()> {
         // The list check made sure the target is a regular file listed
-        // before it (version 10 names it by path).
+        // before it (version 10 names it by path); it must also be one
+        // this run took (not a reserved name or one below a directory it
+        // could not make), and a regular file where it is now.
         let target_rel = &e.target;
+        if !self.seen.contains(target_rel) {
+            return Err(io::Error::other("hard link to an entry that was skipped"));
+        }
         let dry = self.sh.opts.dry_run;
         let dest = self.tree.loc(&e.path, dry)?;
         let target = self.tree.loc(target_rel, dry)?;
+        let is_file = |t: &Loc| {
+            t.lstat()
+                .map(|s| s.map(|s| decide::Stat::of_raw(&s).kind == decide::Kind::File))
+        };
+        if !dry && !is_file(&target)?.unwrap_or(false) {
+            return Err(io::Error::other("hard link to what is not a regular file"));
+        }
         let old = Self::stat(&dest)?;
         if decide::leave_existing(&self.sh.opts.skip, old.as_ref().map(|s| s.kind)) {
             return Ok(());

@@ -237,7 +237,7 @@ pub fn run_receiver(
             signer: Some(sign_tx),
             waiting: Default::default(),
             next_entry: 0,
-            decided_sent: 0,
+            window: Default::default(),
             end_of_list: false,
             budget,
             check: {
@@ -435,8 +435,9 @@ struct Dispatcher<'a, 'b> {
     waiting: std::collections::VecDeque<Entry>,
     /// One past the last entry of the list read so far.
     next_entry: u32,
-    /// The last `Decided` sent (see [`decide::decided_due`]).
-    decided_sent: u32,
+    /// The list window as sent in `Decided` (see [`crate::window`]): a
+    /// sender that runs past it breaks the protocol.
+    window: crate::window::Window,
     /// The sender's `EndOfList`, held until `waiting` is empty.
     end_of_list: bool,
     /// How many files may be open for writing at once.
@@ -493,6 +494,12 @@ impl Dispatcher<'_, '_> {
             };
             match m {
                 Message::Entry(e) => {
+                    if !self.window.push(e.id) {
+                        return Err(Error::Protocol(format!(
+                            "the sender listed entry {} past the list window",
+                            e.id
+                        )));
+                    }
                     self.next_entry = e.id.saturating_add(1);
                     self.entry(*e)?;
                     self.tell_decided()?;
@@ -720,10 +727,10 @@ impl Dispatcher<'_, '_> {
     /// lists at most a window past that (see [`decide::decided_due`]).
     fn tell_decided(&mut self) -> Result<()> {
         let below = self.waiting.front().map_or(self.next_entry, |e| e.id);
-        if decide::decided_due(below, self.decided_sent) {
+        if decide::decided_due(below, self.window.below()) {
             self.sign(SignJob::Decided(below))
                 .map_err(|e| Error::Protocol(e.to_string()))?;
-            self.decided_sent = below;
+            self.window.decided(below);
         }
         Ok(())
     }

@@ -1,40 +1,48 @@
-//! How far the file list runs ahead of the receiver (protocol version 10).
-//!
-//! The receiver says with `Decided { below }` that it has decided on every
-//! entry below `below`: asked for it, or found it up to date. The walk
-//! lists at most [`WINDOW`] entries past the last `below`, so the entries
-//! the sender keeps for the receiver to ask for, and those the receiver
-//! holds while its open-file budget is spent, stay bounded however many
-//! files the tree has (a million-file tree no longer lists itself into
-//! memory on both sides before the first file is written).
+//! The sender's side of the list window (protocol version 10; see
+//! [`crate::window`]): the walk waits for room before it sends an entry,
+//! the request thread makes room when the receiver's `Decided` comes.
 
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-/// Entries the list may run ahead of the receiver's last `Decided`.
-pub(crate) const WINDOW: u32 = 1 << 16;
+use crate::window::Window;
 
-/// Whether entry `id` may be listed when the receiver has decided on every
-/// entry below `below`.
-pub(crate) fn may_list(id: u32, below: u32) -> bool {
-    u64::from(id) < u64::from(below) + u64::from(WINDOW)
-}
-
-/// The receiver's last `below`, shared by the request thread (which hears
-/// it) and the walk (which waits for it).
+/// The window, shared by the request thread (which hears `Decided`) and
+/// the walk (which waits for room).
 #[derive(Default)]
 pub(super) struct Credit {
-    st: Mutex<(u32, bool)>,
+    st: Mutex<(Window, bool)>,
     cv: Condvar,
+}
+
+/// What the receiver's `below` says, against what was sent.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Decided {
+    Ok,
+    /// Smaller than the last one.
+    Back,
+    /// Past the last entry sent: it decided on entries it never got.
+    Past,
 }
 
 impl Credit {
     /// The receiver decided on everything below `below`.
-    pub(super) fn decided(&self, below: u32) {
-        if let Ok(mut g) = self.st.lock() {
-            g.0 = g.0.max(below);
-        }
+    pub(super) fn decided(&self, below: u32) -> Decided {
+        let r = match self.st.lock() {
+            Ok(mut g) => {
+                let sent = g.0.next().unwrap_or(g.0.below());
+                if below > sent.max(g.0.below()) {
+                    Decided::Past
+                } else if g.0.decided(below) {
+                    Decided::Ok
+                } else {
+                    Decided::Back
+                }
+            }
+            Err(_) => Decided::Ok,
+        };
         self.cv.notify_all();
+        r
     }
 
     /// The receiver's requests ended (it finished, failed or went away):
@@ -46,44 +54,59 @@ impl Credit {
         self.cv.notify_all();
     }
 
-    /// Wait until entry `id` may be listed, or the requests ended.
-    pub(super) fn wait_for(&self, id: u32) {
-        let Ok(mut g) = self.st.lock() else { return };
-        while !may_list(id, g.0) && !g.1 {
+    /// Wait until entry `id` fits in the window and count it as sent;
+    /// false when the requests ended first (the walk stops).
+    pub(super) fn send(&self, id: u32) -> bool {
+        let Ok(mut g) = self.st.lock() else {
+            return false;
+        };
+        loop {
+            if g.1 {
+                return false;
+            }
+            if g.0.push(id) {
+                return true;
+            }
             g = match self.cv.wait_timeout(g, Duration::from_millis(200)) {
                 Ok((g, _)) => g,
-                Err(_) => return,
+                Err(_) => return false,
             };
         }
+    }
+}
+
+/// Closes the credit when dropped: the walk never waits on requests that
+/// ended, whether they returned or panicked.
+pub(super) struct CloseOnDrop<'a>(pub(super) &'a Credit);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::window::WINDOW;
 
     #[test]
-    fn the_list_runs_a_window_ahead() {
-        assert!(may_list(0, 0));
-        assert!(may_list(WINDOW - 1, 0));
-        assert!(!may_list(WINDOW, 0));
-        assert!(may_list(WINDOW + 9, 10));
-        assert!(may_list(u32::MAX - 1, u32::MAX - WINDOW));
-        assert!(may_list(u32::MAX, u32::MAX));
-    }
-
-    #[test]
-    fn a_waiting_walk_goes_on_when_told_or_closed() {
+    fn a_waiting_walk_goes_on_when_told_and_stops_when_closed() {
         let c = std::sync::Arc::new(Credit::default());
+        for id in 0..WINDOW as u32 {
+            assert!(c.send(id));
+        }
         let c2 = c.clone();
-        let t = std::thread::spawn(move || c2.wait_for(WINDOW + 5));
+        let t = std::thread::spawn(move || c2.send(WINDOW as u32 + 5));
         std::thread::sleep(Duration::from_millis(50));
         assert!(!t.is_finished());
-        c.decided(6);
-        t.join().unwrap();
+        assert_eq!(c.decided(6), Decided::Ok);
+        assert!(t.join().unwrap());
+        assert_eq!(c.decided(5), Decided::Back);
+        assert_eq!(c.decided(WINDOW as u32 + 7), Decided::Past);
         let c2 = c.clone();
-        let t = std::thread::spawn(move || c2.wait_for(3 * WINDOW));
+        let t = std::thread::spawn(move || c2.send(3 * WINDOW as u32));
         c.close();
-        t.join().unwrap();
+        assert!(!t.join().unwrap());
     }
 }

@@ -33,8 +33,6 @@ use crate::stats::Stats;
 use crate::SyncOptions;
 
 mod credit;
-#[cfg(test)]
-pub(crate) use credit::WINDOW;
 mod delta;
 mod open;
 mod ops;
@@ -171,9 +169,8 @@ pub fn run_sender(
         );
         let requests = s.spawn(move || -> Result<ReceiverReport> {
             let _over = requests::SetOnDrop(over);
-            let r = req.serve(&rx);
-            credit.close();
-            r
+            let _closed = credit::CloseOnDrop(credit);
+            req.serve(&rx)
         });
 
         let walked = walk::walk_all(sources, opts, stats, &tx, &table, credit);
@@ -184,7 +181,9 @@ pub fn run_sender(
         let res = requests
             .join()
             .map_err(|_| Error::Protocol("sender request thread panicked".into()))?;
+        // The receiver's own failure says more than the walk it stopped.
+        let report = res?;
         walked?;
-        res
+        Ok(report)
     })
 }

@@ -18,7 +18,7 @@ use crate::early::EarlySeg;
 use crate::error::{Error, Result};
 use crate::stats::Stats;
 
-use super::credit::Credit;
+use super::credit::{Credit, Decided};
 use super::prehash::worth_prehashing;
 use super::resume::{held_of, interleave, Resuming};
 use super::{DeltaJob, Held, Job, SrcFile, Table};
@@ -154,11 +154,19 @@ impl<'s> Requests<'s> {
     /// The receiver decided on every entry below `below`: forget those it
     /// did not ask for, and let the walk list further.
     fn decided(&mut self, below: u32) -> Result<()> {
-        if below < self.decided {
-            return Err(Error::Protocol(format!(
-                "receiver decided below {below} after {}",
-                self.decided
-            )));
+        match self.credit.decided(below) {
+            Decided::Ok => {}
+            Decided::Back => {
+                return Err(Error::Protocol(format!(
+                    "receiver decided below {below} after {}",
+                    self.decided
+                )))
+            }
+            Decided::Past => {
+                return Err(Error::Protocol(format!(
+                    "receiver decided below {below}, past the entries it was sent"
+                )))
+            }
         }
         if let Ok(mut t) = self.table.lock() {
             let wanted = &mut self.wanted;
@@ -181,13 +189,12 @@ impl<'s> Requests<'s> {
             } else {
                 // A receiver's `below` far past the list: walk what is kept
                 // instead of the ids.
-                let (lo, snapshot) = (self.decided, wanted.clone());
-                t.retain(|&id, _| !(lo..below).contains(&id) || snapshot.contains_key(&id));
+                let lo = self.decided;
+                t.retain(|&id, _| !(lo..below).contains(&id) || wanted.contains_key(&id));
                 wanted.retain(|&id, m| !(lo..below).contains(&id) || *m != WantMode::Whole);
             }
         }
         self.decided = below;
-        self.credit.decided(below);
         Ok(())
     }
 

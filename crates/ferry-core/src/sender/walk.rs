@@ -150,7 +150,11 @@ impl Walker<'_> {
             e.group = self.namer.name(Which::Group, e.gid);
         }
         // At most a window ahead of what the receiver has decided on.
-        self.credit.wait_for(e.id);
+        if !self.credit.send(e.id) {
+            return Err(Error::Protocol(
+                "the receiver stopped taking the list".into(),
+            ));
+        }
         self.tx.send(Message::Entry(Box::new(e)))?;
         Ok(())
     }
@@ -320,8 +324,10 @@ impl Walker<'_> {
                 self.send(e)?;
                 return Ok(());
             }
-            self.inodes.insert(ident, (e.id, e.path.clone()));
         }
+        // Later names of this inode link to this entry, once it is sent.
+        let first_name = (self.opts.hard_links && meta.nlink() > 1 && ft.is_file())
+            .then(|| (ident, (e.id, e.path.clone())));
         e.kind = Some(EntryKind::File);
         let size = if ft.is_block_device() {
             let f = open_listed(path, ident, top)
@@ -362,6 +368,9 @@ impl Walker<'_> {
             t.insert(e.id, Arc::new(f));
         }
         self.send(e)?;
+        if let Some((ident, first)) = first_name {
+            self.inodes.insert(ident, first);
+        }
         Ok(())
     }
 

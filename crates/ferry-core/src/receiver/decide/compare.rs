@@ -336,6 +336,16 @@ pub(crate) fn meta_fixes(e: &Entry, old: &Stat, keep: Keep, xattrs: bool) -> Met
     }
 }
 
+/// What to set on a directory at the end of the run, where it is `old`
+/// now: as [`meta_fixes`], and its permission bits whenever they are not
+/// the entry's (without `--perms` too: the entry holds what the directory
+/// must end with, and one made this run was made with owner access first).
+pub(crate) fn dir_meta_fixes(e: &Entry, old: &Stat, keep: Keep, xattrs: bool) -> MetaSteps {
+    let mut steps = meta_fixes(e, old, keep, xattrs);
+    steps.mode |= old.mode & 0o7777 != e.mode & 0o7777;
+    steps
+}
+
 /// The permission bits an entry gets without `--perms`: an existing
 /// entry keeps its own (`old`), a new one gets the source's less the
 /// receiver's `umask`, as rsync does. The type bits stay the source's.

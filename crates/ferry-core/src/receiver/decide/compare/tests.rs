@@ -330,3 +330,28 @@ fn a_raw_lstat_gives_the_same_facts_as_std() {
         assert_eq!(Stat::of_raw(&raw), Stat::of(&std), "{}", p.display());
     }
 }
+
+#[test]
+fn a_directory_gets_its_permission_bits_with_or_without_perms() {
+    let mut e = file(0);
+    e.kind = Some(EntryKind::Dir);
+    e.mode = 0o040555;
+    let made = Stat {
+        kind: Kind::Dir,
+        mode: 0o040755,
+        ..Stat::of_raw(&rustix::fs::lstat("/").unwrap())
+    };
+    let no_perms = Keep {
+        perms: false,
+        ..Keep::ALL
+    };
+    // Made this run with owner access first: set to the entry's bits.
+    assert!(dir_meta_fixes(&e, &made, no_perms, false).mode);
+    assert!(dir_meta_fixes(&e, &made, Keep::ALL, false).mode);
+    // Already right: nothing to do.
+    let right = Stat {
+        mode: 0o040555,
+        ..made
+    };
+    assert!(!dir_meta_fixes(&e, &right, no_perms, false).mode);
+}
