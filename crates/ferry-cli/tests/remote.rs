@@ -695,6 +695,16 @@ fn a_long_run_of_skipped_entries_does_not_close_the_window() {
     let pushed = d.path().join("pushed");
     let dst = srv.remote(&pushed);
     let s = slash(&src);
-    run(&["sync", "-q", "--no-links", "-e", &rsh, "--remote-ferry", p(&bin), &s, &dst]);
+    run(&[
+        "sync",
+        "-q",
+        "--no-links",
+        "-e",
+        &rsh,
+        "--remote-ferry",
+        p(&bin),
+        &s,
+        &dst,
+    ]);
     assert_eq!(fs::read(pushed.join("z")).unwrap(), b"after the links");
 }
