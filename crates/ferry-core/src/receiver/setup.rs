@@ -1,0 +1,124 @@
+//! The destination as a session starts on it, and the report this side
+//! sends at the end.
+
+use super::*;
+
+/// The destination as a session starts on it: its root made ready and
+/// opened as the handle everything below it is reached through.
+pub(super) struct Setup {
+    pub(super) tree: DestDir,
+    pub(super) backup_dir: Option<DestDir>,
+    /// `--chown`'s ids on this host.
+    pub(super) chown: (Option<u32>, Option<u32>),
+    pub(super) root_created: bool,
+    /// A file-or-directory path that the first entry decides.
+    pub(super) late: Option<PathBuf>,
+    /// An NBD export that the one file of the list is written to.
+    pub(super) nbd: Option<String>,
+    pub(super) cache: Option<Arc<ferry_delta::SigCache>>,
+}
+
+impl Setup {
+    pub(super) fn open(dest: &Dest, opts: &SyncOptions) -> Result<Setup> {
+        let nbd = match dest {
+            Dest::Nbd(uri) => Some(uri.clone()),
+            _ => None,
+        };
+        // A file-or-directory destination that is an existing directory
+        // is a directory; otherwise the first entry decides.
+        let (root, late) = match dest {
+            Dest::Nbd(_) => (PathBuf::from("."), None),
+            Dest::Dir(r) => (r.clone(), None),
+            Dest::FileOrDir(p) if fs::metadata(p).is_ok_and(|m| m.is_dir()) => (p.clone(), None),
+            Dest::FileOrDir(p) => (p.clone(), Some(p.clone())),
+        };
+        let root = root.as_path();
+        let mut root_created = false;
+        if !opts.dry_run && late.is_none() && nbd.is_none() {
+            root_created = prepare_root(root, opts.force)?;
+        }
+        let tree = if nbd.is_some() || late.is_some() || (opts.dry_run && !root.exists()) {
+            DestDir::absent(root)
+        } else {
+            DestDir::open(root).map_err(|err| Error::io_op("open directory", root, err))?
+        };
+        let cache = match (&opts.sig_cache, opts.dry_run) {
+            (Some(dir), false) => Some(Arc::new(
+                ferry_delta::SigCache::open(dir).map_err(|e| Error::io(dir, e))?,
+            )),
+            _ => None,
+        };
+        let backup_dir = match (&opts.backup_dir, opts.dry_run) {
+            (Some(dir), false) => {
+                // Relative to the destination directory, as in rsync.
+                let base = match &late {
+                    Some(p) => p.parent().unwrap_or(Path::new(".")),
+                    None => root,
+                };
+                let path = base.join(dir);
+                fs::create_dir_all(&path)
+                    .map_err(|err| Error::io_op("create directory", &path, err))?;
+                Some(
+                    DestDir::open(&path)
+                        .map_err(|err| Error::io_op("open directory", &path, err))?,
+                )
+            }
+            _ => None,
+        };
+        let chown = match &opts.chown {
+            Some(spec) => crate::ids::parse_chown(spec).map_err(Error::Usage)?,
+            None => (None, None),
+        };
+        Ok(Setup {
+            chown,
+            backup_dir,
+            tree,
+            root_created,
+            late,
+            nbd,
+            cache,
+        })
+    }
+}
+
+/// What this side tells the sender at the end, from its counters.
+pub(super) fn receiver_report(stats: &Stats) -> ReceiverReport {
+    let rep = stats.report(0.0);
+    ReceiverReport {
+        files_total: rep.files_total,
+        files_transferred: rep.files_transferred,
+        files_delta: rep.files_delta,
+        files_deleted: rep.files_deleted,
+        files_failed: rep.files_failed,
+        bytes_total: rep.bytes_total,
+        bytes_transferred: rep.bytes_transferred,
+        bytes_written: rep.bytes_written,
+        bytes_matched: rep.bytes_matched,
+        dirs_total: rep.dirs_total,
+        delete_skipped: rep.delete_skipped as u64,
+        delta_mismatch: stats.delta_mismatch.load(Ordering::Relaxed),
+        bytes_resumed: rep.bytes_resumed,
+        files_vanished: rep.files_vanished,
+        deletes_held: rep.deletes_held,
+        errors: rep.errors,
+    }
+}
+
+/// Make the tree's root a directory (see [`decide::root_at`]); whether
+/// it had to be created.
+fn prepare_root(root: &Path, force: bool) -> Result<bool> {
+    let existing = fs::symlink_metadata(root)
+        .ok()
+        .map(|m| decide::Stat::of(&m).kind);
+    match decide::root_at(existing, force) {
+        decide::RootAt::Use => Ok(false),
+        decide::RootAt::Replace => fs::remove_file(root)
+            .and_then(|_| fs::create_dir(root))
+            .map(|_| false)
+            .map_err(|err| Error::io_op("replace with a directory", root, err)),
+        decide::RootAt::Refuse(why) => Err(Error::io(root, io::Error::other(why))),
+        decide::RootAt::Create => fs::create_dir_all(root)
+            .map(|_| true)
+            .map_err(|err| Error::io_op("create directory", root, err)),
+    }
+}
