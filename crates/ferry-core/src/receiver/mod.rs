@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use ferry_link::layout::{self, SegmentHasher};
 use ferry_link::{Endpoint, Entry, EntryKind, Message, MsgTx, ReceiverReport, WantMode};
 
@@ -190,7 +190,6 @@ pub fn run_receiver(
         commits: commit::Commits::new(budget),
     };
     let nworkers = opts.threads.max(1);
-    let ticking = AtomicBool::new(true);
     let result = std::thread::scope(|s| {
         let mut senders = Vec::new();
         let mut handles = Vec::new();
@@ -202,18 +201,19 @@ pub fn run_receiver(
         }
         // Commits batches that have waited long enough while nothing else
         // comes to commit them (a slow link, a big file behind them).
+        // It stops as soon as `stop` is dropped, however this closure
+        // ends (a panic too, which the scope would otherwise wait on for
+        // ever); a sleeping timer would hold every run's end back by up to
+        // a tick.
+        let (stop, stopped) = bounded::<()>(0);
         let ticker = {
-            let (sh, ticking) = (&shared, &ticking);
+            let sh = &shared;
             s.spawn(move || {
-                while ticking.load(Ordering::SeqCst) {
-                    std::thread::sleep(std::time::Duration::from_millis(250));
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(COMMIT_TICK) {
                     sh.commits.tick(sh);
                 }
             })
         };
-        // Stops the timer however this closure ends (a panic too, which
-        // the scope would otherwise wait on for ever).
-        let _stop = StopOnDrop(&ticking);
         let (sign_tx, sign_rx) = crossbeam_channel::unbounded::<SignJob>();
         {
             let sh = &shared;
@@ -263,7 +263,7 @@ pub fn run_receiver(
         for h in handles {
             let _ = h.join();
         }
-        ticking.store(false, Ordering::SeqCst);
+        drop(stop);
         let _ = ticker.join();
         // Files verified before the run ended, even by an error, are
         // committed (as each would have been on its own).
@@ -344,14 +344,9 @@ struct Dispatcher<'a, 'b> {
     umask: u32,
 }
 
-/// Clears its flag when dropped.
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-}
+/// How often the timer thread looks for batches of finished files that
+/// have waited long enough (see [`commit::Commits::tick`]).
+const COMMIT_TICK: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How many files may be open for writing at once, from this process's
 /// open-file limit (see [`decide::FileBudget::from_nofile`]).
