@@ -34,6 +34,13 @@ const HYSTERESIS: f64 = 1.05;
 /// A link rate this many times above or below the one the level was
 /// chosen at makes the compressor choose again.
 const RATE_CHANGE: f64 = 1.5;
+/// With fewer free cores than this (see [`crate::cpu`]) compressing only
+/// takes CPU from the link's own work (ssh's cipher, a peer on the same
+/// host): every codec but None is taken as moving nothing.
+pub const MIN_FREE_CORES: f64 = 0.75;
+/// ... and compression comes back only once this many are free again, so
+/// that an estimate hovering at the limit does not flip it every window.
+pub const RESUME_FREE_CORES: f64 = 1.0;
 
 #[derive(Debug, Clone, Copy)]
 struct Estimate {
@@ -50,6 +57,10 @@ pub(crate) struct Auto {
     /// Index into [`LADDER`] of the codec in use.
     current: usize,
     workers: f64,
+    /// Cores compression may use, when measured (see [`crate::cpu`]).
+    free: Option<f64>,
+    /// Too few free cores to compress (with hysteresis).
+    starved: bool,
     link_rate: f64,
     /// The link rate when the level was last chosen.
     chosen_at_rate: f64,
@@ -78,6 +89,8 @@ impl Auto {
             est,
             current,
             workers: 1.0,
+            free: None,
+            starved: false,
             link_rate: f64::INFINITY,
             chosen_at_rate: f64::INFINITY,
             since_eval: 0,
@@ -93,6 +106,27 @@ impl Auto {
     /// How many workers compress in parallel (multiplies the speed).
     pub(crate) fn set_workers(&mut self, n: usize) {
         self.workers = n.max(1) as f64;
+    }
+
+    /// Record the cores compression may use (`None`: unknown, the
+    /// workers' count alone). Returns true when the choice should be made
+    /// again: compression became starved or fed, or the cores moved by
+    /// more than [`RATE_CHANGE`].
+    pub(crate) fn set_free_cores(&mut self, free: Option<f64>) -> bool {
+        let old = (self.free, self.starved);
+        self.free = free;
+        self.starved = match free {
+            None => false,
+            Some(f) if self.starved => f < RESUME_FREE_CORES,
+            Some(f) => f < MIN_FREE_CORES,
+        };
+        match (old.0, free) {
+            _ if old.1 != self.starved => true,
+            (Some(a), Some(b)) => {
+                !(1.0 / RATE_CHANGE..=RATE_CHANGE).contains(&(b.max(0.01) / a.max(0.01)))
+            }
+            (a, b) => a.is_some() != b.is_some(),
+        }
     }
 
     /// Record the link rate (`None` or 0: unlimited). Returns true when it
@@ -122,7 +156,14 @@ impl Auto {
     /// Effective input rate of ladder entry `i` under the current estimates.
     fn effective(&self, i: usize) -> f64 {
         let e = self.est[i];
-        (e.speed * self.workers).min(self.link_rate * e.ratio)
+        if i == 0 {
+            return (e.speed * self.workers).min(self.link_rate);
+        }
+        if self.starved {
+            return 0.0;
+        }
+        let cores = self.free.map_or(self.workers, |f| f.min(self.workers));
+        (e.speed * cores).min(self.link_rate * e.ratio)
     }
 
     /// Measure ladder entry `i` on `sample` and fold it into the estimates.
@@ -200,7 +241,7 @@ impl Auto {
 }
 
 /// Seconds of CPU this thread has used.
-fn thread_cpu() -> f64 {
+pub(crate) fn thread_cpu() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }

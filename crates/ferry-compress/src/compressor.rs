@@ -5,9 +5,10 @@
 //! It must stay glue: codec mechanics belong in `block` and `stream`, the
 //! rate model in `auto`, the saving threshold in `early_abort`.
 
-use crate::auto::Auto;
+use crate::auto::{thread_cpu, Auto};
 use crate::block::BlockEncoder;
 use crate::codec::{Codec, Mode};
+use crate::cpu::Free;
 use crate::early_abort::{sample_saves, saves_enough};
 use crate::stream::StreamEncoder;
 use crate::wire::Packed;
@@ -22,6 +23,9 @@ pub struct Compressor {
     auto: Auto,
     streaming: bool,
     stream: StreamEncoder,
+    /// [`Mode::Auto`] weighs the cores free on this machine (see
+    /// [`Compressor::watch_cpu`]).
+    watch_cpu: bool,
 }
 
 impl Compressor {
@@ -32,6 +36,29 @@ impl Compressor {
             auto: Auto::new(mode),
             streaming: false,
             stream: StreamEncoder::new(),
+            watch_cpu: false,
+        }
+    }
+
+    /// In [`Mode::Auto`], measure the cores free on this machine (idle,
+    /// plus what compressing itself uses) and compress only while there
+    /// are enough ([`MIN_FREE_CORES`]): on a busy machine, a block waits
+    /// longer for its compression than the link would have taken for the
+    /// bytes it saves, and the CPU it takes slows the link itself (ssh's
+    /// cipher, a peer on the same host). Off by default, so that a
+    /// compressor's choice does not depend on what else the machine runs
+    /// (tests).
+    ///
+    /// [`MIN_FREE_CORES`]: crate::auto::MIN_FREE_CORES
+    pub fn watch_cpu(&mut self) {
+        self.watch_cpu = true;
+    }
+
+    /// Record the cores compression may use (`None`: unknown); what
+    /// [`Compressor::watch_cpu`] does before each block.
+    pub fn set_free_cores(&mut self, free: Option<f64>) {
+        if self.auto.set_free_cores(free) && self.mode == Mode::Auto {
+            self.auto.choose();
         }
     }
 
@@ -109,6 +136,29 @@ impl Compressor {
     /// on. With [`Codec::None`] `out` is left empty and the caller sends
     /// `input` itself (no copy).
     pub fn compress(&mut self, input: &[u8], out: &mut Vec<u8>) -> Packed {
+        if !(self.watch_cpu && self.mode == Mode::Auto) {
+            return self.pack(input, out);
+        }
+        match crate::cpu::free() {
+            // Raw until the machine has been looked at: a block compressed
+            // in the dark may be the one that starves the link.
+            Free::Measuring => {
+                out.clear();
+                return Packed {
+                    codec: Codec::None,
+                    stream: None,
+                };
+            }
+            Free::Cores(f) => self.set_free_cores(Some(f)),
+            Free::Unknown => self.set_free_cores(None),
+        }
+        let t = thread_cpu();
+        let p = self.pack(input, out);
+        crate::cpu::note_compressing(thread_cpu() - t);
+        p
+    }
+
+    fn pack(&mut self, input: &[u8], out: &mut Vec<u8>) -> Packed {
         const RAW: Packed = Packed {
             codec: Codec::None,
             stream: None,

@@ -40,13 +40,14 @@
 //! wire ids; `block` packs and unpacks independent blocks; `stream` is
 //! the zstd stream, both ends; `early_abort` decides whether a block is
 //! worth a pass; `auto` measures the codecs and picks one; `drain` estimates the link's
-//! drain rate that `auto` weighs them against; `compressor`
+//! drain rate and `cpu` the cores free on the machine that `auto` weighs them against; `compressor`
 //! ties them into [`Compressor`]. Every public item is re-exported here.
 
 mod auto;
 mod block;
 mod codec;
 mod compressor;
+mod cpu;
 mod drain;
 mod early_abort;
 mod error;
@@ -56,7 +57,9 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use auto::{FULL_PROBE_EVERY, LADDER, PROBE_SAMPLE, REEVALUATE_EVERY};
+pub use auto::{
+    FULL_PROBE_EVERY, LADDER, MIN_FREE_CORES, PROBE_SAMPLE, REEVALUATE_EVERY, RESUME_FREE_CORES,
+};
 pub use block::decompress_block;
 pub use codec::{Codec, Mode, ParseModeError};
 pub use compressor::Compressor;

@@ -105,6 +105,8 @@ pub fn spawn(
     let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
         return Err(err(io::Error::other("no pipes")));
     };
+    widen_pipe(&stdin);
+    widen_pipe(&stdout);
     if let Some(pipe) = err_pipe {
         let lines: Lines = Arc::default();
         let l2 = lines.clone();
@@ -124,6 +126,17 @@ pub fn spawn(
         remote.tail = Some((lines, keep));
     }
     Ok((remote, stdin, stdout))
+}
+
+/// Pipe capacity asked for on the remote shell's stdin and stdout (and by
+/// the remote side on its own, see [`widen_pipe`]).
+pub const PIPE_SIZE: usize = 1 << 20;
+
+/// Ask for a [`PIPE_SIZE`] buffer on `fd` if it is a pipe. The default 64
+/// KiB makes a data frame of up to 1 MiB cross in many wake-ups of the
+/// shell; a refusal (the per-user pipe limit, not a pipe) changes nothing.
+pub fn widen_pipe(fd: impl std::os::fd::AsFd) {
+    let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_SIZE);
 }
 
 impl RemoteChild {

@@ -167,6 +167,11 @@ impl Drop for MsgTx {
 fn new_compressor(c: &Arc<CompressShared>) -> Mutex<(ferry_compress::Compressor, Option<u16>)> {
     let mut k = ferry_compress::Compressor::new(c.mode);
     k.set_workers(c.workers);
+    // A `--bwlimit` link is slower than the machine by the user's choice:
+    // compressing for it pays whatever else the CPU is doing.
+    if c.cap.is_none() {
+        k.watch_cpu();
+    }
     let id = c.free_streams.lock().ok().and_then(|mut f| f.pop());
     k.set_streaming(id.is_some());
     Mutex::new((k, id))

@@ -102,6 +102,7 @@ pub(crate) fn compress_worker(
 ) {
     let mut c = ferry_compress::Compressor::new(mode);
     c.set_workers(workers);
+    c.watch_cpu();
     // Each worker's zstd blocks form one stream: this worker takes jobs in
     // seq order and the writer sends them in seq order, so the receiver
     // sees each stream's blocks in the order they were made.

@@ -62,3 +62,50 @@ fn auto_prefers_ratio_on_slow_links_and_speed_on_fast_ones() {
         fast.current()
     );
 }
+
+#[test]
+fn auto_stores_raw_while_the_machine_has_no_core_to_spare() {
+    // A slow link and compressible text: compression pays while cores
+    // are free.
+    let data = text(1 << 20, 11);
+    let mut k = Compressor::new(Mode::Auto);
+    k.set_workers(2);
+    k.set_link_rate(Some(10e6));
+    k.set_free_cores(Some(1.5));
+    roundtrip(&mut k, &data);
+    assert_ne!(k.current(), Codec::None);
+    // The machine is busy (the link's own cipher, a peer on this host):
+    // every block goes raw, at once.
+    k.set_free_cores(Some(MIN_FREE_CORES * 0.5));
+    assert_eq!(k.current(), Codec::None);
+    assert_eq!(roundtrip(&mut k, &data), Codec::None);
+    // An estimate just above the limit is not enough to come back (no
+    // flapping around it) ...
+    k.set_free_cores(Some((MIN_FREE_CORES + RESUME_FREE_CORES) / 2.0));
+    assert_eq!(k.current(), Codec::None);
+    assert_eq!(roundtrip(&mut k, &data), Codec::None);
+    // ... enough free cores are.
+    k.set_free_cores(Some(RESUME_FREE_CORES + 0.5));
+    assert_ne!(k.current(), Codec::None);
+    assert_ne!(roundtrip(&mut k, &data), Codec::None);
+    // Unknown again (no /proc/stat): the workers alone count.
+    k.set_free_cores(None);
+    assert_ne!(k.current(), Codec::None);
+}
+
+#[test]
+fn auto_levels_are_capped_by_the_free_cores_not_the_workers() {
+    // Eight workers on a slow link would afford a slow level; half a
+    // core free above the limit affords less. The ratio chosen with few
+    // free cores is never above the one chosen with many.
+    let data = text(1 << 20, 12);
+    let level = |free: f64| {
+        let mut k = Compressor::new(Mode::Auto);
+        k.set_workers(8);
+        k.set_link_rate(Some(200e6));
+        k.set_free_cores(Some(free));
+        roundtrip(&mut k, &data);
+        LADDER.iter().position(|c| *c == k.current()).unwrap()
+    };
+    assert!(level(1.0) <= level(8.0), "{} > {}", level(1.0), level(8.0));
+}

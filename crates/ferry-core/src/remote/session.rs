@@ -246,6 +246,8 @@ pub fn serve_stdio(
     let (ep, flushed) = if direct {
         direct_accept()?
     } else {
+        ferry_link::rsh::widen_pipe(std::io::stdin());
+        ferry_link::rsh::widen_pipe(std::io::stdout());
         ferry_link::stream_link_flushed(std::io::stdin(), std::io::stdout())
     };
     let req = Request {
