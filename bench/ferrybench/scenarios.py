@@ -173,6 +173,12 @@ def scen_tree(ctx: Ctx):
         Tool("rsync -az --zc=zstd (ssh)", "peer",
              lambda s, d: f"rsync -a -z --zc=zstd -e {q(ssh)} {s}/ {ADDR_B}:{d}/", NS_A, needs=("rsync",)),
         *twins(ctx, lambda f: push_rows(f, ctx.link, tree_to_b)),
+        # Issue 19: on an unshaped link, `--compress auto` must never be
+        # slower than no compression at all.
+        *(twins(ctx, lambda f: [Tool("ferry sync --compress none (ssh)", "ferry",
+                                     lambda s, d: f.sync_cmd("--compress none " + tree_to_b(s, d), ctx.link),
+                                     NS_A, form="remote", flags=(("sync", "--compress"),))])
+          if ctx.link.preset == "none" else []),
         # The issue's yardstick for the unchanged re-run: a bare login over
         # the same link, same ssh command and options. A baseline, not a peer.
         Tool("ssh host true", "baseline", lambda s, d: ssh_true(ctx), NS_A, needs=("ssh",),

@@ -103,6 +103,11 @@ impl Auto {
         LADDER[self.current]
     }
 
+    /// Too few cores are free to compress (see [`MIN_FREE_CORES`]).
+    pub(crate) fn starved(&self) -> bool {
+        self.starved
+    }
+
     /// How many workers compress in parallel (multiplies the speed).
     pub(crate) fn set_workers(&mut self, n: usize) {
         self.workers = n.max(1) as f64;

@@ -168,6 +168,12 @@ impl Compressor {
             return RAW;
         }
         let n = input.len() as u64;
+        if self.mode == Mode::Auto && self.auto.starved() {
+            // No probes either: they would measure levels that cannot be
+            // used, with CPU the link needs (the first block's probe of
+            // every level costs several ms).
+            return RAW;
+        }
         if self.mode == Mode::Auto {
             // Incompressible blocks are stored raw whatever the level, so
             // they say nothing about which level to use: they neither

@@ -195,8 +195,14 @@ pub(crate) fn read_loop<R: Read>(
         if n > MAX_FRAME as u64 {
             return Err(LinkError::FrameTooLarge(n));
         }
-        // Header, body and check, read as one.
-        frame.resize(8 + n as usize + 4, 0);
+        // Header, body and check, read as one. The buffer only grows:
+        // shrinking it for a small frame would zero the bytes again for
+        // the next big one.
+        let need = 8 + n as usize + 4;
+        if frame.len() < need {
+            frame.resize(need, 0);
+        }
+        let frame = &mut frame[..need];
         frame[..8].copy_from_slice(&len);
         live.heard();
         read_exact_live(r, &mut frame[8..], live)?;
