@@ -221,7 +221,9 @@ pub struct EngineArgs {
     #[arg(long, value_name = "RATE", value_parser = parse_bwlimit)]
     pub bwlimit: Option<u64>,
     /// Compression across a link: auto (per block, from the measured link
-    /// rate; incompressible blocks go raw), zstd, zstd:LEVEL, lz4, none.
+    /// rate and the cores free on this machine; incompressible blocks, and
+    /// all blocks while the CPU is busy, go raw), zstd, zstd:LEVEL, lz4,
+    /// none.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub compress: ferry_compress::Mode,
     /// Keep delta signatures of received files in DIR, so the next delta
