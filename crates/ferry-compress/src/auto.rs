@@ -34,13 +34,22 @@ const HYSTERESIS: f64 = 1.05;
 /// A link rate this many times above or below the one the level was
 /// chosen at makes the compressor choose again.
 const RATE_CHANGE: f64 = 1.5;
-/// With fewer free cores than this (see [`crate::cpu`]) compressing only
-/// takes CPU from the link's own work (ssh's cipher, a peer on the same
-/// host): every codec but None is taken as moving nothing.
+/// With fewer free cores than this (see [`crate::cpu`]; on a process
+/// allowed fewer than two cores, 0.375 of its share) compressing only takes
+/// CPU from the link's own work (ssh's cipher, a peer on the same host):
+/// every codec but None is taken as moving nothing, unless the link is
+/// slower than [`STARVED_LINK_MAX`].
 pub const MIN_FREE_CORES: f64 = 0.75;
-/// ... and compression comes back only once this many are free again, so
-/// that an estimate hovering at the limit does not flip it every window.
+/// ... and compression comes back only once this many are free again (half
+/// the share of a process allowed fewer), so that an estimate hovering at
+/// the limit does not flip it every window.
 pub const RESUME_FREE_CORES: f64 = 1.0;
+/// A link this slow (bytes/s) is worth compressing for even on a busy
+/// machine: a quarter of a core of the fastest level outruns it.
+pub const STARVED_LINK_MAX: f64 = 32e6;
+/// The cores a starved compressor is taken to get anyway (its share of a
+/// busy machine's scheduler).
+const STARVED_CORES: f64 = 0.25;
 
 #[derive(Debug, Clone, Copy)]
 struct Estimate {
@@ -57,8 +66,10 @@ pub(crate) struct Auto {
     /// Index into [`LADDER`] of the codec in use.
     current: usize,
     workers: f64,
-    /// Cores compression may use, when measured (see [`crate::cpu`]).
+    /// Cores compression may use, when measured (see [`crate::cpu`]), and
+    /// the process's share of the machine they are out of.
     free: Option<f64>,
+    cores: f64,
     /// Too few free cores to compress (with hysteresis).
     starved: bool,
     link_rate: f64,
@@ -90,6 +101,7 @@ impl Auto {
             current,
             workers: 1.0,
             free: None,
+            cores: 1.0,
             starved: false,
             link_rate: f64::INFINITY,
             chosen_at_rate: f64::INFINITY,
@@ -103,9 +115,10 @@ impl Auto {
         LADDER[self.current]
     }
 
-    /// Too few cores are free to compress (see [`MIN_FREE_CORES`]).
+    /// Too few cores are free to compress for this link (see
+    /// [`MIN_FREE_CORES`], [`STARVED_LINK_MAX`]).
     pub(crate) fn starved(&self) -> bool {
-        self.starved
+        self.starved && self.link_rate > STARVED_LINK_MAX
     }
 
     /// How many workers compress in parallel (multiplies the speed).
@@ -117,13 +130,18 @@ impl Auto {
     /// workers' count alone). Returns true when the choice should be made
     /// again: compression became starved or fed, or the cores moved by
     /// more than [`RATE_CHANGE`].
-    pub(crate) fn set_free_cores(&mut self, free: Option<f64>) -> bool {
+    pub(crate) fn set_free_cores(&mut self, free: Option<f64>, cores: f64) -> bool {
         let old = (self.free, self.starved);
         self.free = free;
+        self.cores = cores.max(0.5);
+        let (starve, resume) = (
+            MIN_FREE_CORES.min(0.375 * self.cores),
+            RESUME_FREE_CORES.min(0.5 * self.cores),
+        );
         self.starved = match free {
             None => false,
-            Some(f) if self.starved => f < RESUME_FREE_CORES,
-            Some(f) => f < MIN_FREE_CORES,
+            Some(f) if self.starved => f < resume,
+            Some(f) => f < starve,
         };
         match (old.0, free) {
             _ if old.1 != self.starved => true,
@@ -164,10 +182,12 @@ impl Auto {
         if i == 0 {
             return (e.speed * self.workers).min(self.link_rate);
         }
-        if self.starved {
-            return 0.0;
-        }
-        let cores = self.free.map_or(self.workers, |f| f.min(self.workers));
+        let cores = match self.free {
+            _ if self.starved && self.link_rate > STARVED_LINK_MAX => return 0.0,
+            Some(f) if self.starved => f.max(STARVED_CORES).min(self.workers),
+            Some(f) => f.min(self.workers),
+            None => self.workers,
+        };
         (e.speed * cores).min(self.link_rate * e.ratio)
     }
 

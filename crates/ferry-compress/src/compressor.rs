@@ -54,10 +54,11 @@ impl Compressor {
         self.watch_cpu = true;
     }
 
-    /// Record the cores compression may use (`None`: unknown); what
-    /// [`Compressor::watch_cpu`] does before each block.
-    pub fn set_free_cores(&mut self, free: Option<f64>) {
-        if self.auto.set_free_cores(free) && self.mode == Mode::Auto {
+    /// Record the cores compression may use (`None`: unknown) out of
+    /// `cores` this process may use; what [`Compressor::watch_cpu`] does
+    /// before each block.
+    pub fn set_free_cores(&mut self, free: Option<f64>, cores: f64) {
+        if self.auto.set_free_cores(free, cores) && self.mode == Mode::Auto {
             self.auto.choose();
         }
     }
@@ -149,8 +150,8 @@ impl Compressor {
                     stream: None,
                 };
             }
-            Free::Cores(f) => self.set_free_cores(Some(f)),
-            Free::Unknown => self.set_free_cores(None),
+            Free::Cores(f) => self.set_free_cores(Some(f), crate::cpu::my_cores()),
+            Free::Unknown => self.set_free_cores(None, crate::cpu::my_cores()),
         }
         let t = thread_cpu();
         let p = self.pack(input, out);

@@ -1,6 +1,9 @@
 //! How many cores compression may use right now: the machine's idle
-//! cores plus what this process's compressors themselves used, measured
-//! over windows of [`WINDOW`] (`/proc/stat` on Linux; unknown elsewhere).
+//! cores (`/proc/stat`), but no more than this process's own share
+//! (`available_parallelism`, which follows a cgroup's CPU quota) leaves
+//! after its other work, plus what its compressors themselves used;
+//! measured over windows of [`WINDOW`]. Unknown where `/proc/stat` is
+//! missing or its counters do not move (gVisor shows zeros).
 //!
 //! Owns the process-wide sample and the compressors' CPU counter. It must
 //! not decide anything: [`crate::auto`] weighs the estimate. Compressing
@@ -14,8 +17,8 @@ use std::time::{Duration, Instant};
 
 /// Length of a measuring window.
 pub const WINDOW: Duration = Duration::from_millis(100);
-/// Length of the first window: blocks go raw until it has passed, so it
-/// is short (five ticks of each core at the usual 100 Hz).
+/// Length of the first window: blocks go raw until it has passed (ten
+/// ticks of each core at the usual 100 Hz).
 pub const FIRST_WINDOW: Duration = Duration::from_millis(100);
 
 /// What [`free`] knows.
@@ -29,34 +32,50 @@ pub(crate) enum Free {
     Unknown,
 }
 
-/// Counters of one look at the machine: idle and total CPU ticks (all
-/// cores), and nanoseconds of CPU this process's compressors had used.
+/// Counters of one look: the machine's idle and total CPU ticks (all its
+/// cores), nanoseconds of CPU this process had used, and how many of them
+/// its compressors used.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Sample {
     pub idle: u64,
     pub total: u64,
+    pub proc_ns: u64,
     pub own_ns: u64,
 }
 
+/// The machine: how many cores `/proc/stat` counts, and how many this
+/// process may use (its cgroup quota or affinity).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Cores {
+    pub host: f64,
+    pub mine: f64,
+}
+
 /// Cores compression may use over the window from `a` to `b`, `wall`
-/// long, on a machine of `cores`: the idle share of every core, plus the
-/// cores the compressors kept busy themselves. `None` when the ticks did
-/// not move (a window shorter than a tick).
-pub(crate) fn free_cores(a: Sample, b: Sample, wall: Duration, cores: f64) -> Option<f64> {
+/// long: the idle share of the machine's cores, but no more than this
+/// process's share leaves after its work other than compressing, plus
+/// the cores the compressors kept busy themselves; at most `mine`.
+/// `None` when the ticks did not move.
+pub(crate) fn free_cores(a: Sample, b: Sample, wall: Duration, cores: Cores) -> Option<f64> {
     let total = b.total.checked_sub(a.total).filter(|t| *t > 0)? as f64;
     let idle = b.idle.saturating_sub(a.idle) as f64;
     let wall = wall.as_secs_f64();
     if wall <= 0.0 {
         return None;
     }
-    let own = b.own_ns.saturating_sub(a.own_ns) as f64 * 1e-9 / wall;
-    Some((cores * (idle / total).min(1.0) + own).min(cores))
+    let per_wall = |x: u64, y: u64| y.saturating_sub(x) as f64 * 1e-9 / wall;
+    let own = per_wall(a.own_ns, b.own_ns);
+    let other_work = (per_wall(a.proc_ns, b.proc_ns) - own).max(0.0);
+    let idle_cores = cores.host * (idle / total).min(1.0);
+    let free = idle_cores.min((cores.mine - other_work).max(0.0)) + own;
+    Some(free.clamp(0.0, cores.mine))
 }
 
-/// The aggregate `cpu` line of `/proc/stat`: (idle + iowait, all).
-pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64)> {
-    let line = text.lines().next()?;
-    let mut f = line.split_ascii_whitespace();
+/// The aggregate `cpu` line of `/proc/stat` and the number of `cpuN`
+/// lines: (idle + iowait, all, cores).
+pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64, usize)> {
+    let mut lines = text.lines();
+    let mut f = lines.next()?.split_ascii_whitespace();
     if f.next()? != "cpu" {
         return None;
     }
@@ -66,7 +85,11 @@ pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64)> {
     if v.len() < 5 {
         return None;
     }
-    Some((v[3] + v[4], v.iter().sum()))
+    let cores = lines
+        .take_while(|l| l.starts_with("cpu"))
+        .filter(|l| l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    Some((v[3] + v[4], v.iter().sum(), cores.max(1)))
 }
 
 /// CPU nanoseconds spent compressing, by every compressor that watches
@@ -74,6 +97,8 @@ pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64)> {
 static OWN_NS: AtomicU64 = AtomicU64::new(0);
 /// The last estimate (f64 bits; NaN while unknown).
 static FREE: AtomicU64 = AtomicU64::new(u64::MAX);
+/// This process's share of the cores at the last look (f64 bits).
+static CORES: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The last look, and whether `/proc/stat` could not be read.
 static LAST: Mutex<(Option<(Instant, Sample)>, bool)> = Mutex::new((None, false));
 
@@ -111,7 +136,7 @@ fn refresh(now: Instant) -> bool {
     if last.is_some_and(|(t, _)| now.saturating_duration_since(t) < window) {
         return false;
     }
-    let Some((idle, total)) = std::fs::read_to_string("/proc/stat")
+    let Some((idle, total, host)) = std::fs::read_to_string("/proc/stat")
         .ok()
         .as_deref()
         .and_then(parse_stat)
@@ -119,58 +144,106 @@ fn refresh(now: Instant) -> bool {
         *unavailable = true;
         return true;
     };
+    let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     let s = Sample {
         idle,
         total,
+        proc_ns: (cpu.tv_sec as u64).saturating_mul(1_000_000_000) + cpu.tv_nsec as u64,
         own_ns: OWN_NS.load(Ordering::Relaxed),
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let c = cores(host);
+    CORES.store(c.mine.to_bits(), Ordering::Relaxed);
     if let Some((t, a)) = *last {
-        if let Some(f) = free_cores(a, s, now.saturating_duration_since(t), cores) {
-            FREE.store(f.to_bits(), Ordering::Relaxed);
+        match free_cores(a, s, now.saturating_duration_since(t), c) {
+            Some(f) => FREE.store(f.to_bits(), Ordering::Relaxed),
+            // A whole window without a tick: counters that do not move.
+            None => {
+                *unavailable = true;
+                return true;
+            }
         }
     }
     *last = Some((now, s));
     false
 }
 
+/// The cores of the machine and this process's share of them.
+fn cores(host: usize) -> Cores {
+    let mine = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    Cores {
+        host: host as f64,
+        mine: mine.min(host as f64).max(1.0),
+    }
+}
+
+/// This process's share of the cores, as of the last look.
+pub(crate) fn my_cores() -> f64 {
+    let c = f64::from_bits(CORES.load(Ordering::Relaxed));
+    if c.is_finite() {
+        c
+    } else {
+        1.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn s(idle: u64, total: u64, own_ns: u64) -> Sample {
+    const MS: u64 = 1_000_000;
+
+    fn s(idle: u64, total: u64, proc_ns: u64, own_ns: u64) -> Sample {
         Sample {
             idle,
             total,
+            proc_ns,
             own_ns,
         }
+    }
+
+    fn two(host: f64) -> Cores {
+        Cores { host, mine: 2.0 }
     }
 
     #[test]
     fn idle_cores_and_the_compressors_own_use_are_free() {
         let w = Duration::from_millis(100);
-        // 2 cores, 20 ticks: 10 idle (one core), compressors used 50 ms of
-        // the 100: one and a half cores.
-        let f = free_cores(s(100, 1000, 0), s(110, 1020, 50_000_000), w, 2.0).unwrap();
+        // 2 cores, 20 ticks: 10 idle (one core); this process used 60 ms,
+        // 50 of them compressing: one and a half cores.
+        let a = s(100, 1000, 0, 0);
+        let f = free_cores(a, s(110, 1020, 60 * MS, 50 * MS), w, two(2.0)).unwrap();
         assert!((f - 1.5).abs() < 1e-9, "{f}");
         // A saturated machine where compression used nothing: none free.
-        let f = free_cores(s(100, 1000, 0), s(100, 1020, 0), w, 2.0).unwrap();
+        let f = free_cores(a, s(100, 1020, 90 * MS, 0), w, two(2.0)).unwrap();
         assert_eq!(f, 0.0);
-        // Never more than the machine has.
-        let f = free_cores(s(0, 0, 0), s(20, 20, 900_000_000), w, 2.0).unwrap();
-        assert_eq!(f, 2.0);
+        // Never more than this process's share.
+        let b = s(20, 20, 900 * MS, 900 * MS);
+        assert_eq!(free_cores(s(0, 0, 0, 0), b, w, two(2.0)), Some(2.0));
         // Ticks that did not move say nothing.
-        assert_eq!(free_cores(s(1, 5, 0), s(1, 5, 9), w, 2.0), None);
-        assert_eq!(
-            free_cores(s(1, 5, 0), s(2, 9, 0), Duration::ZERO, 2.0),
-            None
-        );
+        let still = s(1, 5, 9, 9);
+        assert_eq!(free_cores(s(1, 5, 0, 0), still, w, two(2.0)), None);
+        let z = Duration::ZERO;
+        assert_eq!(free_cores(s(1, 5, 0, 0), s(2, 9, 0, 0), z, two(2.0)), None);
+    }
+
+    #[test]
+    fn a_quota_of_two_on_a_big_busy_host_counts_its_own_share() {
+        let w = Duration::from_millis(100);
+        // 16 host cores, 70% busy (4.8 idle); this process may use 2 and
+        // used half a core for other work: 1.5 cores are its to use.
+        let a = s(0, 0, 0, 0);
+        let f = free_cores(a, s(48, 160, 50 * MS, 0), w, two(16.0)).unwrap();
+        assert!((f - 1.5).abs() < 1e-9, "{f}");
+        // The host is full: its idle share is all there is.
+        let f = free_cores(a, s(2, 160, 50 * MS, 0), w, two(16.0)).unwrap();
+        assert!((f - 0.2).abs() < 1e-9, "{f}");
     }
 
     #[test]
     fn the_cpu_line_of_proc_stat() {
-        let t = "cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n";
-        assert_eq!(parse_stat(t), Some((820, 981)));
+        let t = "cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n\
+                 cpu1 50 3 25 400 10 1 1 2 0 0\nintr 5\n";
+        assert_eq!(parse_stat(t), Some((820, 981, 2)));
         assert_eq!(parse_stat("cpu0 1 2 3 4 5\n"), None);
         assert_eq!(parse_stat("cpu 1 2 x 4 5\n"), None);
         assert_eq!(parse_stat("cpu 1 2 3\n"), None);
@@ -187,7 +260,8 @@ mod tests {
         let Free::Cores(f) = free() else {
             panic!("no estimate from /proc/stat: {:?}", free());
         };
-        let cores = std::thread::available_parallelism().unwrap().get() as f64;
+        let cores = my_cores();
+        assert!(cores >= 1.0, "{cores}");
         assert!((0.0..=cores).contains(&f), "{f} of {cores}");
     }
 }

@@ -59,6 +59,7 @@ mod tests;
 
 pub use auto::{
     FULL_PROBE_EVERY, LADDER, MIN_FREE_CORES, PROBE_SAMPLE, REEVALUATE_EVERY, RESUME_FREE_CORES,
+    STARVED_LINK_MAX,
 };
 pub use block::decompress_block;
 pub use codec::{Codec, Mode, ParseModeError};

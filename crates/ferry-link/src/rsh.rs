@@ -130,11 +130,14 @@ pub fn spawn(
 
 /// Pipe capacity asked for on the remote shell's stdin and stdout (and by
 /// the remote side on its own, see [`widen_pipe`]).
-pub const PIPE_SIZE: usize = 1 << 20;
+pub const PIPE_SIZE: usize = 256 << 10;
 
 /// Ask for a [`PIPE_SIZE`] buffer on `fd` if it is a pipe. The default 64
 /// KiB makes a data frame of up to 1 MiB cross in many wake-ups of the
-/// shell; a refusal (the per-user pipe limit, not a pipe) changes nothing.
+/// shell (256 KiB measured as fast as 1 MiB, and keeps a user's many
+/// sessions well inside the kernel's per-user pipe budget, past which
+/// every new pipe of that user would get one page); a refusal (that
+/// budget, not a pipe) changes nothing.
 pub fn widen_pipe(fd: impl std::os::fd::AsFd) {
     let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_SIZE);
 }

@@ -65,45 +65,77 @@ fn auto_prefers_ratio_on_slow_links_and_speed_on_fast_ones() {
 
 #[test]
 fn auto_stores_raw_while_the_machine_has_no_core_to_spare() {
-    // A slow link and compressible text: compression pays while cores
+    // A gigabit link and compressible text: compression pays while cores
     // are free.
     let data = text(1 << 20, 11);
     let mut k = Compressor::new(Mode::Auto);
     k.set_workers(2);
-    k.set_link_rate(Some(10e6));
-    k.set_free_cores(Some(1.5));
+    k.set_link_rate(Some(100e6));
+    k.set_free_cores(Some(1.5), 2.0);
     roundtrip(&mut k, &data);
     assert_ne!(k.current(), Codec::None);
     // The machine is busy (the link's own cipher, a peer on this host):
     // every block goes raw, at once.
-    k.set_free_cores(Some(MIN_FREE_CORES * 0.5));
+    k.set_free_cores(Some(MIN_FREE_CORES * 0.5), 2.0);
     assert_eq!(k.current(), Codec::None);
     assert_eq!(roundtrip(&mut k, &data), Codec::None);
     // An estimate just above the limit is not enough to come back (no
     // flapping around it) ...
-    k.set_free_cores(Some((MIN_FREE_CORES + RESUME_FREE_CORES) / 2.0));
+    k.set_free_cores(Some((MIN_FREE_CORES + RESUME_FREE_CORES) / 2.0), 2.0);
     assert_eq!(k.current(), Codec::None);
     assert_eq!(roundtrip(&mut k, &data), Codec::None);
     // ... enough free cores are.
-    k.set_free_cores(Some(RESUME_FREE_CORES + 0.5));
+    k.set_free_cores(Some(RESUME_FREE_CORES + 0.5), 2.0);
     assert_ne!(k.current(), Codec::None);
     assert_ne!(roundtrip(&mut k, &data), Codec::None);
     // Unknown again (no /proc/stat): the workers alone count.
-    k.set_free_cores(None);
+    k.set_free_cores(None, 2.0);
+    assert_ne!(k.current(), Codec::None);
+}
+
+#[test]
+fn a_slow_link_is_compressed_for_even_on_a_busy_machine() {
+    let data = text(1 << 20, 13);
+    let mut k = Compressor::new(Mode::Auto);
+    k.set_workers(2);
+    k.set_link_rate(Some(100e6));
+    k.set_free_cores(Some(0.1), 2.0);
+    assert_eq!(roundtrip(&mut k, &data), Codec::None);
+    // 80 Mbit/s: a quarter of a core outruns it.
+    k.set_link_rate(Some(STARVED_LINK_MAX / 3.0));
+    for _ in 0..3 {
+        roundtrip(&mut k, &data);
+    }
+    assert_ne!(k.current(), Codec::None);
+    assert_ne!(roundtrip(&mut k, &data), Codec::None);
+}
+
+#[test]
+fn a_process_allowed_one_core_starves_and_resumes_within_it() {
+    let data = text(1 << 20, 14);
+    let mut k = Compressor::new(Mode::Auto);
+    k.set_link_rate(Some(100e6));
+    k.set_free_cores(Some(0.9), 1.0);
+    roundtrip(&mut k, &data);
+    assert_ne!(k.current(), Codec::None);
+    k.set_free_cores(Some(0.2), 1.0);
+    assert_eq!(k.current(), Codec::None);
+    // Half of its one core free is enough to come back.
+    k.set_free_cores(Some(0.6), 1.0);
     assert_ne!(k.current(), Codec::None);
 }
 
 #[test]
 fn auto_levels_are_capped_by_the_free_cores_not_the_workers() {
-    // Eight workers on a slow link would afford a slow level; half a
-    // core free above the limit affords less. The ratio chosen with few
-    // free cores is never above the one chosen with many.
+    // Eight workers on a slow link would afford a slow level; one free
+    // core affords less. The ratio chosen with few free cores is never
+    // above the one chosen with many.
     let data = text(1 << 20, 12);
     let level = |free: f64| {
         let mut k = Compressor::new(Mode::Auto);
         k.set_workers(8);
         k.set_link_rate(Some(200e6));
-        k.set_free_cores(Some(free));
+        k.set_free_cores(Some(free), 8.0);
         roundtrip(&mut k, &data);
         LADDER.iter().position(|c| *c == k.current()).unwrap()
     };
