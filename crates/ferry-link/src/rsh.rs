@@ -130,14 +130,14 @@ pub fn spawn(
 
 /// Pipe capacity asked for on the remote shell's stdin and stdout (and by
 /// the remote side on its own, see [`widen_pipe`]).
-pub const PIPE_SIZE: usize = 256 << 10;
+pub const PIPE_SIZE: usize = 1 << 20;
 
 /// Ask for a [`PIPE_SIZE`] buffer on `fd` if it is a pipe. The default 64
 /// KiB makes a data frame of up to 1 MiB cross in many wake-ups of the
-/// shell (256 KiB measured as fast as 1 MiB, and keeps a user's many
-/// sessions well inside the kernel's per-user pipe budget, past which
-/// every new pipe of that user would get one page); a refusal (that
-/// budget, not a pipe) changes nothing.
+/// shell (a 128 MB tree over loopback ssh: 0.86 s with 256 KiB pipes,
+/// 0.81 s with 1 MiB). The kernel's per-user pipe budget (64 MiB by
+/// default, root exempt) is why the remote side widens only the pipe its
+/// data goes through; a refusal (that budget, not a pipe) changes nothing.
 pub fn widen_pipe(fd: impl std::os::fd::AsFd) {
     let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_SIZE);
 }

@@ -246,8 +246,13 @@ pub fn serve_stdio(
     let (ep, flushed) = if direct {
         direct_accept()?
     } else {
-        ferry_link::rsh::widen_pipe(std::io::stdin());
-        ferry_link::rsh::widen_pipe(std::io::stdout());
+        // Only the pipe the data goes through: many sessions of one user
+        // (a backup account, a fan-out) share that user's pipe budget.
+        if send {
+            ferry_link::rsh::widen_pipe(std::io::stdout());
+        } else {
+            ferry_link::rsh::widen_pipe(std::io::stdin());
+        }
         ferry_link::stream_link_flushed(std::io::stdin(), std::io::stdout())
     };
     let req = Request {
