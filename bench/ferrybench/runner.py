@@ -40,6 +40,7 @@ class Tool:
     kill_cmd: Callable[[str, str], str] | None = None  # resume: the run that is killed (None: cmd)
     cap: float | None = None                   # peers: stop a run after this many seconds and report
                                                # the row as capped (too slow to wait for), not failed
+    prep: Callable[[str], None] | None = None  # file cases: makes this row's old copy (None: the case's)
 
 
 @dataclass
@@ -224,7 +225,7 @@ def run_file_case(ctx: Ctx, scen: str, case: str, tools: list[Tool], src: str,
                          and record(ctx, scen, case, t)["status"] != "capped"], rnd):
             dst = ctx.dst(scen, t)
             rm_rf(dst)
-            prepare(dst)
+            (t.prep or prepare)(dst)
             one_run(ctx, scen, case, t, src, dst,
                     lambda: check(t, src, dst), image=image)
     for t in tools:
