@@ -1,7 +1,10 @@
 //! [`Mode::Auto`]'s decision: per-codec estimates of speed and ratio,
 //! measured by probes on a sample, and the choice of the [`LADDER`] entry
-//! that maximises the effective input rate
-//! `min(speed x workers, link_rate x ratio)`, with hysteresis.
+//! that maximises the effective input rate, with hysteresis. Of each input
+//! byte a share `c` is compressible (the rest goes raw, at no CPU cost,
+//! but through the same link); the input rate is what the slower of the
+//! two allows: the link, `link_rate / (1 - c + c / ratio)`, or the cores
+//! compressing, `speed x cores / c`.
 //!
 //! Owns the estimates, the link rate and worker count, and when to probe.
 //! It must not pack real blocks or decide early abort (that is
@@ -50,6 +53,8 @@ pub const STARVED_LINK_MAX: f64 = 32e6;
 /// The cores a starved compressor is taken to get anyway (its share of a
 /// busy machine's scheduler).
 const STARVED_CORES: f64 = 0.25;
+/// Input bytes over which the compressible share is averaged.
+const MIX_HORIZON: f64 = (16 << 20) as f64;
 
 #[derive(Debug, Clone, Copy)]
 struct Estimate {
@@ -77,6 +82,9 @@ pub(crate) struct Auto {
     chosen_at_rate: f64,
     since_eval: u64,
     since_full: u64,
+    /// The share of input bytes that is compressible (passes the early
+    /// abort): 1 until blocks say otherwise.
+    mix: f64,
 }
 
 impl Auto {
@@ -107,6 +115,7 @@ impl Auto {
             chosen_at_rate: f64::INFINITY,
             since_eval: 0,
             since_full: FULL_PROBE_EVERY, // probe everything on the first block
+            mix: 1.0,
         }
     }
 
@@ -176,6 +185,13 @@ impl Auto {
         self.since_full += n;
     }
 
+    /// A block of `n` input bytes was found compressible or not (by the
+    /// early abort's sample).
+    pub(crate) fn note_mix(&mut self, n: u64, compressible: bool) {
+        let x = if compressible { 1.0 } else { 0.0 };
+        self.mix += (x - self.mix) * (n as f64 / MIX_HORIZON).min(1.0);
+    }
+
     /// Effective input rate of ladder entry `i` under the current estimates.
     fn effective(&self, i: usize) -> f64 {
         let e = self.est[i];
@@ -188,7 +204,7 @@ impl Auto {
             Some(f) => f.min(self.workers),
             None => self.workers,
         };
-        (e.speed * cores).min(self.link_rate * e.ratio)
+        input_rate(self.mix, e.speed * cores, self.link_rate, e.ratio)
     }
 
     /// Measure ladder entry `i` on `sample` and fold it into the estimates.
@@ -265,8 +281,82 @@ impl Auto {
     }
 }
 
+/// Input bytes a second of a stream whose share `c` is compressible, its
+/// compressible bytes packed at `ratio` by cores that take `cpu` bytes a
+/// second, the rest sent raw, all through a link of `link` bytes a second.
+pub(crate) fn input_rate(c: f64, cpu: f64, link: f64, ratio: f64) -> f64 {
+    let c = c.clamp(0.01, 1.0);
+    let by_link = link / (1.0 - c + c / ratio.max(1.0));
+    by_link.min(cpu / c)
+}
+
 /// Seconds of CPU this thread has used.
 pub(crate) fn thread_cpu() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn the_input_rate_is_what_the_slower_of_link_and_cores_allows() {
+        // All compressible: the old min(speed x cores, link x ratio).
+        assert!(close(input_rate(1.0, 300e6, 100e6, 2.0), 200e6));
+        assert!(close(input_rate(1.0, 150e6, 100e6, 2.0), 150e6));
+        // Half of it random: the link carries that half raw, and the
+        // cores compress only the other half.
+        assert!(close(input_rate(0.5, 150e6, 100e6, 2.0), 100e6 / 0.75));
+        assert!(close(input_rate(0.5, 50e6, 100e6, 2.0), 100e6));
+        // Nothing compressible: about the link's own rate; a ratio under
+        // one (an estimate from a bad sample) is taken as one.
+        assert!(input_rate(0.0, 1e6, 100e6, 4.0) > 0.99 * 100e6 / 1.0);
+        assert!(close(input_rate(1.0, 1e9, 100e6, 0.5), 100e6));
+    }
+
+    fn auto_with(mix: f64) -> Auto {
+        let mut a = Auto::new(Mode::Auto);
+        a.set_workers(2);
+        a.set_free_cores(Some(1.0), 2.0);
+        a.set_link_rate(Some(125e6));
+        // zstd 1 fast, zstd 3 slower with a better ratio; the rest unknown.
+        a.est[2] = Estimate {
+            speed: 320e6,
+            ratio: 2.25,
+            known: true,
+        };
+        a.est[3] = Estimate {
+            speed: 150e6,
+            ratio: 3.5,
+            known: true,
+        };
+        a.current = 2;
+        for _ in 0..64 {
+            a.note_mix(1 << 20, false);
+            a.note_mix(1 << 20, true);
+        }
+        if mix == 1.0 {
+            a.mix = 1.0;
+        }
+        a.choose();
+        a
+    }
+
+    #[test]
+    fn random_blocks_in_the_input_make_ratio_pay_for_the_rest() {
+        // All text on a gigabit link with one core free: zstd 3 would be
+        // held back by its speed, zstd 1 fills the link.
+        assert_eq!(auto_with(1.0).codec(), Codec::Zstd(1));
+        // Half the bytes random: they cross raw, taking half the link,
+        // and the cores have twice as long for the text: zstd 3's ratio
+        // now moves more input.
+        let a = auto_with(0.5);
+        assert!((a.mix - 0.5).abs() < 0.05, "{}", a.mix);
+        assert_eq!(a.codec(), Codec::Zstd(3));
+    }
 }

@@ -11,20 +11,25 @@
 //! (ssh's cipher, the peer on the same host), so a block shrunk there
 //! arrives later than the same block raw.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Length of a measuring window.
 pub const WINDOW: Duration = Duration::from_millis(100);
-/// Length of the first window: blocks go raw until it has passed (ten
-/// ticks of each core at the usual 100 Hz).
+/// Length of the first window, whose look is thrown away: while it runs
+/// the pipes, ssh's channel and the socket's buffers fill at memory speed,
+/// so the machine is as busy on a gigabit link as on loopback. The
+/// estimate starts with the window after it (ten ticks of each core at
+/// the usual 100 Hz).
 pub const FIRST_WINDOW: Duration = Duration::from_millis(100);
 
 /// What [`free`] knows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Free {
-    /// The first window has not passed yet.
+    /// The first window (see [`FIRST_WINDOW`]) has not passed yet.
+    Settling,
+    /// The second window, the first one measured, has not passed yet.
     Measuring,
     /// Cores compression may use.
     Cores(f64),
@@ -95,12 +100,70 @@ pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64, usize)> {
 /// CPU nanoseconds spent compressing, by every compressor that watches
 /// the CPU (see [`note_compressing`]).
 static OWN_NS: AtomicU64 = AtomicU64::new(0);
-/// The last estimate (f64 bits; NaN while unknown).
-static FREE: AtomicU64 = AtomicU64::new(u64::MAX);
+/// What the last look found, for the threads that do not take the next
+/// one: [`Free`] as a phase and the estimate (f64 bits).
+static PHASE: AtomicU8 = AtomicU8::new(SETTLING);
+static FREE: AtomicU64 = AtomicU64::new(0);
 /// This process's share of the cores at the last look (f64 bits).
 static CORES: AtomicU64 = AtomicU64::new(u64::MAX);
-/// The last look, and whether `/proc/stat` could not be read.
-static LAST: Mutex<(Option<(Instant, Sample)>, bool)> = Mutex::new((None, false));
+/// The looks themselves: one thread takes each.
+static LOOKS: Mutex<Looks> = Mutex::new(Looks::new());
+
+const SETTLING: u8 = 0;
+const MEASURING: u8 = 1;
+const MEASURED: u8 = 2;
+const UNKNOWN: u8 = 3;
+
+/// The windows so far: the sample that opened the current one, and what
+/// the last closed window gave.
+#[derive(Debug)]
+pub(crate) struct Looks {
+    last: Option<(Instant, Sample)>,
+    state: Free,
+}
+
+impl Looks {
+    pub(crate) const fn new() -> Looks {
+        Looks {
+            last: None,
+            state: Free::Settling,
+        }
+    }
+
+    /// Whether a look at `now` would close a window.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        let window = match self.state {
+            Free::Settling => FIRST_WINDOW,
+            Free::Unknown => return false,
+            _ => WINDOW,
+        };
+        self.last
+            .is_none_or(|(t, _)| now.saturating_duration_since(t) >= window)
+    }
+
+    /// A look at `now`: `sample` is `None` when `/proc/stat` cannot be
+    /// read. The look that closes the first window opens the second
+    /// instead (see [`FIRST_WINDOW`]); a window without a tick means
+    /// counters that do not move.
+    pub(crate) fn look(&mut self, now: Instant, sample: Option<Sample>, cores: Cores) -> Free {
+        let Some(s) = sample else {
+            self.state = Free::Unknown;
+            return self.state;
+        };
+        match (self.last, self.state) {
+            (None, _) => {}
+            (Some(_), Free::Settling) => self.state = Free::Measuring,
+            (Some((t, a)), _) => {
+                self.state = match free_cores(a, s, now.saturating_duration_since(t), cores) {
+                    Some(f) => Free::Cores(f),
+                    None => Free::Unknown,
+                }
+            }
+        }
+        self.last = Some((now, s));
+        self.state
+    }
+}
 
 /// Count `secs` of CPU that a compressor spent.
 pub(crate) fn note_compressing(secs: f64) {
@@ -109,62 +172,48 @@ pub(crate) fn note_compressing(secs: f64) {
 
 /// Cores compression may use, refreshed when a window has passed.
 pub(crate) fn free() -> Free {
-    let unavailable = refresh(Instant::now());
-    let v = f64::from_bits(FREE.load(Ordering::Relaxed));
-    if v.is_finite() {
-        Free::Cores(v)
-    } else if unavailable {
-        Free::Unknown
-    } else {
-        Free::Measuring
+    refresh(Instant::now());
+    match PHASE.load(Ordering::Relaxed) {
+        SETTLING => Free::Settling,
+        MEASURING => Free::Measuring,
+        MEASURED => Free::Cores(f64::from_bits(FREE.load(Ordering::Relaxed))),
+        _ => Free::Unknown,
     }
 }
 
-/// Take a new look if a window has passed; true when there is no
-/// `/proc/stat` to look at.
-fn refresh(now: Instant) -> bool {
+/// Take a new look if a window has passed.
+fn refresh(now: Instant) {
     // One thread looks; the others use the estimate it leaves.
-    let Ok(mut guard) = LAST.try_lock() else {
-        return false;
+    let Ok(mut looks) = LOOKS.try_lock() else {
+        return;
     };
-    let (last, unavailable) = &mut *guard;
-    if *unavailable {
-        return true;
+    if !looks.due(now) {
+        return;
     }
-    let measured = f64::from_bits(FREE.load(Ordering::Relaxed)).is_finite();
-    let window = if measured { WINDOW } else { FIRST_WINDOW };
-    if last.is_some_and(|(t, _)| now.saturating_duration_since(t) < window) {
-        return false;
-    }
-    let Some((idle, total, host)) = std::fs::read_to_string("/proc/stat")
-        .ok()
-        .as_deref()
-        .and_then(parse_stat)
-    else {
-        *unavailable = true;
-        return true;
-    };
-    let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    let s = Sample {
-        idle,
-        total,
-        proc_ns: (cpu.tv_sec as u64).saturating_mul(1_000_000_000) + cpu.tv_nsec as u64,
-        own_ns: OWN_NS.load(Ordering::Relaxed),
-    };
+    let stat = std::fs::read_to_string("/proc/stat").ok();
+    let parsed = stat.as_deref().and_then(parse_stat);
+    let host = parsed.map_or(1, |(_, _, n)| n);
     let c = cores(host);
     CORES.store(c.mine.to_bits(), Ordering::Relaxed);
-    if let Some((t, a)) = *last {
-        match free_cores(a, s, now.saturating_duration_since(t), c) {
-            Some(f) => FREE.store(f.to_bits(), Ordering::Relaxed),
-            // A whole window without a tick: counters that do not move.
-            None => {
-                *unavailable = true;
-                return true;
-            }
+    let sample = parsed.map(|(idle, total, _)| {
+        let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        Sample {
+            idle,
+            total,
+            proc_ns: (cpu.tv_sec as u64).saturating_mul(1_000_000_000) + cpu.tv_nsec as u64,
+            own_ns: OWN_NS.load(Ordering::Relaxed),
         }
-    }
-    *last = Some((now, s));
-    false
+    });
+    let phase = match looks.look(now, sample, c) {
+        Free::Settling => SETTLING,
+        Free::Measuring => MEASURING,
+        Free::Cores(f) => {
+            FREE.store(f.to_bits(), Ordering::Relaxed);
+            MEASURED
+        }
+        Free::Unknown => UNKNOWN,
+    };
+    PHASE.store(phase, Ordering::Relaxed);
 }
 
 /// The cores of the machine and this process's share of them.
@@ -250,11 +299,46 @@ mod tests {
         assert_eq!(parse_stat(""), None);
     }
 
+    #[test]
+    fn the_first_window_is_thrown_away_and_the_second_measured() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Looks::new();
+        assert!(l.due(t0));
+        assert_eq!(l.look(t0, Some(s(0, 0, 0, 0)), two(2.0)), Free::Settling);
+        assert!(!l.due(at(50)));
+        // The buffers filled: both cores busy, nothing of it compressing.
+        // Thrown away, not taken as a machine with no core to spare.
+        assert!(l.due(at(100)));
+        let busy = s(0, 20, 100 * MS, 0);
+        assert_eq!(l.look(at(100), Some(busy), two(2.0)), Free::Measuring);
+        assert!(!l.due(at(150)));
+        // The link drains at its own rate: one core idle.
+        let f = l.look(at(200), Some(s(10, 40, 150 * MS, 0)), two(2.0));
+        assert_eq!(f, Free::Cores(1.0));
+        assert!(l.due(at(300)));
+        // Counters that stop moving: unknown from then on.
+        assert_eq!(
+            l.look(at(300), Some(s(10, 40, 150 * MS, 0)), two(2.0)),
+            Free::Unknown
+        );
+        assert!(!l.due(at(900)));
+    }
+
+    #[test]
+    fn no_proc_stat_is_unknown_at_once() {
+        let mut l = Looks::new();
+        assert_eq!(l.look(Instant::now(), None, two(2.0)), Free::Unknown);
+        assert!(!l.due(Instant::now() + Duration::from_secs(1)));
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn this_machine_reports_an_estimate_within_its_cores() {
+        // The first look, the end of the window thrown away, the end of
+        // the measured one.
         free();
-        std::thread::sleep(WINDOW + Duration::from_millis(30));
+        std::thread::sleep(FIRST_WINDOW + Duration::from_millis(30));
         free();
         std::thread::sleep(WINDOW + Duration::from_millis(30));
         let Free::Cores(f) = free() else {
