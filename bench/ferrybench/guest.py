@@ -24,7 +24,8 @@ from . import data, verify
 from .base import twins
 from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT
 from .runner import Ctx, Tool, run_file_case
-from .scenarios import NBD_PORT, file_to_b, file_to_file, medians, nbd_server, ssh_login_s, sync_row
+from .floor import medians, ssh_login_s
+from .scenarios import NBD_PORT, file_to_b, file_to_file, nbd_server, sync_row
 from .util import log, loud, rm_rf, sh, which
 
 q = shlex.quote

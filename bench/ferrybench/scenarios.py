@@ -18,11 +18,12 @@ import shutil
 from . import data
 from .base import twins
 from .ferry_forms import Ferry, nbd_server_name, nbd_unix_server, nbd_uri, sock_path
+from .floor import floor_notes, medians, sparse_floor, ssh_login_s, ssh_true, tree_floor_notes
 from .link import ADDR_A, ADDR_B, DEV_A, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT, Link
-from .measure import Server, timed
+from .measure import Server
 from .runner import (RESUME_FULL, TREE_PHASES, Ctx, Tool, record, resume_case, run_file_case,
                      run_resume, run_tree)
-from .util import log, rm_rf, sh, slug, which
+from .util import log, rm_rf, sh, which
 
 q = shlex.quote
 NBD_PORT = 10809
@@ -62,39 +63,6 @@ def sparse_img(ctx: Ctx) -> str:
                        {"mib": s["img_mib"], "data": s["img_data_mib"], "seed": 4,
                         "mix": "thirds by bytes: random, text, written zeros; 64K-4M extents"},
                        lambda p: data.sparse_image(p, s["img_mib"], s["img_data_mib"], 4))
-
-
-def sparse_mix(img: str) -> dict | None:
-    """The image's random / text / zero byte counts (from the generator) and
-    the zstd -1 size of its text extents, computed once and kept in the
-    image's info file. None if the image has no layout record."""
-    inf = data.info(img)
-    if not inf or "bytes" not in inf:
-        return None
-    if "text_zstd1" not in inf and which("zstd"):
-        import subprocess
-        import threading
-        p = subprocess.Popen(["zstd", "-1", "-q", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        out = [0]
-
-        def count():
-            while True:
-                b = p.stdout.read(1 << 20)
-                if not b:
-                    break
-                out[0] += len(b)
-        th = threading.Thread(target=count)
-        th.start()
-        for b in data.read_extents(img, inf["extents"], "text"):
-            p.stdin.write(b)
-        p.stdin.close()
-        th.join()
-        if p.wait() == 0:
-            data.set_info(img, text_zstd1=out[0])
-            inf["text_zstd1"] = out[0]
-    b = inf["bytes"]
-    return {"random": b["random"], "text": b["text"], "zero": b["zero"],
-            "text_zstd1": inf.get("text_zstd1")}
 
 
 def stream_file(ctx: Ctx) -> str:
@@ -186,6 +154,7 @@ def scen_tree(ctx: Ctx):
     ]
     run_tree(ctx, "tree", tools, base)
     base_s = medians(ctx, "tree", "unchanged", "baseline").get("ssh host true")
+    tree_floor_notes(ctx, base, "initial", base_s)
     if base_s is None:
         return
     diffs = {k: round(v - base_s, 4) for k, v in medians(ctx, "tree", "unchanged", "ferry").items()}
@@ -256,78 +225,6 @@ def sig_cache_rows(f: Ferry, link: Link, base: str) -> list[Tool]:
 def nbd_server(s: str, d: str) -> list:
     return [Server(f"exec nbdkit -f -r -i {ADDR_A} -p {NBD_PORT} file file={q(s)}", NS_A,
                    NBD_PORT, persistent=True)]
-
-
-def ssh_true(ctx: Ctx) -> str:
-    """A bare login over the link, with the ssh command and options the
-    suite gives rsync and ferry (`ssh -F cfg`: root@B, port 2207)."""
-    return f"{ctx.link.ssh_cmd()} {ADDR_B} true"
-
-
-def ssh_login_s(ctx: Ctx, scen: str, n: int = 3) -> tuple[float | None, list[float]]:
-    """Median of n timed `ssh host true` over the current link, measured
-    like a tool's run (caches dropped before each, namespace A)."""
-    import statistics
-    times = []
-    for i in range(n):
-        r = timed(ssh_true(ctx), ns=NS_A, env=ctx.link.env(), servers=[], procs=ctx.procs,
-                  link=ctx.link, logdir=ctx.logdir, tag=f"{slug(scen)}-ssh-login-{i}",
-                  timeout=ctx.sizes["timeout"])
-        if r.rc == 0:
-            times.append(round(r.wall, 4))
-    return (statistics.median(times) if times else None), times
-
-
-def medians(ctx: Ctx, scen: str, case: str, kind: str | None = "ferry") -> dict[str, float]:
-    """{tool: median wall s} of the verified runs of one case."""
-    from .report import summarize
-    out = {}
-    for (sc, c, name), rec in ctx.records.items():
-        if sc == scen and c == case and (kind is None or rec["kind"] == kind):
-            sm = summarize(rec)
-            if sm:
-                out[name] = sm["median"]
-    return out
-
-
-def sparse_floor(ctx: Ctx, img: str, login: float | None, login_runs: list) -> dict | None:
-    """The issue's floor: (random bytes + zstd -1 size of the text bytes) /
-    link payload rate + one ssh login. Written zeros and holes cost nothing."""
-    mix = sparse_mix(img)
-    rate = PAYLOAD_RATE.get(ctx.current_link)
-    fl = {"link": ctx.current_link, "payload_rate_Bps": rate, "payload_rate_text": PAYLOAD_TEXT,
-          "ssh_login_s": login, "ssh_login_runs_s": login_runs, "mix_bytes": mix, "floor_s": None}
-    if mix is None or mix.get("text_zstd1") is None or rate is None or login is None:
-        fl["why_none"] = ("no image layout" if mix is None else "zstd not installed"
-                          if mix.get("text_zstd1") is None else "unshaped link" if rate is None
-                          else "ssh login failed")
-        return fl
-    fl["bytes_to_send"] = mix["random"] + mix["text_zstd1"]
-    fl["floor_s"] = round(fl["bytes_to_send"] / rate + login, 4)
-    return fl
-
-
-def floor_notes(ctx: Ctx, scen: str, case: str, fl: dict) -> None:
-    M = 2 ** 20
-    if fl["floor_s"] is None:
-        ctx.note(scen, f"Floor: not computed ({fl.get('why_none')}).")
-        return
-    mix = fl["mix_bytes"]
-    ctx.note(scen, (
-        f"**Floor** (the issue's): (random {mix['random'] / M:.1f} MiB + text {mix['text'] / M:.1f} MiB "
-        f"at `zstd -1` = {mix['text_zstd1'] / M:.1f} MiB) / link payload rate "
-        f"{fl['payload_rate_Bps'] / 1e6:.2f} MB/s + one ssh login {fl['ssh_login_s']:.2f} s "
-        f"(median of {len(fl['ssh_login_runs_s'])} `ssh host true` over the same link, caches dropped "
-        f"as before every run) = **{fl['floor_s']:.2f} s**. Written zeros ({mix['zero'] / M:.1f} MiB) "
-        f"and holes cost nothing. Payload rate for {fl['link']}: {fl['payload_rate_text']}."))
-    ratios = {}
-    rows = ["| ferry form | median s | floor s | × floor |", "|---|---|---|---|"]
-    for name, med in medians(ctx, scen, case).items():
-        ratios[name] = round(med / fl["floor_s"], 3)
-        rows.append(f"| **{name}** | {med:.2f} | {fl['floor_s']:.2f} | {med / fl['floor_s']:.2f} |")
-    fl["ferry_over_floor"] = ratios
-    if ratios:
-        ctx.note(scen, "\n".join(rows))
 
 
 def scen_sparse(ctx: Ctx):
