@@ -221,9 +221,10 @@ pub struct EngineArgs {
     #[arg(long, value_name = "RATE", value_parser = parse_bwlimit)]
     pub bwlimit: Option<u64>,
     /// Compression across a link: auto (per block, from the measured link
-    /// rate and the cores free on this machine; incompressible blocks, and
-    /// all blocks while the CPU is busy, go raw), zstd, zstd:LEVEL, lz4,
-    /// none.
+    /// rate, the share of the data that compresses and the cores free on
+    /// this machine; incompressible blocks, and all blocks while the CPU is
+    /// busy, go raw; the first 100 ms go at zstd level 1), zstd,
+    /// zstd:LEVEL, lz4, none.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub compress: ferry_compress::Mode,
     /// Keep delta signatures of received files in DIR, so the next delta

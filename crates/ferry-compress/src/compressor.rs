@@ -140,7 +140,19 @@ impl Compressor {
         if !(self.watch_cpu && self.mode == Mode::Auto) {
             return self.pack(input, out);
         }
-        match crate::cpu::free() {
+        self.compress_seeing(crate::cpu::free(), input, out)
+    }
+
+    /// [`Compressor::compress`] on a machine in the state `free` (see
+    /// [`crate::cpu`]): the first window's blocks at the cheapest level,
+    /// the measured window's raw, then as the cores allow.
+    pub(crate) fn compress_seeing(
+        &mut self,
+        free: Free,
+        input: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Packed {
+        match free {
             // Raw while the first real window is measured: it must show the
             // load of the link's own work (ssh's cipher, the peer), which
             // a block compressed in the dark may be what starves. Measured
@@ -184,12 +196,12 @@ impl Compressor {
         if input.is_empty() {
             return raw;
         }
-        let saves = sample_saves(&mut self.blocks, Codec::Zstd(1), input);
-        self.auto.note_mix(input.len() as u64, saves);
-        if !saves {
-            return raw;
-        }
-        if !self.blocks.run(Codec::Zstd(1), input, out) || !saves_enough(out.len(), input.len()) {
+        let n = input.len() as u64;
+        let saved = sample_saves(&mut self.blocks, Codec::Zstd(1), input)
+            && self.blocks.run(Codec::Zstd(1), input, out)
+            && saves_enough(out.len(), input.len());
+        self.auto.note_mix(n, saved);
+        if !saved {
             out.clear();
             return raw;
         }
@@ -209,6 +221,7 @@ impl Compressor {
             return RAW;
         }
         let n = input.len() as u64;
+        let mut sampled = false;
         if self.mode == Mode::Auto && self.auto.starved() {
             // No probes either: they would measure levels that cannot be
             // used, with CPU the link needs (the first block's probe of
@@ -220,13 +233,16 @@ impl Compressor {
             // they say nothing about which level to use: they neither
             // count towards nor trigger a re-evaluation (mixed data would
             // otherwise drag every estimate towards ratio 1).
+            // The compressible share is counted from the blocks sampled
+            // (while raw is chosen, only those that a probe is due on):
+            // what the sample rejects, and then what did not shrink.
             let due = self.auto.due();
             if due || self.current() != Codec::None {
-                let saves = self.sample_saves(input);
-                self.auto.note_mix(n, saves);
-                if !saves {
+                if !self.sample_saves(input) {
+                    self.auto.note_mix(n, false);
                     return RAW;
                 }
+                sampled = true;
             }
             self.auto.maybe_reevaluate(&mut self.blocks, input);
             self.auto.consumed(n);
@@ -249,7 +265,11 @@ impl Compressor {
         };
         // A stream block that got smaller goes out whatever it saved: the
         // decoder needs it for the blocks after it.
-        let fits = ok && (stream.is_some() || saves_enough(out.len(), input.len()));
+        let saved = ok && saves_enough(out.len(), input.len());
+        if sampled {
+            self.auto.note_mix(n, saved);
+        }
+        let fits = saved || (ok && stream.is_some());
         // Estimates come from the probes only, which measure every level
         // on the same sample: a real block (a stream block above all)
         // would flatter the level in use.

@@ -11,7 +11,7 @@
 //! (ssh's cipher, the peer on the same host), so a block shrunk there
 //! arrives later than the same block raw.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -101,18 +101,44 @@ pub(crate) fn parse_stat(text: &str) -> Option<(u64, u64, usize)> {
 /// the CPU (see [`note_compressing`]).
 static OWN_NS: AtomicU64 = AtomicU64::new(0);
 /// What the last look found, for the threads that do not take the next
-/// one: [`Free`] as a phase and the estimate (f64 bits).
-static PHASE: AtomicU8 = AtomicU8::new(SETTLING);
-static FREE: AtomicU64 = AtomicU64::new(0);
-/// This process's share of the cores at the last look (f64 bits).
+/// one: [`Free`] in one word (see [`encode`]), so that no thread sees a
+/// phase without its estimate.
+static STATE: AtomicU64 = AtomicU64::new(SETTLING);
+/// This process's share of the cores at the last look (f64 bits), stored
+/// before [`STATE`].
 static CORES: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The looks themselves: one thread takes each.
 static LOOKS: Mutex<Looks> = Mutex::new(Looks::new());
 
-const SETTLING: u8 = 0;
-const MEASURING: u8 = 1;
-const MEASURED: u8 = 2;
-const UNKNOWN: u8 = 3;
+/// [`Free`]'s phases as NaN payloads, which no estimate (a finite number
+/// of cores) can be.
+const SETTLING: u64 = 0x7ff8_0000_0000_0001;
+const MEASURING: u64 = 0x7ff8_0000_0000_0002;
+const UNKNOWN: u64 = 0x7ff8_0000_0000_0003;
+
+/// No compressor looked for this long: the next look starts over with a
+/// window thrown away, as at the start (a daemon's next session, a retry
+/// in the same process, bulk data that comes long after the first block).
+pub const IDLE_GAP: Duration = Duration::from_secs(2);
+
+pub(crate) fn encode(f: Free) -> u64 {
+    match f {
+        Free::Settling => SETTLING,
+        Free::Measuring => MEASURING,
+        Free::Unknown => UNKNOWN,
+        Free::Cores(c) if c.is_finite() => c.max(0.0).to_bits(),
+        Free::Cores(_) => UNKNOWN,
+    }
+}
+
+pub(crate) fn decode(bits: u64) -> Free {
+    match bits {
+        SETTLING => Free::Settling,
+        MEASURING => Free::Measuring,
+        UNKNOWN => Free::Unknown,
+        b => Free::Cores(f64::from_bits(b)),
+    }
+}
 
 /// The windows so far: the sample that opened the current one, and what
 /// the last closed window gave.
@@ -141,17 +167,22 @@ impl Looks {
             .is_none_or(|(t, _)| now.saturating_duration_since(t) >= window)
     }
 
-    /// A look at `now`: `sample` is `None` when `/proc/stat` cannot be
-    /// read. The look that closes the first window opens the second
-    /// instead (see [`FIRST_WINDOW`]); a window without a tick means
-    /// counters that do not move.
+    /// A look at `now`: `sample` is `None` when `/proc/stat` is missing
+    /// or unreadable as such. The look that closes the first window opens
+    /// the second instead (see [`FIRST_WINDOW`]), and so does the first
+    /// look after [`IDLE_GAP`]; a window without a tick means counters
+    /// that do not move.
     pub(crate) fn look(&mut self, now: Instant, sample: Option<Sample>, cores: Cores) -> Free {
         let Some(s) = sample else {
             self.state = Free::Unknown;
             return self.state;
         };
+        let idle = self
+            .last
+            .is_some_and(|(t, _)| now.saturating_duration_since(t) >= IDLE_GAP);
         match (self.last, self.state) {
             (None, _) => {}
+            _ if idle => self.state = Free::Settling,
             (Some(_), Free::Settling) => self.state = Free::Measuring,
             (Some((t, a)), _) => {
                 self.state = match free_cores(a, s, now.saturating_duration_since(t), cores) {
@@ -173,12 +204,7 @@ pub(crate) fn note_compressing(secs: f64) {
 /// Cores compression may use, refreshed when a window has passed.
 pub(crate) fn free() -> Free {
     refresh(Instant::now());
-    match PHASE.load(Ordering::Relaxed) {
-        SETTLING => Free::Settling,
-        MEASURING => Free::Measuring,
-        MEASURED => Free::Cores(f64::from_bits(FREE.load(Ordering::Relaxed))),
-        _ => Free::Unknown,
-    }
+    decode(STATE.load(Ordering::Acquire))
 }
 
 /// Take a new look if a window has passed.
@@ -190,11 +216,15 @@ fn refresh(now: Instant) {
     if !looks.due(now) {
         return;
     }
-    let stat = std::fs::read_to_string("/proc/stat").ok();
-    let parsed = stat.as_deref().and_then(parse_stat);
+    // Missing or unparsable: no way to tell here, for good. Any other
+    // error (out of file descriptors) only skips this look.
+    let parsed = match std::fs::read_to_string("/proc/stat") {
+        Ok(text) => parse_stat(&text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(_) => return,
+    };
     let host = parsed.map_or(1, |(_, _, n)| n);
     let c = cores(host);
-    CORES.store(c.mine.to_bits(), Ordering::Relaxed);
     let sample = parsed.map(|(idle, total, _)| {
         let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
         Sample {
@@ -204,16 +234,9 @@ fn refresh(now: Instant) {
             own_ns: OWN_NS.load(Ordering::Relaxed),
         }
     });
-    let phase = match looks.look(now, sample, c) {
-        Free::Settling => SETTLING,
-        Free::Measuring => MEASURING,
-        Free::Cores(f) => {
-            FREE.store(f.to_bits(), Ordering::Relaxed);
-            MEASURED
-        }
-        Free::Unknown => UNKNOWN,
-    };
-    PHASE.store(phase, Ordering::Relaxed);
+    let state = looks.look(now, sample, c);
+    CORES.store(c.mine.to_bits(), Ordering::Relaxed);
+    STATE.store(encode(state), Ordering::Release);
 }
 
 /// The cores of the machine and this process's share of them.
@@ -323,6 +346,49 @@ mod tests {
             Free::Unknown
         );
         assert!(!l.due(at(900)));
+    }
+
+    #[test]
+    fn after_an_idle_gap_a_window_is_thrown_away_again() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Looks::new();
+        l.look(t0, Some(s(0, 0, 0, 0)), two(2.0));
+        l.look(at(100), Some(s(0, 20, 0, 0)), two(2.0));
+        assert_eq!(
+            l.look(at(200), Some(s(10, 40, 0, 0)), two(2.0)),
+            Free::Cores(1.0)
+        );
+        // An hour without a block (a daemon between sessions): the next
+        // look does not average the idle hour, and the burst after it
+        // is not measured either.
+        let later = at(200) + Duration::from_secs(3600);
+        let idle = s(700_000, 720_040, 0, 0);
+        assert_eq!(l.look(later, Some(idle), two(2.0)), Free::Settling);
+        let busy = s(700_000, 720_060, 0, 0);
+        let f = l.look(later + FIRST_WINDOW, Some(busy), two(2.0));
+        assert_eq!(f, Free::Measuring);
+        let f = l.look(
+            later + FIRST_WINDOW + WINDOW,
+            Some(s(700_010, 720_080, 0, 0)),
+            two(2.0),
+        );
+        assert_eq!(f, Free::Cores(1.0));
+    }
+
+    #[test]
+    fn phases_and_estimates_share_one_word() {
+        for f in [
+            Free::Settling,
+            Free::Measuring,
+            Free::Unknown,
+            Free::Cores(0.0),
+            Free::Cores(1.5),
+        ] {
+            assert_eq!(decode(encode(f)), f);
+        }
+        assert_eq!(decode(encode(Free::Cores(f64::NAN))), Free::Unknown);
+        assert_eq!(decode(encode(Free::Cores(-1.0))), Free::Cores(0.0));
     }
 
     #[test]

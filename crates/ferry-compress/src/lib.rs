@@ -14,8 +14,14 @@
 //! * **Rate-driven choice** (in [`Mode::Auto`]). The caller reports how fast
 //!   the link drains compressed bytes ([`Compressor::set_link_rate`]) and how
 //!   many workers compress in parallel; the compressor measures its own
-//!   speed and ratio per codec. The codec chosen maximises the *effective
-//!   input rate* `min(speed x workers, link_rate x ratio)`. Estimates of the
+//!   speed and ratio per codec, and the share `c` of the input that
+//!   compresses at all. The codec chosen maximises the *effective input
+//!   rate*: the slower of the link, `link_rate / (1 - c + c / ratio)`, and
+//!   the cores, `speed x cores / c` (see `auto`). With
+//!   [`Compressor::watch_cpu`] the cores are those free on the machine
+//!   (`cpu`), the first 100 ms of a run (and of a run after 2 s without a
+//!   block) go as independent zstd level 1 blocks, and the next 100 ms,
+//!   which are measured, raw. Estimates of the
 //!   codec in use come from every real block (so they track the data); its
 //!   neighbours on the [`LADDER`] are probed on a sample every
 //!   [`REEVALUATE_EVERY`] bytes, and every codec is probed every

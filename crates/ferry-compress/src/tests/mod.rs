@@ -1,4 +1,5 @@
-//! Tests of the crate through its public API, by topic: `codec` (mode
+//! Tests of the crate through its public API (and `compress_seeing`, the
+//! machine's phases given by hand), by topic: `codec` (mode
 //! names), `block` (independent blocks and their decoder), `auto` (the
 //! adaptive choice), `stream` (the zstd stream, both ends). This file
 //! holds only the data generators and round-trip helpers they share; it

@@ -101,6 +101,56 @@ fn stream_level_change_starts_a_new_stream() {
     assert_eq!(decode_all(&packed).expect("decodes"), blocks);
 }
 
+#[test]
+fn first_window_blocks_are_independent_and_interleave_with_the_stream() {
+    use crate::cpu::Free;
+    let mut k = Compressor::new(Mode::Auto);
+    k.set_streaming(true);
+    k.set_workers(2);
+    k.set_link_rate(Some(50e6));
+    let blocks = vec![
+        text(1 << 20, 31),
+        random(1 << 20, 32),
+        text(1 << 20, 33),
+        text(1 << 20, 34),
+        text(1 << 20, 35),
+        text(1 << 20, 36),
+    ];
+    // The first window, the measured one, cores free, a new first
+    // window (after an idle gap), cores free again.
+    let phases = [
+        Free::Settling,
+        Free::Settling,
+        Free::Measuring,
+        Free::Cores(1.5),
+        Free::Settling,
+        Free::Cores(1.5),
+    ];
+    let packed: Vec<(u8, usize, Vec<u8>)> = blocks
+        .iter()
+        .zip(phases)
+        .map(|(b, f)| {
+            let mut out = Vec::new();
+            let p = k.compress_seeing(f, b, &mut out);
+            let data = if p.codec == Codec::None {
+                b.clone()
+            } else {
+                out
+            };
+            (p.wire_id(), b.len(), data)
+        })
+        .collect();
+    let ids: Vec<u8> = packed.iter().map(|p| p.0).collect();
+    let z1 = Codec::Zstd(1).id();
+    let raw = Codec::None.id();
+    assert_eq!(&ids[..3], [z1, raw, raw], "{ids:?}");
+    assert_eq!(ids[3], WIRE_STREAM_START, "{ids:?}");
+    assert_eq!(ids[4], z1, "{ids:?}");
+    assert_eq!(ids[5], WIRE_STREAM, "{ids:?}");
+    assert!(packed[0].2.len() < blocks[0].len() / 2);
+    assert_eq!(decode_all(&packed).expect("decodes"), blocks);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
