@@ -1,0 +1,82 @@
+"""Shared by the scale scenario's modules (scale_tree, scale_sparse,
+scale_stream, scale): the scenario's name and units, and the per-side
+peak RSS of a run (GNU time around the local command; around the far side
+through a `--remote-ferry` wrapper script, `rsync --rsync-path` or a
+server), recorded in the run by timed_run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from .ferry_forms import Ferry
+from .measure import GNU_TIME
+from .runner import Ctx, Tool, one_run, record
+from .util import slug
+
+q = shlex.quote
+SCEN = "scale"
+MiB = 1 << 20
+KiB = 1 << 10
+
+
+# -- the far side's peak RSS -------------------------------------------------------
+
+def remote_wrapper(ctx: Ctx, f: Ferry) -> tuple[str, str]:
+    """(a script for --remote-ferry that runs f under GNU time, the file
+    where it writes the far side's peak RSS in KiB)."""
+    d = os.path.join(ctx.work, "scale-wrap")
+    os.makedirs(d, exist_ok=True)
+    w, rss = os.path.join(d, f"{slug(f.name)}.sh"), os.path.join(d, f"{slug(f.name)}.rss")
+    with open(w, "w") as fh:
+        fh.write(f"#!/bin/sh\nexec {GNU_TIME or '/usr/bin/time'} -f %M -o {q(rss)} {q(f.path)} \"$@\"\n")
+    os.chmod(w, 0o755)
+    return w, rss
+
+
+def rsync_rss_path(ctx: Ctx) -> str:
+    d = os.path.join(ctx.work, "scale-wrap")
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, "rsync.rss")
+
+
+def read_kib(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            lines = f.read().strip().splitlines()
+        return int(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+
+
+def last_run(ctx: Ctx, case: str, t: Tool) -> dict | None:
+    runs = ctx.records[(SCEN, case, t.name)]["runs"]
+    return runs[-1] if runs else None
+
+
+def note_rss(ctx: Ctx, case: str, t: Tool, n0: int, far: str | None = None, server: bool = False) -> None:
+    """Per-side peak RSS of the run one_run just made (if it made one):
+    local_rss_kib = the client command's largest process (GNU time around
+    it, without the servers), remote_rss_kib = the far side's (the wrapper's
+    file, or a server's GNU time)."""
+    rec = ctx.records[(SCEN, case, t.name)]
+    if len(rec["runs"]) <= n0:
+        return
+    run = rec["runs"][-1]
+    tag = f"{slug(SCEN)}-{slug(case)}-{slug(t.name)}-{n0}"
+    run["local_rss_kib"] = read_kib(os.path.join(ctx.logdir, f"{tag}.rss"))
+    if far:
+        run["remote_rss_kib"] = read_kib(far)
+    elif server:
+        run["remote_rss_kib"] = read_kib(os.path.join(ctx.logdir, f"{tag}.server0.rss"))
+
+
+def timed_run(ctx: Ctx, case: str, t: Tool, src: str, dst: str, check, far: str | None = None,
+              server: bool = False, drop: bool = True, image: bool = False) -> None:
+    rec = record(ctx, SCEN, case, t)
+    n0 = len(rec["runs"])
+    if far and os.path.exists(far):
+        os.unlink(far)
+    one_run(ctx, SCEN, case, t, src, dst, check, image=image, drop=drop)
+    note_rss(ctx, case, t, n0, far, server)
