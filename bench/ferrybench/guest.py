@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
-import threading
 
 from . import data, verify
 from .base import twins
 from .link import ADDR_A, ADDR_B, NS_A, NS_B, PAYLOAD_RATE, PAYLOAD_TEXT
 from .runner import Ctx, Tool, run_file_case
-from .floor import medians, ssh_login_s
+from .floor import medians, ssh_login_s, zstd1_size
 from .scenarios import NBD_PORT, file_to_b, file_to_file, nbd_server, sync_row
 from .util import log, loud, rm_rf, sh, which
 
@@ -115,25 +113,6 @@ def guest_data(ctx: Ctx) -> tuple[str, str, str]:
     return img, guest_files(img), guest_ova(img)
 
 
-def zstd1(chunks) -> int | None:
-    """Bytes `zstd -1` makes of the chunks, concatenated (None: no zstd)."""
-    if not which("zstd"):
-        return None
-    p = subprocess.Popen(["zstd", "-1", "-q", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    out = [0]
-
-    def count():
-        while b := p.stdout.read(1 << 20):
-            out[0] += len(b)
-    th = threading.Thread(target=count)
-    th.start()
-    for b in chunks:
-        p.stdin.write(b)
-    p.stdin.close()
-    th.join()
-    return out[0] if p.wait() == 0 else None
-
-
 def data_extents(path: str, chunk: int = 8 << 20):
     """The bytes of a sparse file's data extents (SEEK_DATA / SEEK_HOLE)."""
     with open(path, "rb") as f:
@@ -159,7 +138,7 @@ def used_figures(img: str) -> dict:
         try:
             sh(["e2image", "-ra", img, tmp])
             nonzero = sum(len(b) for b in data_extents(tmp))
-            z = zstd1(data_extents(tmp))
+            z = zstd1_size(data_extents(tmp))
         finally:
             rm_rf(tmp)
         if z is not None:

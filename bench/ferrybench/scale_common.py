@@ -12,7 +12,7 @@ import shlex
 
 from .ferry_forms import Ferry
 from .measure import GNU_TIME
-from .runner import Ctx, Tool, one_run, record
+from .runner import Ctx, Tool, one_run, record, rotate, usable
 from .util import slug
 
 q = shlex.quote
@@ -80,3 +80,18 @@ def timed_run(ctx: Ctx, case: str, t: Tool, src: str, dst: str, check, far: str 
         os.unlink(far)
     one_run(ctx, SCEN, case, t, src, dst, check, image=image, drop=drop)
     note_rss(ctx, case, t, n0, far, server)
+
+
+def rounds(ctx: Ctx, cname: str, rows, ext: str):
+    """The runs of case cname: (tool, far side, server, dst) for each usable
+    row, round by round in rotating order, dst (its own file, suffix ext)
+    removed before each."""
+    ok = {t.name for t in usable(ctx, SCEN, [cname], [t for t, _, _ in rows])}
+    d = os.path.join(ctx.work, "dst", SCEN)
+    os.makedirs(d, exist_ok=True)
+    for rnd in range(ctx.runs):
+        for t, far, server in rotate([r for r in rows if r[0].name in ok], rnd):
+            dst = os.path.join(d, slug(t.name) + ext)
+            if os.path.exists(dst):
+                os.unlink(dst)
+            yield t, far, server, dst

@@ -15,9 +15,9 @@ import time
 from . import data, verify
 from .link import ADDR_B, NS_A
 from .measure import Server
-from .runner import Ctx, Tool, rotate, usable
-from .scale_common import KiB, MiB, SCEN, last_run, q, remote_wrapper, timed_run
-from .util import log, sh, slug
+from .runner import Ctx, Tool
+from .scale_common import KiB, MiB, SCEN, last_run, q, remote_wrapper, rounds, timed_run
+from .util import log, sh
 
 # -- the sparse file -------------------------------------------------------------------
 
@@ -140,29 +140,21 @@ def file_rows(ctx: Ctx, where: str, sock: str | None = None) -> list[tuple[Tool,
 def run_file_cases(ctx: Ctx, cname: str, rows, src: str, sparse: bool, after=None) -> None:
     """Each row copies src to a new file, verified; after(src, dst) runs
     once on the first verified copy of the main ferry, before it is removed."""
-    tools = usable(ctx, SCEN, [cname], [t for t, _, _ in rows])
-    ok = {t.name for t in tools}
-    d = os.path.join(ctx.work, "dst", SCEN)
-    os.makedirs(d, exist_ok=True)
-    for rnd in range(ctx.runs):
-        for t, far, server in rotate([r for r in rows if r[0].name in ok], rnd):
-            dst = os.path.join(d, slug(t.name) + ".img")
-            if os.path.exists(dst):
-                os.unlink(dst)
-            info: dict = {}
-            chk = (lambda: check_sparse(src, dst, info)) if sparse else (lambda: check_dense(src, dst, info))
-            t0 = time.monotonic()
-            timed_run(ctx, cname, t, src, dst, chk, far=far, server=server, image=True)
-            run = last_run(ctx, cname, t)
-            if run is not None:
-                run["layout"] = info
-                log(f"{SCEN}: {cname} / {t.name}: checked in "
-                    f"{time.monotonic() - t0 - run.get('wall_s', 0):.0f} s: {info}")
-            if after and run is not None and run.get("verified") and t.kind == "ferry" and os.path.exists(dst):
-                after(src, dst)
-                after = None
-            if os.path.exists(dst):
-                os.unlink(dst)
+    for t, far, server, dst in rounds(ctx, cname, rows, ".img"):
+        info: dict = {}
+        chk = (lambda: check_sparse(src, dst, info)) if sparse else (lambda: check_dense(src, dst, info))
+        t0 = time.monotonic()
+        timed_run(ctx, cname, t, src, dst, chk, far=far, server=server, image=True)
+        run = last_run(ctx, cname, t)
+        if run is not None:
+            run["layout"] = info
+            log(f"{SCEN}: {cname} / {t.name}: checked in "
+                f"{time.monotonic() - t0 - run.get('wall_s', 0):.0f} s: {info}")
+        if after and run is not None and run.get("verified") and t.kind == "ferry" and os.path.exists(dst):
+            after(src, dst)
+            after = None
+        if os.path.exists(dst):
+            os.unlink(dst)
 
 
 def cmp_estimate(src: str, dst: str) -> dict | None:

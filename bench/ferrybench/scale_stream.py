@@ -11,9 +11,8 @@ import os
 from . import data, verify
 from .link import ADDR_B, NS_A, NS_B
 from .measure import Server
-from .runner import Ctx, Tool, rotate, usable
-from .scale_common import SCEN, q, remote_wrapper, timed_run
-from .util import slug
+from .runner import Ctx, Tool
+from .scale_common import q, remote_wrapper, rounds, timed_run
 
 STREAM_BUFFER = "256M"  # the stream rows' -m
 STREAM_BUFFER_MIB = 256
@@ -55,17 +54,10 @@ def run_stream(ctx: Ctx, src: str) -> str:
     cname = f"stream {os.path.getsize(src) >> 20} MiB, 1gbit"
     ctx.link.shape("1gbit")
     try:
-        rows = stream_rows(ctx)
-        tools = usable(ctx, SCEN, [cname], [t for t, _, _ in rows])
-        ok = {t.name for t in tools}
-        d = os.path.join(ctx.work, "dst", SCEN)
-        os.makedirs(d, exist_ok=True)
-        for rnd in range(ctx.runs):
-            for t, far, server in rotate([r for r in rows if r[0].name in ok], rnd):
-                dst = os.path.join(d, slug(t.name) + ".out")
-                timed_run(ctx, cname, t, src, dst, lambda: verify.same_file(src, dst), far=far, server=server)
-                if os.path.exists(dst):
-                    os.unlink(dst)
+        for t, far, server, dst in rounds(ctx, cname, stream_rows(ctx), ".out"):
+            timed_run(ctx, cname, t, src, dst, lambda: verify.same_file(src, dst), far=far, server=server)
+            if os.path.exists(dst):
+                os.unlink(dst)
     finally:
         ctx.link.shape("none")
     return cname
