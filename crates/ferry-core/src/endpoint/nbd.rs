@@ -145,7 +145,7 @@ impl NbdExport {
         let mut map = self.2.lock().unwrap_or_else(|p| p.into_inner());
         while pos < end {
             if !(map.start..map.end).contains(&pos) {
-                let len = REGION.max(end - pos).min(self.size() - pos);
+                let len = REGION.min(self.size() - pos);
                 map.exts = self.0.first().extents(pos, len).map_err(nbd_io)?;
                 (map.start, map.end) = (pos, pos + len);
                 if map.exts.is_empty() {
