@@ -69,7 +69,6 @@ pub fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Size of a regular file or a block device.
 /// Start writing `file`'s dirty pages back, without waiting
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`). Only a hint: an error is
 /// met again by [`wait_writeback`] or `fdatasync`.
@@ -107,6 +106,7 @@ fn sync_range(file: &File, flags: libc::c_uint) -> io::Result<()> {
     }
 }
 
+/// Size of a regular file or a block device.
 pub fn size_of(file: &File, meta: &std::fs::Metadata) -> io::Result<u64> {
     if meta.file_type().is_block_device() {
         Ok(rustix::fs::seek(file.as_fd(), SeekFrom::End(0))?)

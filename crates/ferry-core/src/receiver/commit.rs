@@ -11,9 +11,10 @@
 //! ([`decide::batch_due`]: full, or its oldest file has waited 2 s,
 //! checked as files come and by a timer). Then:
 //!
-//! 1. every file's write-back is started, then waited for, one by one
-//!    (`sync_file_range`): a file whose data cannot be written fails here
-//!    (its temp file goes, the old copy stays);
+//! 1. every file's write-back, started when it joined the batch (and
+//!    again now), is waited for, one by one (`sync_file_range`): a file
+//!    whose data cannot be written fails here (its temp file goes, the
+//!    old copy stays);
 //! 2. one `syncfs` for each filesystem the batch is on writes the
 //!    metadata and flushes the device's cache: one journal commit, one
 //!    cache flush, for the whole batch;
@@ -67,6 +68,13 @@ impl Commits {
     /// `f` is written, verified and given its metadata: it is committed
     /// with its batch, now if that is due.
     pub(super) fn add(&self, f: Arc<DstFile>, sh: &Shared<'_>) {
+        // Its write-back starts now, while the rest of the run still
+        // comes in, not when the batch is due: the batch's sync then
+        // finds it written (at the end of a run, one batch of a 125 MiB
+        // tree spent 0.11 s writing back what had waited in the cache).
+        if let Some(file) = f.file.as_file() {
+            fsutil::start_writeback(file);
+        }
         let due = {
             let Ok(mut b) = self.batch.lock() else {
                 return;
