@@ -11,8 +11,6 @@
 //! earlier regular-file entry. A single-file destination takes exactly one
 //! regular file and nothing else.
 
-use std::collections::HashSet;
-
 use crate::pathset::PathMap;
 
 use ferry_link::{Entry, EntryKind};
@@ -32,13 +30,22 @@ pub enum Shape {
 pub struct ListCheck {
     shape: Shape,
     last_id: Option<u32>,
-    /// Kind of every path seen (by keyed digest: see [`crate::pathset`]).
-    kinds: PathMap<EntryKind>,
-    /// Ids of regular-file entries (hard-link targets).
-    files: HashSet<u32>,
+    /// Kind and id of every path seen (by keyed digest: see
+    /// [`crate::pathset`]); a file's id is what a hard link to it names.
+    kinds: PathMap<Listed>,
+    /// The last parent found to be a directory of the list: entries come
+    /// a directory at a time, and a directory stays one.
+    known_dir: Vec<u8>,
     entries: u64,
     /// On a pull: the names the user asked for (see [`ListCheck::expect_top`]).
     top: Option<Vec<Vec<u8>>>,
+}
+
+/// What the list said a path is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Listed {
+    kind: EntryKind,
+    id: u32,
 }
 
 /// Largest file size a list may announce: segment indexes are u32.
@@ -80,7 +87,7 @@ impl ListCheck {
             shape,
             last_id: None,
             kinds: PathMap::default(),
-            files: HashSet::new(),
+            known_dir: Vec::new(),
             entries: 0,
             top: None,
         }
@@ -139,30 +146,35 @@ impl ListCheck {
         if e.size > MAX_FILE_SIZE {
             return refuse("file larger than the protocol allows");
         }
-        match self.kinds.get(path) {
+        let key = self.kinds.key(path);
+        match self.kinds.get_at(key).map(|l| l.kind) {
             Some(EntryKind::Dir) if kind == EntryKind::Dir => {}
             Some(_) => return refuse("entry sent twice"),
             None => {}
         }
         let parent = parent_of(path);
-        if !path.is_empty() && !parent.is_empty() && self.kinds.get(parent) != Some(&EntryKind::Dir)
-        {
-            return refuse("entry is not below a directory of the list");
+        if !path.is_empty() && !parent.is_empty() && parent != self.known_dir.as_slice() {
+            if self.kinds.get(parent).map(|l| l.kind) != Some(EntryKind::Dir) {
+                return refuse("entry is not below a directory of the list");
+            }
+            self.known_dir.clear();
+            self.known_dir.extend_from_slice(parent);
         }
+        // The path and the id must name the same earlier file.
+        let target = Listed {
+            kind: EntryKind::File,
+            id: e.link_to,
+        };
         if kind == EntryKind::HardLink
-            && (!self.files.contains(&e.link_to)
-                || e.target.is_empty()
+            && (e.target.is_empty()
                 || !valid_rel(&e.target)
-                || self.kinds.get(&e.target) != Some(&EntryKind::File))
+                || self.kinds.get(&e.target) != Some(&target))
         {
             return refuse("hard link to an entry that is not an earlier regular file");
         }
         self.last_id = Some(e.id);
         self.entries += 1;
-        self.kinds.insert(path, kind);
-        if kind == EntryKind::File {
-            self.files.insert(e.id);
-        }
+        self.kinds.insert_at(key, Listed { kind, id: e.id });
         Ok(())
     }
 }
@@ -283,6 +295,36 @@ mod tests {
         for bad in ["", "d", "l", "nope", "../f", "/f", "f/"] {
             assert!(with(link(bad)).is_err(), "{bad:?}");
         }
+        // The id and the path must name the same file.
+        let mut two = before.to_vec();
+        two.push(ent(3, "g", File));
+        let mut crossed = ent(4, "h", HardLink);
+        crossed.link_to = 1;
+        crossed.target = b"g".to_vec();
+        two.push(crossed);
+        assert!(run(Shape::Tree, &two).is_err());
+    }
+
+    #[test]
+    fn the_remembered_parent_is_only_ever_a_directory() {
+        // Entries of one directory, then a file whose name is that of a
+        // later parent: the remembered directory does not cover it.
+        let list = [
+            ent(0, "d", Dir),
+            ent(1, "d/a", File),
+            ent(2, "d/b", File),
+            ent(3, "f", File),
+            ent(4, "f/x", File),
+        ];
+        assert!(run(Shape::Tree, &list).is_err());
+        let ok = [
+            ent(0, "d", Dir),
+            ent(1, "d/a", File),
+            ent(2, "e", Dir),
+            ent(3, "e/a", File),
+            ent(4, "d/b", File),
+        ];
+        assert_eq!(run(Shape::Tree, &ok), Ok(()));
     }
 
     #[test]

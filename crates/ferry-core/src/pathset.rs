@@ -83,6 +83,11 @@ impl<V> Default for PathMap<V> {
     }
 }
 
+/// A path's digest in one [`PathMap`], for a lookup and an insert that
+/// hash the path once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathKey(u128);
+
 impl<V> PathMap<V> {
     pub fn insert(&mut self, path: &[u8], v: V) -> Option<V> {
         self.map.insert(self.keys.key(path), v)
@@ -90,6 +95,27 @@ impl<V> PathMap<V> {
 
     pub fn get(&self, path: &[u8]) -> Option<&V> {
         self.map.get(&self.keys.key(path))
+    }
+
+    /// `path`'s digest in this map.
+    pub fn key(&self, path: &[u8]) -> PathKey {
+        PathKey(self.keys.key(path))
+    }
+
+    pub fn get_at(&self, k: PathKey) -> Option<&V> {
+        self.map.get(&k.0)
+    }
+
+    pub fn insert_at(&mut self, k: PathKey, v: V) -> Option<V> {
+        self.map.insert(k.0, v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 }
 
@@ -109,6 +135,11 @@ mod tests {
         assert_eq!(m.insert(b"d", 2), Some(1));
         assert_eq!(m.get(b"d"), Some(&2));
         assert_eq!(m.get(b"e"), None);
+        let k = m.key(b"e");
+        assert_eq!(k, m.key(b"e"));
+        assert_eq!(m.insert_at(k, 3), None);
+        assert_eq!((m.get(b"e"), m.get_at(m.key(b"d"))), (Some(&3), Some(&2)));
+        assert_eq!(m.len(), 2);
     }
 
     #[test]

@@ -53,6 +53,7 @@ impl Dispatcher<'_, '_> {
                 "{}: skipped: its directory could not be made at the destination",
                 shown(&e.path)
             ));
+            self.skipped.insert(&e.path);
             return Ok(());
         }
         let name = e.path.rsplit(|&b| b == b'/').next().unwrap_or(&e.path);
@@ -61,10 +62,12 @@ impl Dispatcher<'_, '_> {
                 "{}: skipped: the name is reserved for ferry's partial files",
                 shown(&e.path)
             ));
+            self.skipped.insert(&e.path);
             return Ok(());
         }
-        self.seen.insert(&e.path);
-        let shown = self.tree.show(&e.path);
+        if self.sh.opts.delete {
+            self.seen.insert(&e.path);
+        }
         if e.kind() == EntryKind::File
             && self.budget.must_wait(self.waiting.len(), self.open_files())
         {
@@ -75,16 +78,17 @@ impl Dispatcher<'_, '_> {
             self.links.push(e);
             return Ok(());
         }
-        let res = self
-            .tree
-            .loc(&e.path, self.sh.opts.dry_run)
-            .and_then(|l| match e.kind() {
-                EntryKind::Dir => self.dir(e, &l),
-                EntryKind::Symlink => self.symlink(&e, &l),
-                EntryKind::Special => self.special(&e, &l),
-                _ => self.file(e, &l),
-            });
-        self.outcome(res, &shown)
+        let l = match self.tree.loc(&e.path, self.sh.opts.dry_run) {
+            Ok(l) => l,
+            Err(err) => return self.outcome(Err(err), &self.tree.show(&e.path)),
+        };
+        let res = match e.kind() {
+            EntryKind::Dir => self.dir(e, &l),
+            EntryKind::Symlink => self.symlink(&e, &l),
+            EntryKind::Special => self.special(&e, &l),
+            _ => self.file(e, &l),
+        };
+        self.outcome(res, &l.shown)
     }
 
     /// The one entry of a session whose destination is an NBD export.

@@ -84,7 +84,7 @@ impl Dispatcher<'_, '_> {
         // this run took (not a reserved name or one below a directory it
         // could not make), and a regular file where it is now.
         let target_rel = &e.target;
-        if !self.seen.contains(target_rel) {
+        if self.skipped.contains(target_rel) {
             return Err(io::Error::other("hard link to an entry that was skipped"));
         }
         let dry = self.sh.opts.dry_run;

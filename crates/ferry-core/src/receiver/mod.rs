@@ -228,6 +228,7 @@ pub fn run_receiver(
             files: HashMap::new(),
             done: HashMap::new(),
             seen: Default::default(),
+            skipped: Default::default(),
             dirs_ok: HashSet::from([Vec::new()]),
             dirs: Vec::new(),
             dirs_queued: HashSet::new(),
@@ -294,9 +295,12 @@ struct Dispatcher<'a, 'b> {
     files: HashMap<u32, Arc<DstFile>>,
     /// Segments of each file in flight that the sender has finished.
     done: HashMap<u32, decide::SegmentTally>,
-    /// Every path in the source list, for `--delete` (by keyed digest:
-    /// see [`crate::pathset`]).
+    /// With `--delete`, every path in the source list (by keyed digest:
+    /// see [`crate::pathset`]); without it, nothing.
     seen: crate::pathset::PathSet,
+    /// Entries of the list this run skipped (a reserved name, below a
+    /// directory it could not make): no hard link may name them.
+    skipped: crate::pathset::PathSet,
     /// Paths known to be real directories at the destination.
     dirs_ok: HashSet<Vec<u8>>,
     /// Paths of the directories in `dirs`.
