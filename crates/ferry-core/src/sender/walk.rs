@@ -290,7 +290,9 @@ impl Walker<'_> {
         children.sort_by_key(|d| d.file_name());
         for c in children {
             let cp = c.path();
-            let m = match std::fs::symlink_metadata(&cp) {
+            // Without following a symlink, and relative to the directory
+            // read (one name to look up, not the whole path).
+            let m = match c.metadata() {
                 Ok(m) => m,
                 Err(err) => {
                     self.warn(format!("stat {}: {}", cp.display(), describe(&err)))?;
