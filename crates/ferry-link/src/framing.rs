@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use crate::codec::{self, MAX_FRAME};
 use crate::liveness::{Liveness, KEEPALIVE};
 use crate::msg::Message;
-use crate::transport::{frame_check, LinkError, WireCounter};
+use crate::transport::{frame_check, Batch, LinkError, WireCounter};
 use crate::MAGIC;
 
 fn io_err(e: std::io::Error) -> LinkError {
@@ -24,7 +24,7 @@ fn io_err(e: std::io::Error) -> LinkError {
 
 pub(crate) fn write_loop<W: Write>(
     w: &mut W,
-    rx: &Receiver<Message>,
+    rx: &Receiver<Batch>,
     sent: &WireCounter,
     link_rate: &std::sync::atomic::AtomicU64,
     live: &Liveness,
@@ -54,13 +54,13 @@ pub(crate) fn write_loop<W: Write>(
             Err(TryRecvError::Disconnected) => break,
         };
         buf.clear();
-        push_frame(&m, &mut buf);
+        push_frames(m, &mut buf);
         // Frames already queued go out in the same write, up to
         // COALESCE bytes: a file list of small entries would otherwise
         // cost a write (and, through ssh, a packet) per entry.
         while buf.len() < COALESCE {
             match rx.try_recv() {
-                Ok(m) => push_frame(&m, &mut buf),
+                Ok(m) => push_frames(m, &mut buf),
                 Err(_) => break,
             }
         }
@@ -80,6 +80,14 @@ pub(crate) fn write_loop<W: Write>(
 /// Frames gathered into one write while more are queued (see
 /// [`write_loop`]).
 const COALESCE: usize = 64 << 10;
+
+/// Append the frames of `b`'s messages to `buf`.
+fn push_frames(b: Batch, buf: &mut Vec<u8>) {
+    match b {
+        Batch::One(m) => push_frame(&m, buf),
+        Batch::Many(ms) => ms.for_each(|m| push_frame(&m, buf)),
+    }
+}
 
 /// Append `m`'s frame to `buf`: length, its complement, body, check.
 fn push_frame(m: &Message, buf: &mut Vec<u8>) {
@@ -139,12 +147,44 @@ pub(crate) fn write_keepalive<W: Write>(w: &mut W) -> Result<(), LinkError> {
     w.flush().map_err(io_err)
 }
 
+/// Bytes the reader buffers: what one batch of frames is taken from.
+const READ_BUFFER: usize = 256 << 10;
+
+/// Messages handed over in one batch at most.
+const MAX_BATCH: usize = 1024;
+
+/// Whether `buf` starts with a whole frame (as its length says; a damaged
+/// length is found when the frame is read).
+fn whole_frame(buf: &[u8]) -> bool {
+    buf.len() >= 8 && {
+        let n = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        buf.len() >= 8 + n + 4
+    }
+}
+
+/// Read the magic, then frames until the pipe closes or fails. Messages
+/// go to `tx` in batches: every frame already in the read buffer is
+/// decoded before the batch is handed over, so the receiving thread is
+/// woken once per buffer rather than once per message (a file list of
+/// small entries arrives a few thousand to a read).
 pub(crate) fn read_loop<R: Read>(
     r: &mut R,
-    tx: &Sender<Message>,
+    tx: &Sender<Batch>,
     received: &WireCounter,
     live: &Liveness,
 ) -> Result<(), LinkError> {
+    read_magic(r, received)?;
+    let mut r = std::io::BufReader::with_capacity(READ_BUFFER, r);
+    let mut batch = Vec::new();
+    let res = read_frames(&mut r, tx, &mut batch, received, live);
+    // What was decoded before the end (or the damage) still goes first.
+    if !batch.is_empty() {
+        let _ = tx.send(Batch::Many(batch.into_iter()));
+    }
+    res
+}
+
+fn read_magic<R: Read>(r: &mut R, received: &WireCounter) -> Result<(), LinkError> {
     let mut magic = [0u8; 8];
     let mut got = 0;
     while got < magic.len() {
@@ -174,8 +214,25 @@ pub(crate) fn read_loop<R: Read>(
         ));
     }
     received.add(MAGIC.len() as u64);
+    Ok(())
+}
+
+fn read_frames<R: Read>(
+    r: &mut std::io::BufReader<R>,
+    tx: &Sender<Batch>,
+    batch: &mut Vec<Message>,
+    received: &WireCounter,
+    live: &Liveness,
+) -> Result<(), LinkError> {
     let mut frame = Vec::new();
     loop {
+        // Hand the batch over before a read that may have to wait.
+        if !batch.is_empty() && (batch.len() >= MAX_BATCH || !whole_frame(r.buffer())) {
+            let full = std::mem::take(batch);
+            if tx.send(Batch::Many(full.into_iter())).is_err() {
+                return Ok(());
+            }
+        }
         let mut len = [0u8; 8];
         match r.read_exact(&mut len) {
             Ok(()) => {}
@@ -216,9 +273,6 @@ pub(crate) fn read_loop<R: Read>(
             // A keepalive.
             continue;
         }
-        let m = codec::decode(&lb[8..])?;
-        if tx.send(m).is_err() {
-            return Ok(());
-        }
+        batch.push(codec::decode(&lb[8..])?);
     }
 }

@@ -187,20 +187,38 @@ fn compressed_link_streams_per_clone_and_decodes_in_order() {
     );
 }
 
+/// `m` as one frame.
+fn frame_of(m: &Message) -> Vec<u8> {
+    let mut frame = vec![0u8; 8];
+    codec::encode(m, &mut frame);
+    let n = (frame.len() - 8) as u32;
+    frame[..4].copy_from_slice(&n.to_le_bytes());
+    frame[4..8].copy_from_slice(&(!n).to_le_bytes());
+    let check = frame_check(&frame);
+    frame.extend_from_slice(&check.to_le_bytes());
+    frame
+}
+
+/// Every message `read_loop` handed over, in order, and how many batches.
+fn drain(rx: &Receiver<Batch>) -> (Vec<Message>, usize) {
+    let (mut out, mut batches) = (Vec::new(), 0);
+    while let Ok(b) = rx.try_recv() {
+        batches += 1;
+        match b {
+            Batch::One(m) => out.push(m),
+            Batch::Many(ms) => out.extend(ms),
+        }
+    }
+    (out, batches)
+}
+
 #[test]
 fn keepalive_frames_are_skipped() {
     let mut bytes = MAGIC.to_vec();
     for _ in 0..3 {
         write_keepalive(&mut bytes).unwrap();
     }
-    let mut frame = vec![0u8; 8];
-    codec::encode(&Message::EndOfList, &mut frame);
-    let n = (frame.len() - 8) as u32;
-    frame[..4].copy_from_slice(&n.to_le_bytes());
-    frame[4..8].copy_from_slice(&(!n).to_le_bytes());
-    let check = frame_check(&frame);
-    frame.extend_from_slice(&check.to_le_bytes());
-    bytes.extend_from_slice(&frame);
+    bytes.extend_from_slice(&frame_of(&Message::EndOfList));
     write_keepalive(&mut bytes).unwrap();
     let (tx, rx) = bounded(8);
     let r = read_loop(
@@ -210,8 +228,78 @@ fn keepalive_frames_are_skipped() {
         &Liveness::default(),
     );
     assert_eq!(r, Err(LinkError::Closed), "clean end after the frames");
-    assert!(matches!(rx.try_recv(), Ok(Message::EndOfList)));
-    assert!(rx.try_recv().is_err(), "keepalives carry no message");
+    let (got, _) = drain(&rx);
+    assert!(matches!(got[..], [Message::EndOfList]), "{got:?}");
+}
+
+#[test]
+fn frames_come_in_order_in_bounded_batches_and_damage_after_them() {
+    let mut bytes = MAGIC.to_vec();
+    let n = 5000u32;
+    for below in 0..n {
+        bytes.extend_from_slice(&frame_of(&Message::Decided { below }));
+    }
+    let mut bad = frame_of(&Message::EndOfList);
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    bytes.extend_from_slice(&bad);
+    bytes.extend_from_slice(&frame_of(&Message::EndOfList));
+    let (tx, rx) = bounded(64);
+    let r = read_loop(
+        &mut &bytes[..],
+        &tx,
+        &WireCounter::default(),
+        &Liveness::default(),
+    );
+    assert_eq!(r, Err(LinkError::Checksum));
+    let (got, batches) = drain(&rx);
+    // Every frame before the damaged one arrives, in order, and nothing
+    // after it; a batch is never longer than MAX_BATCH.
+    assert_eq!(got.len(), n as usize);
+    for (i, m) in got.iter().enumerate() {
+        assert!(
+            matches!(m, Message::Decided { below } if *below == i as u32),
+            "{i}: {m:?}"
+        );
+    }
+    assert!(
+        batches >= (n as usize).div_ceil(1024) && batches < n as usize / 100,
+        "{batches}"
+    );
+}
+
+#[test]
+fn a_receiver_takes_a_batch_a_message_at_a_time_and_wake_goes_first() {
+    let (tx, rx) = bounded(4);
+    let ep = MsgRx {
+        rx,
+        failure: Arc::default(),
+        state: Mutex::default(),
+        live: None,
+    };
+    tx.send(Batch::Many(
+        (0..3)
+            .map(|below| Message::Decided { below })
+            .collect::<Vec<_>>()
+            .into_iter(),
+    ))
+    .unwrap();
+    tx.send(Batch::One(Message::EndOfList)).unwrap();
+    let (wake_tx, wake) = bounded(1);
+    assert!(matches!(
+        ep.recv_or_wake(&wake),
+        Ok(Some(Message::Decided { below: 0 }))
+    ));
+    wake_tx.send(()).unwrap();
+    assert!(
+        matches!(ep.recv_or_wake(&wake), Ok(None)),
+        "wake before the rest of a batch"
+    );
+    assert!(matches!(ep.recv(), Ok(Message::Decided { below: 1 })));
+    assert!(matches!(ep.recv(), Ok(Message::Decided { below: 2 })));
+    assert!(matches!(ep.recv(), Ok(Message::EndOfList)));
+    drop(tx);
+    assert_eq!(ep.recv().err(), Some(LinkError::Closed));
 }
 
 #[test]
