@@ -153,12 +153,21 @@ const READ_BUFFER: usize = 256 << 10;
 /// Messages handed over in one batch at most.
 const MAX_BATCH: usize = 1024;
 
+/// Frame bytes gathered into one batch at most (past the first frame):
+/// some small frames decode to many times their size (an entry's empty
+/// attribute names), and a batch sits in a queue of [`READ_QUEUE`].
+const MAX_BATCH_BYTES: usize = 64 << 10;
+
+/// Batches queued from a stream reader to its receiver: each holds at most
+/// one large frame plus [`MAX_BATCH_BYTES`] of small ones.
+pub(crate) const READ_QUEUE: usize = 16;
+
 /// Whether `buf` starts with a whole frame (as its length says; a damaged
 /// length is found when the frame is read).
 fn whole_frame(buf: &[u8]) -> bool {
     buf.len() >= 8 && {
-        let n = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        buf.len() >= 8 + n + 4
+        let n = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as u64;
+        buf.len() as u64 >= 8 + n + 4
     }
 }
 
@@ -225,10 +234,14 @@ fn read_frames<R: Read>(
     live: &Liveness,
 ) -> Result<(), LinkError> {
     let mut frame = Vec::new();
+    let mut bytes = 0;
     loop {
         // Hand the batch over before a read that may have to wait.
-        if !batch.is_empty() && (batch.len() >= MAX_BATCH || !whole_frame(r.buffer())) {
+        if !batch.is_empty()
+            && (batch.len() >= MAX_BATCH || bytes >= MAX_BATCH_BYTES || !whole_frame(r.buffer()))
+        {
             let full = std::mem::take(batch);
+            bytes = 0;
             if tx.send(Batch::Many(full.into_iter())).is_err() {
                 return Ok(());
             }
@@ -274,5 +287,6 @@ fn read_frames<R: Read>(
             continue;
         }
         batch.push(codec::decode(&lb[8..])?);
+        bytes += need;
     }
 }

@@ -318,14 +318,36 @@ impl MsgTx {
         }
     }
 
+    /// Queue `ms` for the peer in this order, as one hand-over: for a
+    /// thread that makes many small control messages (a file list's
+    /// entries), which would otherwise cost the queue's lock and a wake-up
+    /// each. Data goes through [`MsgTx::send`], which compresses it.
+    pub fn send_batch(&self, ms: Vec<Message>) -> Result<(), LinkError> {
+        match ms.len() {
+            0 => Ok(()),
+            1 => ms.into_iter().try_for_each(|m| self.send(m)),
+            _ => {
+                debug_assert!(!ms.iter().any(|m| matches!(m, Message::Data { .. })));
+                self.enqueue_batch(Batch::Many(ms.into_iter()))
+            }
+        }
+    }
+
     fn enqueue(&self, m: Message) -> Result<(), LinkError> {
+        self.enqueue_batch(Batch::One(m))
+    }
+
+    fn enqueue_batch(&self, m: Batch) -> Result<(), LinkError> {
         if let Some(l) = self.live.as_ref().filter(|l| l.watching()) {
             // The writer has been stuck in one write for too long: the
             // peer takes nothing (whatever room the queue still has).
             l.check_moved()?;
         }
         if self.count_on_send.is_some() || self.limit.is_some() {
-            let n = codec::encoded_len(&m) as u64;
+            let n = match &m {
+                Batch::One(m) => codec::encoded_len(m),
+                Batch::Many(ms) => ms.as_slice().iter().map(codec::encoded_len).sum(),
+            } as u64;
             if let Some(c) = &self.count_on_send {
                 c.add(n);
             }
@@ -334,11 +356,11 @@ impl MsgTx {
             }
         }
         let Some(live) = self.live.as_ref().filter(|l| l.watching()) else {
-            return self.tx.send(Batch::One(m)).map_err(|_| self.failure());
+            return self.tx.send(m).map_err(|_| self.failure());
         };
         // The queue stays full only while the pipe takes nothing: a peer
         // that stops reading is dead after the idle timeout.
-        let mut m = Batch::One(m);
+        let mut m = m;
         loop {
             match self.tx.send_timeout(m, TICK) {
                 Ok(()) => return Ok(()),
@@ -493,7 +515,16 @@ impl MsgRx {
                         // Nobody can wake us any more: wait for the peer alone.
                         Err(_) => match live {
                             None => self.rx.recv(),
-                            Some(_) => continue,
+                            Some(l) => match self.rx.recv_timeout(tick) {
+                                Ok(m) => Ok(m),
+                                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                                    l.check_heard()?;
+                                    continue;
+                                }
+                                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                                    Err(crossbeam_channel::RecvError)
+                                }
+                            },
                         },
                     },
                     default(tick) => {
@@ -627,7 +658,7 @@ where
     let failure: Arc<Mutex<Option<LinkError>>> = Arc::default();
 
     let (tx, wrx) = bounded::<Batch>(QUEUE);
-    let (rtx, rx) = bounded::<Batch>(QUEUE);
+    let (rtx, rx) = bounded::<Batch>(crate::framing::READ_QUEUE);
     let rfailure: Arc<Mutex<Option<LinkError>>> = Arc::default();
 
     let live = Arc::new(Liveness::default());

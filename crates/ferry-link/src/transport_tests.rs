@@ -19,6 +19,39 @@ fn in_process_counts_encoded_bytes() {
 }
 
 #[test]
+fn a_batch_arrives_in_order_and_counted_in_process_and_over_a_stream() {
+    let batch = |lo: u32| {
+        (lo..lo + 300)
+            .map(|below| Message::Decided { below })
+            .collect::<Vec<_>>()
+    };
+    let n: u64 = batch(0).iter().map(|m| codec::encoded_len(m) as u64).sum();
+    let (a, b) = in_process();
+    a.tx.send_batch(batch(0)).unwrap();
+    a.tx.send_batch(Vec::new()).unwrap();
+    a.tx.send(Message::EndOfList).unwrap();
+    for m in batch(0) {
+        assert_eq!(b.rx.recv().unwrap(), m);
+    }
+    assert_eq!(b.rx.recv().unwrap(), Message::EndOfList);
+    assert_eq!(
+        a.sent.get(),
+        n + codec::encoded_len(&Message::EndOfList) as u64
+    );
+    let (a_out, b_in) = UnixStream::pair().unwrap();
+    let (b_out, a_in) = UnixStream::pair().unwrap();
+    let a = stream_link(a_in, a_out);
+    let b = stream_link(b_in, b_out);
+    a.tx.send_batch(batch(0)).unwrap();
+    a.tx.send_batch(batch(300)).unwrap();
+    a.tx.send_batch(vec![Message::EndOfList]).unwrap();
+    for m in batch(0).into_iter().chain(batch(300)) {
+        assert_eq!(b.rx.recv().unwrap(), m);
+    }
+    assert_eq!(b.rx.recv().unwrap(), Message::EndOfList);
+}
+
+#[test]
 fn stream_link_roundtrips_and_detects_garbage() {
     // One socket per direction, as ssh's stdin and stdout are.
     let (a_out, b_in) = UnixStream::pair().unwrap();
@@ -326,6 +359,22 @@ fn a_silent_peer_times_out_and_a_live_idle_one_does_not() {
     ea.set_idle_timeout(Some(std::time::Duration::from_millis(300)));
     let t = std::time::Instant::now();
     assert!(matches!(ea.rx.recv(), Err(LinkError::TimedOut(_))));
+    assert!(t.elapsed() < std::time::Duration::from_secs(3));
+}
+
+#[test]
+fn a_receiver_whose_waker_is_gone_still_times_out_a_silent_peer() {
+    // It used to spin on the closed waker, never looking at the clock.
+    let (a, _silent) = UnixStream::pair().unwrap();
+    let ea = stream_link(a.try_clone().unwrap(), a);
+    ea.set_idle_timeout(Some(std::time::Duration::from_millis(300)));
+    let (wake_tx, wake) = crossbeam_channel::bounded::<()>(1);
+    drop(wake_tx);
+    let t = std::time::Instant::now();
+    assert!(matches!(
+        ea.rx.recv_or_wake(&wake),
+        Err(LinkError::TimedOut(_))
+    ));
     assert!(t.elapsed() < std::time::Duration::from_secs(3));
 }
 
