@@ -54,6 +54,17 @@ impl Credit {
         self.cv.notify_all();
     }
 
+    /// [`Credit::send`] without waiting: `None` while `id` does not fit.
+    pub(super) fn try_send(&self, id: u32) -> Option<bool> {
+        let Ok(mut g) = self.st.lock() else {
+            return Some(false);
+        };
+        if g.1 {
+            return Some(false);
+        }
+        g.0.push(id).then_some(true)
+    }
+
     /// Wait until entry `id` fits in the window and count it as sent;
     /// false when the requests ended first (the walk stops).
     pub(super) fn send(&self, id: u32) -> bool {
@@ -94,8 +105,9 @@ mod tests {
     fn a_waiting_walk_goes_on_when_told_and_stops_when_closed() {
         let c = std::sync::Arc::new(Credit::default());
         for id in 0..WINDOW as u32 {
-            assert!(c.send(id));
+            assert_eq!(c.try_send(id), Some(true));
         }
+        assert_eq!(c.try_send(WINDOW as u32 + 5), None, "full: would wait");
         let c2 = c.clone();
         let t = std::thread::spawn(move || c2.send(WINDOW as u32 + 5));
         std::thread::sleep(Duration::from_millis(50));

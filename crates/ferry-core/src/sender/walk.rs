@@ -45,6 +45,8 @@ pub(super) fn walk_all(
         names: (sources.len() > 1).then(HashMap::new),
         namer: Default::default(),
         top_dev: 0,
+        pending: Vec::new(),
+        pending_since: None,
     };
     for src in sources {
         let text = src.path.to_string_lossy();
@@ -64,9 +66,17 @@ pub(super) fn walk_all(
         .map_err(|e| Error::io_op("stat", &src.path, e))?;
         w.visit(&src.path, src.name.clone(), &meta, true)?;
     }
+    w.flush()?;
     tx.send(Message::EndOfList)?;
     Ok(())
 }
+
+/// Entries a walk hands to the link at once at most.
+const BATCH: usize = 256;
+
+/// How long an entry may wait in a batch for more: the receiver starts on
+/// a file only once its entry arrives.
+const HOLD: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// With several sources, whether the entry `rel` is sent, given `names`
 /// (every name sent so far and whether it is a directory), which it joins
@@ -138,6 +148,10 @@ struct Walker<'a> {
     namer: crate::ids::Namer,
     /// The filesystem of the source being walked (`-x` stays on it).
     top_dev: u64,
+    /// Entries not handed to the link yet (see [`Walker::flush`]), and
+    /// since when the first of them waits.
+    pending: Vec<Message>,
+    pending_since: Option<std::time::Instant>,
 }
 
 impl Walker<'_> {
@@ -149,20 +163,46 @@ impl Walker<'_> {
             e.owner = self.namer.name(Which::User, e.uid);
             e.group = self.namer.name(Which::Group, e.gid);
         }
-        // At most a window ahead of what the receiver has decided on.
-        if !self.credit.send(e.id) {
+        // At most a window ahead of what the receiver has decided on;
+        // before waiting for room, what it has not got yet goes out.
+        let fits = match self.credit.try_send(e.id) {
+            Some(fits) => fits,
+            None => {
+                self.flush()?;
+                self.credit.send(e.id)
+            }
+        };
+        if !fits {
             return Err(Error::Protocol(
                 "the receiver stopped taking the list".into(),
             ));
         }
-        self.tx.send(Message::Entry(Box::new(e)))?;
+        self.pending.push(Message::Entry(Box::new(e)));
+        let since = *self
+            .pending_since
+            .get_or_insert_with(std::time::Instant::now);
+        if self.pending.len() >= BATCH || since.elapsed() >= HOLD {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hand the entries gathered so far to the link: when a batch is full
+    /// or old, and before anything that may take long (reading a
+    /// directory or a file, waiting for the receiver) or any other message.
+    fn flush(&mut self) -> Result<()> {
+        self.pending_since = None;
+        if !self.pending.is_empty() {
+            self.tx.send_batch(std::mem::take(&mut self.pending))?;
+        }
         Ok(())
     }
 
     /// Report a source entry that cannot be sent. It travels to the
     /// receiver, which keeps the tally, so a remote sender's problems reach
     /// the side that prints.
-    fn warn(&self, error: String) -> Result<()> {
+    fn warn(&mut self, error: String) -> Result<()> {
+        self.flush()?;
         self.tx.send(Message::FileFailed {
             file: ferry_link::NO_FILE,
             error,
@@ -276,6 +316,7 @@ impl Walker<'_> {
 
     /// The entries of the directory `path` (listed as `rel`), in name order.
     fn visit_children(&mut self, path: &Path, rel: &[u8]) -> Result<()> {
+        self.flush()?;
         let mut children: Vec<_> = match std::fs::read_dir(path) {
             Ok(rd) => rd.filter_map(|d| d.ok()).collect(),
             Err(err) => {
@@ -340,6 +381,7 @@ impl Walker<'_> {
         };
         e.size = size;
         if top && self.opts.sparsify {
+            self.flush()?;
             let f = open_listed(path, ident, top)
                 .map_err(|err| Error::io_op("open for reading", path, err))?;
             let mounted = crate::endpoint::looks_mounted(&f);
@@ -349,6 +391,7 @@ impl Walker<'_> {
             return self.send_image(path, e, mtime, reader, mounted);
         }
         if self.opts.checksum && size > 0 {
+            self.flush()?;
             match open_listed(path, ident, top)
                 .and_then(|f| scan::file_digest(&f, size, self.opts.threads))
             {
@@ -380,6 +423,7 @@ impl Walker<'_> {
     /// its modification time (an export has none, so it is never taken as
     /// unchanged by size and time; `--checksum` compares contents).
     fn nbd(&mut self, uri: &str, name: Vec<u8>) -> Result<()> {
+        self.flush()?;
         let src = crate::endpoint::NbdExport::connect(uri).map_err(|e| Error::io(uri, e))?;
         let size = src.size();
         let conns = src.connections() as u64;
@@ -409,6 +453,7 @@ impl Walker<'_> {
     /// A member of a tar archive (`vm.ova#disk.img`), read in place: the
     /// archive's owner, mode and time, the member's size.
     fn member(&mut self, archive: &Path, member: &str, name: Vec<u8>) -> Result<()> {
+        self.flush()?;
         let f = crate::endpoint::open_archive(archive)?;
         let meta = f.metadata().map_err(|err| Error::io(archive, err))?;
         let reader: Arc<dyn Source> = Arc::new(crate::direct::Reader::new(f, self.opts.direct_io));
@@ -448,6 +493,7 @@ impl Walker<'_> {
         mut reader: Arc<dyn Source>,
         mounted: Option<String>,
     ) -> Result<()> {
+        self.flush()?;
         let size = e.size;
         if self.opts.sparsify {
             let shown = path.display().to_string();
