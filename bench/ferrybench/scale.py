@@ -7,7 +7,8 @@ qemu-img, nbdcopy. Only when named: `bash bench/run.sh scale`.
    mode and mtime follow from its number), cached under --work:
    - locally (`ferry sync SRC/ DST/` against `rsync -a SRC/ DST/`): the
      initial copy, an unchanged re-run with the page cache dropped first
-     (the suite's rule) and one right after it with the cache warm, then
+     (the suite's rule) and one with the cache warm (right after an untimed
+     run of the same command: the other tool's cold run dropped it), then
      10% of the files deleted and 10% touched (a tenth of those with new
      contents) and a re-run with --delete;
    - the same pushed over ssh to namespace B (a real sshd; the veth pair
@@ -234,7 +235,7 @@ def scen_scale(ctx: Ctx) -> None:
         "the per-side figures above come from GNU time around the local command alone and around the far "
         "side (`--remote-ferry` wrapper script, `rsync --rsync-path`, ferry recv as a server). \"Unchanged "
         "(cold cache)\" runs after `sync; echo 3 > drop_caches` like every run of the suite; \"warm cache\" "
-        "runs right after, without dropping. ssh rows: namespace A to a real sshd in namespace B over an "
+        "runs without dropping, right after an untimed run of the same command (the other tool's cold run dropped the cache). ssh rows: namespace A to a real sshd in namespace B over an "
         "unshaped veth pair. Verified: every tree copy's full listing (path, type, size, mtime ns, mode) "
         "equals the source's, and a BLAKE2 hash of the contents of every 100th file (1%) and, after the "
         "churn, of every touched file matches; each sparse copy: size, then every range that either file "

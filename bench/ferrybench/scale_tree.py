@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from . import data
 from .link import ADDR_B, NS_A
-from .measure import GNU_TIME
+from .measure import GNU_TIME, timed
 from .runner import Ctx, Tool, rotate, usable
 from .scale_common import KiB, SCEN, last_run, q, remote_wrapper, rsync_rss_path, timed_run
 from .util import log, sh, slug
@@ -276,6 +276,18 @@ def rm_tree(path: str) -> None:
         sh(["rm", "-rf", "--one-file-system", path])
 
 
+def warm_up(ctx: Ctx, t: Tool, src: str, dst: str) -> None:
+    """The same command once, untimed, before a warm-cache run: the other
+    tools' cold runs dropped the caches after this tool's own, so without
+    it the tool's destination would be read back from the disk during the
+    "warm" run (its source stays cached by the tool before it)."""
+    env = t.env if t.env is not None else (ctx.link.env() if ctx.link else None)
+    r = timed(t.cmd(src, dst), ns=t.ns, env=env, servers=[], procs=ctx.procs,
+              link=ctx.link if t.ns else None, logdir=ctx.logdir,
+              tag=f"{slug(SCEN)}-warm-up-{slug(t.name)}", timeout=ctx.sizes["timeout"], drop=False)
+    log(f"{SCEN}: warm-up run of {t.name}: {r.wall:.2f} s, exit {r.rc} (not counted)")
+
+
 def run_tree_cases(ctx: Ctx, where: str, src: str, n: int) -> None:
     plain, dele = tree_tools(ctx, where, False), tree_tools(ctx, where, True)
     phases = [(INITIAL, plain), (COLD, plain), (WARM, plain), (CHURN, dele)]
@@ -306,6 +318,8 @@ def run_tree_cases(ctx: Ctx, where: str, src: str, n: int) -> None:
                 log(f"{SCEN}: source listing: {len(src_list)} entries in {time.monotonic() - t0:.1f} s")
             for t, far in rotate([x for x in tools if x[0].name in ok_names], rnd + pi):
                 dst = dst_for(ctx, where, t)
+                if phase == WARM:
+                    warm_up(ctx, t, src, dst)
                 t0 = time.monotonic()
                 timed_run(ctx, case(where, phase), t, src, dst,
                           lambda: check_tree(src, src_list, dst, hashed), far=far, drop=(phase != WARM))
