@@ -5,6 +5,7 @@
 
 #[macro_use]
 mod out;
+mod alloc;
 mod daemon_cmd;
 mod demo;
 mod docs_cmd;
@@ -23,15 +24,8 @@ mod sync_cmd;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// mimalloc rather than the C library's allocator: a million-file list
-/// allocates per entry on one thread and frees on another, which glibc's
-/// arenas serialise on a lock (and musl's allocator, in the static build,
-/// is slower still). Its long-standing v2 line, without transparent huge
-/// pages: on a host whose memory is full of page cache, each huge-page
-/// fault may stall in compaction, and 4 KiB pages measured as fast here
-/// (and 20 MiB smaller at a million files).
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: alloc::Split = alloc::Split;
 
 /// Exit codes, documented in `ferry --help` and README.md.
 pub mod exit {
