@@ -25,6 +25,7 @@ pub mod bufpool;
 pub mod direct;
 mod framing;
 pub mod liveness;
+mod ratelimit;
 pub mod rsh;
 pub mod stripe;
 pub mod transport;
