@@ -17,7 +17,7 @@
 //! earlier accepted regular file, the root is a directory, a single-file
 //! destination holds one regular file.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use ferry_core::listcheck::{ListCheck, Shape, MAX_FILE_SIZE};
 use ferry_link::{Entry, EntryKind};
@@ -80,7 +80,8 @@ struct Model {
     single: bool,
     last_id: Option<u32>,
     kinds: HashMap<Vec<u8>, EntryKind>,
-    files: HashSet<u32>,
+    /// Each regular file's id, by path: a hard link names both.
+    files: HashMap<Vec<u8>, u32>,
     entries: u64,
     top: Option<Vec<Vec<u8>>>,
 }
@@ -115,7 +116,7 @@ impl Model {
                 || parent(p).is_empty()
                 || self.kinds.get(parent(p)) == Some(&EntryKind::Dir))
             && (kind != EntryKind::HardLink
-                || (self.files.contains(&e.link_to)
+                || (self.files.get(&e.target) == Some(&e.link_to)
                     && !e.target.is_empty()
                     && safe(&e.target)
                     && self.kinds.get(&e.target) == Some(&EntryKind::File)));
@@ -124,7 +125,7 @@ impl Model {
             self.entries += 1;
             self.kinds.insert(p.clone(), kind);
             if kind == EntryKind::File {
-                self.files.insert(e.id);
+                self.files.insert(p.clone(), e.id);
             }
         }
         ok
@@ -158,7 +159,7 @@ pub fn run(data: &[u8]) {
         single,
         last_id: None,
         kinds: HashMap::new(),
-        files: HashSet::new(),
+        files: HashMap::new(),
         entries: 0,
         top,
     };
@@ -193,7 +194,7 @@ pub fn run(data: &[u8]) {
 /// What the accepted list guarantees, checked on the list as a whole.
 fn invariants(list: &[Entry], single: bool) {
     let mut kinds: HashMap<&[u8], EntryKind> = HashMap::new();
-    let mut files = HashSet::new();
+    let mut files: HashMap<&[u8], u32> = HashMap::new();
     let mut last = None;
     for e in list {
         let p = &e.path[..];
@@ -219,7 +220,13 @@ fn invariants(list: &[Entry], single: bool) {
             );
         }
         if e.kind() == EntryKind::HardLink {
-            assert!(files.contains(&e.link_to), "hard link to {}", e.link_to);
+            assert_eq!(
+                files.get(e.target.as_slice()),
+                Some(&e.link_to),
+                "hard link to {} named {:?}",
+                e.link_to,
+                e.target
+            );
             assert_eq!(
                 kinds.get(e.target.as_slice()),
                 Some(&EntryKind::File),
@@ -230,7 +237,7 @@ fn invariants(list: &[Entry], single: bool) {
         assert!(e.size <= MAX_FILE_SIZE);
         kinds.insert(p, e.kind());
         if e.kind() == EntryKind::File {
-            files.insert(e.id);
+            files.insert(p, e.id);
         }
     }
     if single {

@@ -46,6 +46,7 @@ pub(super) fn walk_all(
         namer: Default::default(),
         top_dev: 0,
         pending: Vec::new(),
+        pending_files: Vec::new(),
         pending_since: None,
     };
     for src in sources {
@@ -151,6 +152,9 @@ struct Walker<'a> {
     /// Entries not handed to the link yet (see [`Walker::flush`]), and
     /// since when the first of them waits.
     pending: Vec<Message>,
+    /// The files of those entries, entered in the table as they go: the
+    /// receiver may ask only for what it was told of.
+    pending_files: Vec<(u32, Arc<SrcFile>)>,
     pending_since: Option<std::time::Instant>,
 }
 
@@ -192,6 +196,12 @@ impl Walker<'_> {
     /// directory or a file, waiting for the receiver) or any other message.
     fn flush(&mut self) -> Result<()> {
         self.pending_since = None;
+        if !self.pending_files.is_empty() {
+            if let Ok(mut t) = self.table.lock() {
+                t.extend(self.pending_files.drain(..));
+            }
+            self.pending_files.clear();
+        }
         if !self.pending.is_empty() {
             self.tx.send_batch(std::mem::take(&mut self.pending))?;
         }
@@ -402,16 +412,14 @@ impl Walker<'_> {
                 }
             }
         }
-        if let Ok(mut t) = self.table.lock() {
-            let f = SrcFile::listed(
-                path.to_path_buf(),
-                size,
-                (e.mtime, e.mtime_nsec),
-                ident,
-                top,
-            );
-            t.insert(e.id, Arc::new(f));
-        }
+        let f = SrcFile::listed(
+            path.to_path_buf(),
+            size,
+            (e.mtime, e.mtime_nsec),
+            ident,
+            top,
+        );
+        self.pending_files.push((e.id, Arc::new(f)));
         self.send(e)?;
         if let Some((ident, first)) = first_name {
             self.inodes.insert(ident, first);
@@ -514,10 +522,8 @@ impl Walker<'_> {
                     .map_err(|err| Error::io(path, err))?,
             );
         }
-        if let Ok(mut t) = self.table.lock() {
-            let f = SrcFile::kept(path.to_path_buf(), size, mtime, reader);
-            t.insert(e.id, Arc::new(f));
-        }
+        let f = SrcFile::kept(path.to_path_buf(), size, mtime, reader);
+        self.pending_files.push((e.id, Arc::new(f)));
         self.send(e)?;
         Ok(())
     }
