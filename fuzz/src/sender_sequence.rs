@@ -341,10 +341,13 @@ fn check(
                     u64::from(*segment) < layout::segment_count(*size),
                     "SegmentDone {segment} of a file of {size} bytes"
                 );
-                // Whole files digest on a link; resumed ones always (the
-                // receiver checks what it kept against these).
+                // Whole files digest on a link; resumed and checked ones
+                // always (the receiver checks what it kept against these).
                 let whole = a.modes.iter().all(|m| *m == WantMode::Whole);
-                let resumed = a.modes.iter().all(|m| *m == WantMode::Resume);
+                let resumed = a
+                    .modes
+                    .iter()
+                    .all(|m| matches!(m, WantMode::Resume | WantMode::Check));
                 if (!in_process && whole) || resumed {
                     let (s, e) = layout::segment_range(*size, u64::from(*segment));
                     let mut h = SegmentHasher::new(layout::grid_block(*size));
@@ -359,7 +362,9 @@ fn check(
 
 fn check_copy(a: &Asked, content: &[u8], offset: u64, basis_offset: u64, len: u64) {
     assert!(
-        a.modes.iter().any(|m| *m != WantMode::Whole),
+        a.modes
+            .iter()
+            .any(|m| matches!(m, WantMode::Delta | WantMode::DeltaInPlace)),
         "Copy for a file never asked for as a delta"
     );
     let lasts: Vec<_> = a.sig.iter().filter(|s| s.5).collect();

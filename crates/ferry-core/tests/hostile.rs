@@ -540,3 +540,89 @@ fn a_failed_delta_is_asked_for_again_whole_in_the_same_session() {
     }
     verdict("in-session whole-file retry", fails);
 }
+
+/// A file whose time changed but not its size is checked first (`Want`
+/// mode `Check`, its old copy's digest in a `Have`): kept when the sender
+/// answers with that digest and no data, replaced when it sends the data,
+/// and a sender that keeps it under another digest is refused, the old
+/// copy intact.
+#[test]
+fn a_checked_file_is_kept_only_under_the_digest_it_was_offered() {
+    use std::os::unix::fs::MetadataExt as _;
+    let size = 5000u64;
+    let mut fails = Vec::new();
+    for case in ["same", "differs", "lies", "data for another segment"] {
+        let l = Layout::new();
+        let f = l.dst.join("f");
+        let old = match case {
+            "same" => content(1, size),
+            _ => vec![b'o'; size as usize],
+        };
+        fs::write(&f, &old).unwrap();
+        let later = std::time::UNIX_EPOCH + Duration::from_secs(MTIME as u64 + 50);
+        fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let ino = fs::metadata(&f).unwrap().ino();
+        let list = l.list(&format!("D:;F:f:{size}"));
+        let script: Script = Box::new(move |p: &mut Peer| {
+            p.start(list);
+            let Some(file) = p.want() else { return };
+            let offered = loop {
+                match p.recv() {
+                    Some(Message::Have(h)) => break h.kept.first().map(|k| k.1),
+                    Some(_) => {}
+                    None => return,
+                }
+            };
+            match case {
+                "same" => p.send(Message::SegmentDone {
+                    file,
+                    segment: 0,
+                    digest: offered.unwrap_or_default(),
+                }),
+                "differs" => p.send_file(file, WantMode::Check),
+                "lies" => p.send(Message::SegmentDone {
+                    file,
+                    segment: 0,
+                    digest: [9; 32],
+                }),
+                _ => p.send(data_msg(file, layout::SEGMENT, b"x")),
+            }
+            p.serve();
+        });
+        let o = l.run(case, false, false, script);
+        let mut p = Vec::new();
+        if !o.said.iter().any(|s| s == "Want(1,Check)") {
+            p.push(format!("not checked: said {:?}", o.said));
+        }
+        let got = fs::read(&f).unwrap();
+        let m = fs::metadata(&f).unwrap();
+        match case {
+            "same" => {
+                if !o.succeeded() || got != old || m.ino() != ino || m.mtime() != MTIME {
+                    p.push(format!("not kept with the source's time: {}", o.shown()));
+                }
+                if matches!(&o.res, Ok(r) if r.files_transferred != 0) {
+                    p.push("counted as transferred".into());
+                }
+            }
+            "differs" => {
+                if !o.succeeded() || got != content(1, size) || m.mtime() != MTIME {
+                    p.push(format!("not replaced by the source: {}", o.shown()));
+                }
+            }
+            _ => {
+                p.extend(o.refused());
+                if got != old {
+                    p.push("the old copy changed".into());
+                }
+            }
+        }
+        note(&mut fails, case, p, &l, &[]);
+    }
+    verdict("checked files", fails);
+}

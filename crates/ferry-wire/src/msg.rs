@@ -99,6 +99,11 @@ pub enum WantMode {
     /// [`Message::Have`] parts; the sender sends the others whole, and of
     /// those it has, only the ones whose digest differs from the source's.
     Resume = 3,
+    /// (Version 11.) As `Resume`, but what the receiver lists is its old
+    /// copy of a file that changed time, not size: the sender sends only
+    /// the segments whose digest differs, and a file all of whose segments
+    /// match costs no data at all. Final, as `Whole`: never asked again.
+    Check = 4,
 }
 
 /// The receiver's tally, sent once at the end so that the side that runs the

@@ -143,6 +143,29 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
         done(),
     ];
     v.push((t, "resume_then_whole".into(), seed(0, m)));
+    // Checks (version 11): as a resume, but final; asked again whole, the
+    // sender refuses.
+    for (name, kept, flags) in [
+        ("check_same", vec![(0, seg_digest("z"))], 0),
+        ("check_same_in_process", vec![(0, seg_digest("z"))], 2),
+        ("check_differs", vec![(0, [7; 32])], 0),
+    ] {
+        let m = vec![
+            want("z", WantMode::Check),
+            have("z", kept),
+            Message::EndOfList,
+            done(),
+        ];
+        v.push((t, name.into(), seed(flags, m)));
+    }
+    let m = vec![
+        want("z", WantMode::Check),
+        have("z", vec![(0, [7; 32])]),
+        want("z", WantMode::Whole),
+        Message::EndOfList,
+        done(),
+    ];
+    v.push((t, "check_then_whole".into(), seed(0, m)));
     let hostile: Vec<(&str, Vec<Message>)> = vec![
         (
             "want_unknown",

@@ -283,7 +283,6 @@ impl Dispatcher<'_, '_> {
 
     pub(super) fn file(&mut self, mut e: Entry, dest: &Loc) -> io::Result<()> {
         let opts = self.sh.opts;
-        let stats = self.sh.stats;
         let old = Self::stat(dest)?;
         if !opts.perms {
             let had = old.filter(|o| o.kind == decide::Kind::File).map(|o| o.mode);
@@ -305,15 +304,7 @@ impl Dispatcher<'_, '_> {
             (decide::FileAt::Dir, _) => self.clear(dest, decide::Kind::Dir)?,
             (decide::FileAt::Regular, Some(old)) => {
                 if self.unchanged(&e, dest, &old)? {
-                    let a = decide::differs(&e, &old, self.sh.keep);
-                    if a.any() {
-                        let code = itemize::code(Update::Meta, ItemKind::File, false, a);
-                        self.sh.item(code, &e.path, false, b"");
-                    }
-                    if !opts.dry_run {
-                        self.fix_meta(&e, dest, &old)?;
-                    }
-                    return Ok(());
+                    return self.keep_old(&e, dest, &old);
                 }
                 // Changed: the old copy's full metadata, for what follows
                 // (an unchanged file costs only the one `lstat`).
@@ -323,6 +314,35 @@ impl Dispatcher<'_, '_> {
         }
         // A file asked for again whole was listed and counted the first time.
         let whole_only = self.whole_only.contains(&e.id);
+        if let (decide::FileAt::Regular, Some(o)) = (at, old) {
+            let write = decide::write_method(at, opts.inplace);
+            let (checksum, dry) = (opts.checksum, opts.dry_run);
+            if decide::check_first(write, e.size, o.size, whole_only, checksum, dry) {
+                match self.start_check(e, dest, o)? {
+                    None => return Ok(()),
+                    Some(back) => e = back,
+                }
+            }
+        }
+        self.transfer(e, dest, at, old, old_meta, whole_only, false)
+    }
+
+    /// Ask for the changed file `e` (or, `asked`, take the data of a check
+    /// that found it differs: see [`super::check`]) and open what it is
+    /// written to. `old`, `old_meta`: what is at `dest` now.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn transfer(
+        &mut self,
+        e: Entry,
+        dest: &Loc,
+        at: decide::FileAt,
+        old: Option<decide::Stat>,
+        old_meta: Option<fs::Metadata>,
+        whole_only: bool,
+        asked: bool,
+    ) -> io::Result<()> {
+        let opts = self.sh.opts;
+        let stats = self.sh.stats;
         if !whole_only {
             let (new, a) = match (at, old) {
                 (decide::FileAt::Regular, Some(o)) => {
@@ -355,15 +375,18 @@ impl Dispatcher<'_, '_> {
             }
             _ => None,
         };
-        let mut delta = decide::choose_delta(whole_only, delta_cost, delta_saving(self.sh));
+        let mut delta =
+            !asked && decide::choose_delta(whole_only, delta_cost, delta_saving(self.sh));
         // A delta moves only what changed against the old copy; a resume
         // sends whole every segment the partial file lacks. When a delta
         // is chosen, the partial file starts over as its temporary file.
-        let partial = decide::use_partial(write, opts.partial, whole_only, e.size)
+        let partial = decide::use_partial(write, opts.partial, whole_only || asked, e.size)
             .then(|| self.open_partial(&e, dest, !delta))
             .flatten();
         let device_journal = match &opts.partial_dir {
-            Some(dir) if decide::device_journal(write, opts.partial, whole_only, e.size) => {
+            Some(dir)
+                if decide::device_journal(write, opts.partial, whole_only || asked, e.size) =>
+            {
                 self.open_device_journal(&e, dest, dir)
             }
             _ => None,
@@ -418,7 +441,12 @@ impl Dispatcher<'_, '_> {
             _slot: Slot::take(&self.sh.in_flight),
             basis,
             basis_blocks: Default::default(),
-            verify: decide::verify_segments(delta || resumed, opts.in_process, opts.verify),
+            // A check's data comes with the real digest, even in process.
+            verify: decide::verify_segments(
+                delta || resumed || asked,
+                opts.in_process,
+                opts.verify,
+            ),
             readback: opts.verify.then(|| Mutex::new(Vec::new())),
             left: Default::default(),
             delta: AtomicBool::new(delta),
@@ -459,6 +487,8 @@ impl Dispatcher<'_, '_> {
             return Ok(());
         }
         match old_meta {
+            // A check's data is on its way: nothing to ask for.
+            _ if asked => {}
             Some(meta) if d.basis.is_some() => {
                 // Signing the old copy reads all of it: the signer thread
                 // does that, so this thread keeps routing data meanwhile.
@@ -569,6 +599,20 @@ impl Dispatcher<'_, '_> {
                 Ok(crate::scan::file_digest(&f, e.size, self.sh.opts.threads)? == want)
             }
         }
+    }
+
+    /// The file at `dest` has the source's contents: list what differs
+    /// of its metadata, and set that.
+    pub(super) fn keep_old(&self, e: &Entry, dest: &Loc, old: &decide::Stat) -> io::Result<()> {
+        let a = decide::differs(e, old, self.sh.keep);
+        if a.any() {
+            let code = itemize::code(Update::Meta, ItemKind::File, false, a);
+            self.sh.item(code, &e.path, false, b"");
+        }
+        if self.sh.opts.dry_run {
+            return Ok(());
+        }
+        self.fix_meta(e, dest, old)
     }
 
     /// Bring an unchanged file's metadata in line with the source.

@@ -32,6 +32,7 @@ use crate::stats::Stats;
 use crate::SyncOptions;
 
 mod backup;
+mod check;
 mod commit;
 mod decide;
 mod entries;
@@ -226,6 +227,8 @@ pub fn run_receiver(
             sh: &shared,
             tx: &tx,
             files: HashMap::new(),
+            checks: HashMap::new(),
+            check_buf: Vec::new(),
             done: HashMap::new(),
             seen: Default::default(),
             skipped: Default::default(),
@@ -293,6 +296,10 @@ struct Dispatcher<'a, 'b> {
     sh: &'a Shared<'b>,
     tx: &'a MsgTx,
     files: HashMap<u32, Arc<DstFile>>,
+    /// Files asked for with [`WantMode::Check`], waiting for the answer.
+    checks: HashMap<u32, check::Checking>,
+    /// Scratch space for reading the old copies that are checked.
+    check_buf: Vec<u8>,
     /// Segments of each file in flight that the sender has finished.
     done: HashMap<u32, decide::SegmentTally>,
     /// With `--delete`, every path in the source list (by keyed digest:
@@ -412,6 +419,9 @@ impl Dispatcher<'_, '_> {
                     segment,
                     digest,
                 } => {
+                    if self.check_done(file, segment, digest)? {
+                        continue;
+                    }
                     let f = self.lookup(file)?;
                     let tally = self
                         .done
@@ -448,6 +458,7 @@ impl Dispatcher<'_, '_> {
                     if let Some(f) = self.files.get(&file) {
                         f.fail_with(Failure::Changed(error));
                     } else {
+                        self.check_dropped(file);
                         self.sh.stats.vanished(error);
                     }
                 }
@@ -459,6 +470,7 @@ impl Dispatcher<'_, '_> {
                     if let Some(f) = self.files.get(&file) {
                         f.fail_with(Failure::Sender(error));
                     } else {
+                        self.check_dropped(file);
                         self.sh.stats.error(error);
                     }
                 }
@@ -482,6 +494,7 @@ impl Dispatcher<'_, '_> {
                             Some(why) => report_failure(f, self.sh, why),
                         }
                     }
+                    self.checks_answered()?;
                     if let Some(e) = self.waiting.front() {
                         return Err(Error::Protocol(format!(
                             "the sender finished before {} was asked for",
@@ -519,6 +532,9 @@ impl Dispatcher<'_, '_> {
         len: u64,
         op: Op,
     ) -> Result<()> {
+        if !self.check_op(file, offset, len)? {
+            return Ok(());
+        }
         let f = self.lookup(file)?;
         let seg = match decide::op_fit(offset, len, f.entry.size) {
             // Says nothing; harmless.

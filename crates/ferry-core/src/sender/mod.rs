@@ -77,6 +77,9 @@ struct Job {
     early: Option<Box<EarlySeg>>,
     /// What the receiver holds of it from an interrupted run.
     held: Held,
+    /// The file is never asked for again (`Whole`, `Check`): once its
+    /// last segment is sent, the table lets it go.
+    fin: bool,
 }
 
 /// What the receiver's partial file holds of a segment (see

@@ -43,15 +43,21 @@ struct Pending {
 }
 
 /// Whether file may be asked for in `mode` after `prev` (what it was
-/// asked for before, if anything). A delta may be turned into a whole file
-/// once (the receiver found the delta no longer pays); nothing else is
-/// asked twice, so a peer cannot make this side queue the same file again
-/// and again.
+/// asked for before, if anything). A delta or a resume may be turned into
+/// a whole file once (the receiver found the delta no longer pays, or what
+/// it kept failed its check); nothing else is asked twice, so a peer
+/// cannot make this side queue the same file again and again.
 fn may_ask(prev: Option<WantMode>, mode: WantMode) -> bool {
     match prev {
         None => true,
-        Some(prev) => prev != WantMode::Whole && mode == WantMode::Whole,
+        Some(prev) => !is_final(prev) && mode == WantMode::Whole,
     }
+}
+
+/// A file asked for this way is never asked for again: once sent, the
+/// sender forgets it.
+fn is_final(mode: WantMode) -> bool {
+    matches!(mode, WantMode::Whole | WantMode::Check)
 }
 
 /// Whether a signature's first part fits the file it is for: on the delta
@@ -172,9 +178,10 @@ impl<'s> Requests<'s> {
             let wanted = &mut self.wanted;
             // What a `Want` still can come for: one asked for as a delta or
             // a resume (asked again whole if it fails). One asked for whole
-            // is never asked again, and its worker drops it once sent.
+            // or to check is never asked again, and its worker drops it
+            // once sent.
             let keep = |id: u32, wanted: &HashMap<u32, WantMode>| {
-                wanted.get(&id).is_some_and(|m| *m != WantMode::Whole)
+                wanted.get(&id).is_some_and(|m| !is_final(*m))
             };
             let span = u64::from(below - self.decided);
             if span <= (t.len() + wanted.len()) as u64 {
@@ -191,7 +198,7 @@ impl<'s> Requests<'s> {
                 // instead of the ids.
                 let lo = self.decided;
                 t.retain(|&id, _| !(lo..below).contains(&id) || wanted.contains_key(&id));
-                wanted.retain(|&id, m| !(lo..below).contains(&id) || *m != WantMode::Whole);
+                wanted.retain(|&id, m| !(lo..below).contains(&id) || !is_final(*m));
             }
         }
         self.decided = below;
@@ -230,8 +237,9 @@ impl<'s> Requests<'s> {
             self.resuming.remove(&file);
             return enqueue(self.jobs.as_ref(), file, &f, None, &[]);
         }
-        if mode == WantMode::Resume {
-            self.resuming.insert(file, Resuming::new(f));
+        if matches!(mode, WantMode::Resume | WantMode::Check) {
+            let check = mode == WantMode::Check;
+            self.resuming.insert(file, Resuming::new(f, check));
             return Ok(());
         }
         // The receiver signs one file at a time: a signature still open now
@@ -319,7 +327,7 @@ impl<'s> Requests<'s> {
         let range = r
             .advance(&part)
             .map_err(|why| Error::Protocol(format!("Have for file {file}: {why}")))?;
-        let f = r.file.clone();
+        let (f, check) = (r.file.clone(), r.check);
         if r.complete() {
             self.resuming.remove(&file);
         }
@@ -338,6 +346,7 @@ impl<'s> Requests<'s> {
                 delta: None,
                 early: None,
                 held: held_of(&part.kept, seg),
+                fin: check,
             });
         }
         Ok(())
@@ -382,6 +391,7 @@ fn enqueue(
             delta: delta.clone(),
             early: None,
             held: Held::Nothing,
+            fin: delta.is_none(),
         });
     }
     Ok(())
@@ -400,6 +410,7 @@ fn early_sink(jobs: Sender<Job>, id: u32, f: &Arc<SrcFile>) -> Box<dyn Fn(EarlyS
                 delta: None,
                 early: Some(Box::new(e)),
                 held: Held::Nothing,
+                fin: false,
             });
         }
     })
@@ -408,17 +419,20 @@ fn early_sink(jobs: Sender<Job>, id: u32, f: &Arc<SrcFile>) -> Box<dyn Fn(EarlyS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use WantMode::{Delta, DeltaInPlace, Whole};
+    use WantMode::{Check, Delta, DeltaInPlace, Resume, Whole};
 
     #[test]
     fn a_file_is_asked_for_once() {
-        for mode in [Whole, Delta, DeltaInPlace] {
+        let all = [Whole, Delta, DeltaInPlace, Resume, Check];
+        for mode in all {
             assert!(may_ask(None, mode), "{mode:?}");
         }
-        // Asked again the same way, or whole then anything: refused.
-        for prev in [Whole, Delta, DeltaInPlace] {
+        // Asked again the same way, or whole or checked then anything:
+        // refused.
+        for prev in all {
             assert!(!may_ask(Some(prev), prev), "{prev:?} twice");
             assert!(!may_ask(Some(Whole), prev), "whole then {prev:?}");
+            assert!(!may_ask(Some(Check), prev), "check then {prev:?}");
         }
         assert!(!may_ask(Some(Delta), DeltaInPlace));
         assert!(!may_ask(Some(DeltaInPlace), Delta));
@@ -428,6 +442,7 @@ mod tests {
     fn a_delta_may_fall_back_to_whole() {
         assert!(may_ask(Some(Delta), Whole));
         assert!(may_ask(Some(DeltaInPlace), Whole));
+        assert!(may_ask(Some(Resume), Whole));
     }
 
     #[test]

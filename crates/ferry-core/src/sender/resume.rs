@@ -17,16 +17,20 @@ use super::{whole, Held, Job, SrcFile};
 /// A file being resumed, until its `Have` list is complete.
 pub(super) struct Resuming {
     pub(super) file: Arc<SrcFile>,
+    /// Asked for with [`ferry_link::WantMode::Check`]: final, forgotten
+    /// once sent.
+    pub(super) check: bool,
     /// Segments below this are queued.
     upto: u64,
     nseg: u64,
 }
 
 impl Resuming {
-    pub(super) fn new(file: Arc<SrcFile>) -> Self {
+    pub(super) fn new(file: Arc<SrcFile>, check: bool) -> Self {
         let nseg = layout::segment_count(file.size);
         Self {
             file,
+            check,
             upto: 0,
             nseg,
         }
@@ -144,6 +148,7 @@ mod tests {
     fn a_list_is_complete_at_the_files_end() {
         let mut r = Resuming {
             file: Arc::new(SrcFile::listed("f".into(), 20 << 20, (0, 0), (0, 0), false)),
+            check: false,
             upto: 0,
             nseg: 3,
         };

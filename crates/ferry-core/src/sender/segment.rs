@@ -28,8 +28,8 @@ pub(super) fn worker(
 ) -> Result<()> {
     let mut buf = Vec::with_capacity(scan::CHUNK);
     for job in jobs {
-        if send_segment(&job, &tx, &mut buf, how, warn)? && is_whole(&job) {
-            // Sent whole, never asked for again: the table lets it go.
+        if send_segment(&job, &tx, &mut buf, how, warn)? && job.fin {
+            // Never asked for again: the table lets it go.
             if let Ok(mut t) = table.lock() {
                 t.remove(&job.id);
             }
@@ -92,11 +92,6 @@ fn changed_failure(
         ))),
         Err(e) => Some(open_failure(path, &e)),
     }
-}
-
-/// A job of a file asked for whole (not a delta, not a resume).
-fn is_whole(job: &Job) -> bool {
-    job.early.is_none() && job.delta.is_none() && job.held == Held::Nothing
 }
 
 /// Send one segment; true when it was the file's last.

@@ -166,7 +166,7 @@ impl Peer {
         };
         let data = content(file, size);
         let block = match mode {
-            WantMode::Whole => layout::grid_block(size),
+            WantMode::Whole | WantMode::Check => layout::grid_block(size),
             _ => layout::delta_block(size),
         };
         for seg in 0..layout::segment_count(size) {

@@ -100,6 +100,7 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
                 1 => WantMode::Delta,
                 2 => WantMode::DeltaInPlace,
                 3 => WantMode::Resume,
+                4 => WantMode::Check,
                 _ => return Err(DecodeError::BadValue("want mode")),
             },
         },

@@ -123,6 +123,10 @@ fn every_message_roundtrips() {
         file: 4,
         mode: WantMode::Resume,
     });
+    roundtrip(Message::Want {
+        file: 4,
+        mode: WantMode::Check,
+    });
     roundtrip(Message::Have(HavePart {
         file: 4,
         upto: 9,

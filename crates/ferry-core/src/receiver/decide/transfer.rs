@@ -20,6 +20,37 @@ const RATE_MIN_BYTES: u64 = 4 << 20;
 /// Seconds that must have passed before the link rate is measured.
 const RATE_MIN_SECS: f64 = 0.2;
 
+/// Largest changed file whose old copy is checked first (see
+/// [`check_first`]): read and digested on the spot, one segment.
+pub(crate) const MAX_CHECK_SIZE: u64 = 256 << 10;
+
+/// Ask for a changed file with [`WantMode::Check`]: its old copy's digest
+/// is offered first, and the sender sends the file only if its own
+/// differs. For a file whose time changed but not its size (touched,
+/// restored from a backup, copied without times), which often holds the
+/// same bytes: then the old copy stays and only its time is set, where a
+/// transfer would write, sync and rename a new copy. Only through a
+/// temporary file (what is written in place cannot wait for the answer),
+/// up to [`MAX_CHECK_SIZE`], never for a file asked for again whole,
+/// under `--checksum` (which compared the contents already) or in a dry
+/// run.
+pub(crate) fn check_first(
+    w: Write,
+    size: u64,
+    old_size: u64,
+    whole_only: bool,
+    checksum: bool,
+    dry_run: bool,
+) -> bool {
+    w == Write::Temp
+        && size == old_size
+        && size > 0
+        && size <= MAX_CHECK_SIZE
+        && !whole_only
+        && !checksum
+        && !dry_run
+}
+
 /// Where a changed file's bytes are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Write {
@@ -428,6 +459,34 @@ mod tests {
         assert_eq!(want_mode(false, false), WantMode::Whole);
         assert_eq!(want_mode(true, false), WantMode::Delta);
         assert_eq!(want_mode(true, true), WantMode::DeltaInPlace);
+    }
+
+    #[test]
+    fn a_touched_small_file_is_checked_first() {
+        let t = Write::Temp;
+        assert!(check_first(t, 4096, 4096, false, false, false));
+        assert!(check_first(
+            t,
+            MAX_CHECK_SIZE,
+            MAX_CHECK_SIZE,
+            false,
+            false,
+            false
+        ));
+        // A new size is new contents; nothing to check in an empty file.
+        assert!(!check_first(t, 4096, 4095, false, false, false));
+        assert!(!check_first(t, 0, 0, false, false, false));
+        // Too big to digest on the spot: a delta reads it on its thread.
+        let big = MAX_CHECK_SIZE + 1;
+        assert!(!check_first(t, big, big, false, false, false));
+        // In place, a device, a stream: written as the data comes.
+        for w in [Write::InPlace, Write::Device, Write::Stream] {
+            assert!(!check_first(w, 4096, 4096, false, false, false), "{w:?}");
+        }
+        // Asked again whole, --checksum (compared already), a dry run.
+        assert!(!check_first(t, 4096, 4096, true, false, false));
+        assert!(!check_first(t, 4096, 4096, false, true, false));
+        assert!(!check_first(t, 4096, 4096, false, false, true));
     }
 
     #[test]

@@ -1,0 +1,186 @@
+//! Checking a changed file's old copy before asking for it
+//! ([`WantMode::Check`], see [`decide::check_first`]): a file whose time
+//! changed but not its size is offered to the sender as its old copy's
+//! segment digest. The sender answers with only a `SegmentDone` when its
+//! bytes are the same (then the old copy stays, and gets the source's
+//! metadata: no temporary file, no write, no sync, no rename), or with the
+//! file's data (then it is written as any other changed file, from the
+//! first op on).
+//!
+//! Only files of one segment are checked, so a check has one answer:
+//! either the segment's ops and its `SegmentDone`, or a `SegmentDone`
+//! alone, whose digest must be the one offered.
+
+use super::*;
+
+use ferry_link::HavePart;
+
+/// A file asked for with [`WantMode::Check`], waiting for the answer.
+pub(super) struct Checking {
+    entry: Entry,
+    dest: Loc,
+    old: decide::Stat,
+    /// The old copy's segment digest, as offered.
+    digest: [u8; 32],
+    /// It differs, but what it is written to could not be opened, or the
+    /// sender could not send it (`FileFailed`, `FileChanged`; counted
+    /// either way): its data is dropped as it comes, and its `SegmentDone`
+    /// only ends it.
+    failed: bool,
+    /// A place among the files in flight: what waits for an answer is
+    /// bounded as open files are.
+    _slot: Slot,
+}
+
+impl Dispatcher<'_, '_> {
+    /// Offer the old copy at `dest` of the changed file `e` (see the
+    /// module's doc). Gives `e` back when the old copy cannot be read
+    /// whole: it is then asked for as any changed file.
+    pub(super) fn start_check(
+        &mut self,
+        e: Entry,
+        dest: &Loc,
+        old: decide::Stat,
+    ) -> io::Result<Option<Entry>> {
+        if layout::segment_count(e.size) != 1 {
+            return Ok(Some(e));
+        }
+        let Ok(f) = dest.open(false) else {
+            return Ok(Some(e));
+        };
+        let buf = &mut self.check_buf;
+        let scan = crate::scan::scan_segment::<std::convert::Infallible>(
+            &f,
+            e.size,
+            0,
+            true,
+            buf,
+            &mut |_| Ok(()),
+        );
+        // What a read left in the buffer is not kept past the check.
+        if buf.capacity() > crate::scan::CHUNK {
+            *buf = Vec::new();
+        }
+        let Ok(digest) = scan else {
+            return Ok(Some(e));
+        };
+        let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
+        let id = e.id;
+        self.tx
+            .send(Message::Want {
+                file: id,
+                mode: WantMode::Check,
+            })
+            .map_err(link)?;
+        self.tx
+            .send(Message::Have(HavePart {
+                file: id,
+                upto: 1,
+                kept: vec![(0, digest)],
+            }))
+            .map_err(link)?;
+        self.checks.insert(
+            id,
+            Checking {
+                entry: e,
+                dest: dest.clone(),
+                old,
+                digest,
+                failed: false,
+                _slot: Slot::take(&self.sh.in_flight),
+            },
+        );
+        Ok(None)
+    }
+
+    /// An op for `file`: if it is being checked, it differs, and is now
+    /// written as any changed file. False when the op is to be dropped
+    /// (what it would be written to could not be opened).
+    pub(super) fn check_op(&mut self, file: u32, offset: u64, len: u64) -> Result<bool> {
+        let Some(c) = self.checks.get(&file) else {
+            return Ok(true);
+        };
+        match decide::op_fit(offset, len, c.entry.size) {
+            decide::OpFit::Segment(0) | decide::OpFit::Empty => {}
+            _ => {
+                return Err(Error::Protocol(format!(
+                    "{len} bytes at offset {offset} of file {file} ({} bytes): not within the file",
+                    c.entry.size
+                )))
+            }
+        }
+        if c.failed {
+            return Ok(false);
+        }
+        let Some(c) = self.checks.remove(&file) else {
+            return Ok(true);
+        };
+        let Checking {
+            entry, dest, old, ..
+        } = c;
+        let at = decide::FileAt::Regular;
+        let res = self.transfer(entry.clone(), &dest, at, Some(old), None, false, true);
+        self.outcome(res, &dest.shown)?;
+        if self.files.contains_key(&file) {
+            return Ok(true);
+        }
+        // Not opened (counted as failed): the rest of its data goes too.
+        self.checks.insert(
+            file,
+            Checking {
+                entry,
+                dest,
+                old,
+                digest: [0; 32],
+                failed: true,
+                _slot: Slot::take(&self.sh.in_flight),
+            },
+        );
+        Ok(false)
+    }
+
+    /// `SegmentDone` for `file`: true when it answered a check (the file is
+    /// the same: its old copy stays, with the source's metadata).
+    pub(super) fn check_done(&mut self, file: u32, segment: u32, digest: [u8; 32]) -> Result<bool> {
+        let Some(c) = self.checks.remove(&file) else {
+            return Ok(false);
+        };
+        if segment != 0 {
+            return Err(Error::Protocol(format!(
+                "segment {segment} of file {file}, which has 1"
+            )));
+        }
+        if !c.failed {
+            if digest != c.digest {
+                return Err(Error::Protocol(format!(
+                    "file {file}: kept without data, but its digest is not the one offered"
+                )));
+            }
+            let res = self.keep_old(&c.entry, &c.dest, &c.old);
+            self.outcome(res, &c.dest.shown)?;
+        }
+        drop(c);
+        self.admit()?;
+        Ok(true)
+    }
+
+    /// The sender could not send `file` (`FileChanged`, `FileFailed`): if
+    /// it was being checked, its old copy stays (its `SegmentDone` still
+    /// comes).
+    pub(super) fn check_dropped(&mut self, file: u32) {
+        if let Some(c) = self.checks.get_mut(&file) {
+            c.failed = true;
+        }
+    }
+
+    /// At `SenderDone`: every check must have had its answer.
+    pub(super) fn checks_answered(&self) -> Result<()> {
+        match self.checks.iter().next() {
+            Some((id, c)) => Err(Error::Protocol(format!(
+                "the sender finished before answering the check of file {id} ({})",
+                c.dest.shown.display()
+            ))),
+            None => Ok(()),
+        }
+    }
+}
