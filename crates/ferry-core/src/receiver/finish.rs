@@ -28,9 +28,18 @@ impl Dispatcher<'_, '_> {
                     left: opts.max_delete,
                     skipped: 0,
                 };
-                for e in &self.dirs {
-                    self.delete_extras(&e.path, &mut budget);
-                }
+                let progress = unlink::Progress::default();
+                std::thread::scope(|s| {
+                    let (unlinks, rx) = unlink::Unlinks::new(&progress);
+                    for _ in 0..unlink::THREADS {
+                        let (p, rx) = (&progress, rx.clone());
+                        s.spawn(move || p.work(rx, stats));
+                    }
+                    for e in &self.dirs {
+                        self.delete_extras(&e.path, &mut budget, &unlinks);
+                    }
+                    unlinks.settle();
+                });
                 if budget.skipped > 0 && opts.max_delete.is_some() {
                     Stats::add(&stats.deletes_held, budget.skipped);
                     stats.error(format!(
@@ -136,6 +145,11 @@ impl Dispatcher<'_, '_> {
             .lock()
             .map(|mut d| std::mem::take(&mut *d))
             .unwrap_or_default();
+        let dirs = if decide::sync_whole_fs(dirs.len()) {
+            self.syncfs_dirs(dirs)
+        } else {
+            dirs.into_iter().collect()
+        };
         for rel in dirs {
             let r = self
                 .tree
@@ -162,11 +176,49 @@ impl Dispatcher<'_, '_> {
         }
     }
 
+    /// Many changed directories: one `syncfs` for each filesystem they are
+    /// on, one journal commit in all, where an fsync each costs one per
+    /// directory (1,000 directories: 0.15 s here). Gives back those whose
+    /// filesystem's `syncfs` failed (it reports errors of any file there):
+    /// each gets its own fsync.
+    fn syncfs_dirs(&self, dirs: HashSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        let mut synced: Vec<(u64, bool)> = Vec::new();
+        let mut left = Vec::new();
+        for rel in dirs {
+            let dev = self
+                .tree
+                .dir(&rel)
+                .and_then(|d| Ok((rustix::fs::fstat(&*d)?.st_dev, d)));
+            let ok = match dev {
+                // Deleted in this run (--delete): its parent records that.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+                Err(_) => false,
+                Ok((dev, d)) => match synced.iter().find(|(s, _)| *s == dev) {
+                    Some(&(_, ok)) => ok,
+                    None => {
+                        let ok = rustix::fs::syncfs(&*d).is_ok();
+                        synced.push((dev, ok));
+                        ok
+                    }
+                },
+            };
+            if !ok {
+                left.push(rel);
+            }
+        }
+        left
+    }
+
     /// `--delete`: remove what the directory `rel` holds that the list
     /// does not (and the excludes do not protect).
-    pub(super) fn delete_extras(&self, rel: &[u8], budget: &mut DeleteBudget) {
+    pub(super) fn delete_extras(
+        &self,
+        rel: &[u8],
+        budget: &mut DeleteBudget,
+        unlinks: &unlink::Unlinks<'_>,
+    ) {
         let dir = match self.tree.loc(rel, false).and_then(|l| l.open_dir()) {
-            Ok(d) => d,
+            Ok(d) => Arc::new(d),
             // Not there (a dry run) or not a directory: nothing to delete.
             Err(_) => return,
         };
@@ -182,7 +234,7 @@ impl Dispatcher<'_, '_> {
         extras.sort_by(|a, b| decide::rsync_delete_order((&a.name, a.is_dir), (&b.name, b.is_dir)));
         for x in extras {
             self.tree.forget(&x.rel);
-            self.delete_tree(&dir, &x.name, x.rel, x.is_dir, budget);
+            self.delete_tree(&dir, &x.name, x.rel, x.is_dir, (budget, unlinks));
         }
     }
 
@@ -192,18 +244,21 @@ impl Dispatcher<'_, '_> {
     /// entries, never followed. Whether it is gone (or would be, in a dry
     /// run): not when an entry in it is protected by the rules (as rsync,
     /// the directory then stays), `--max-delete` stopped it, or deleting
-    /// failed.
+    /// failed. A plain file is unlinked by the [`unlink`] workers: it
+    /// counts as gone, and a directory is removed only once the unlinks
+    /// queued since it was opened have finished, and none failed.
     fn delete_tree(
         &self,
-        dir: &OwnedFd,
+        dir: &Arc<OwnedFd>,
         name: &OsStr,
         rel: Vec<u8>,
         is_dir: bool,
-        budget: &mut DeleteBudget,
+        (budget, unlinks): (&mut DeleteBudget, &unlink::Unlinks<'_>),
     ) -> bool {
         let stats = self.sh.stats;
         let opts = self.sh.opts;
         let mut all_gone = true;
+        let failed_before = if is_dir { unlinks.settle() } else { 0 };
         if is_dir {
             let sub = rustix::fs::openat(
                 dir,
@@ -214,7 +269,7 @@ impl Dispatcher<'_, '_> {
                     | rustix::fs::OFlags::CLOEXEC,
                 rustix::fs::Mode::empty(),
             );
-            if let Ok(sub) = sub {
+            if let Ok(sub) = sub.map(Arc::new) {
                 let mut children = crate::destdir::list(&sub).unwrap_or_default();
                 children.sort_by(|a, b| decide::rsync_delete_order((&a.0, a.1), (&b.0, b.1)));
                 for (child, d) in children {
@@ -224,9 +279,11 @@ impl Dispatcher<'_, '_> {
                             .excludes
                             .excluded(Path::new(OsStr::from_bytes(&crel)), d))
                         || super::backup::is_backup(opts, &child);
-                    all_gone &= !protected && self.delete_tree(&sub, &child, crel, d, budget);
+                    all_gone &= !protected
+                        && self.delete_tree(&sub, &child, crel, d, (&mut *budget, unlinks));
                 }
             }
+            all_gone &= unlinks.settle() == failed_before;
         }
         // A directory that keeps an entry stays.
         if !all_gone {
@@ -240,6 +297,18 @@ impl Dispatcher<'_, '_> {
         if self.sh.opts.dry_run {
             Stats::add(&stats.files_deleted, 1);
             return true;
+        }
+        if !is_dir && opts.backup.is_none() {
+            self.sh.changed_rel(&rel);
+            let job = unlink::Job {
+                dir: dir.clone(),
+                name: name.to_owned(),
+                shown: self.tree.show(&rel),
+            };
+            return match unlinks.queue(job) {
+                Ok(()) => true,
+                Err(job) => unlink::unlink(&job.dir, &job.name, &job.shown, stats),
+            };
         }
         let flags = if is_dir {
             rustix::fs::AtFlags::REMOVEDIR

@@ -44,6 +44,7 @@ mod partial;
 mod readback;
 mod setup;
 mod signer;
+mod unlink;
 mod writer;
 
 use file::*;

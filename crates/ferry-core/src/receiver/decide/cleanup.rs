@@ -151,6 +151,18 @@ pub(crate) fn rsync_delete_order(a: (&OsStr, bool), b: (&OsStr, bool)) -> std::c
     (b.1, b.0).cmp(&(a.1, a.0))
 }
 
+/// Changed directories from which the end of a run syncs their whole
+/// filesystems (one `syncfs` each) instead of each directory: an fsync
+/// per directory commits the journal once per directory.
+pub(crate) const SYNCFS_DIRS: usize = 32;
+
+/// Whether `n` changed directories are synced by filesystem (see
+/// [`SYNCFS_DIRS`]). A few are fsynced one by one: a `syncfs` also
+/// writes everything else waiting on that filesystem.
+pub(crate) fn sync_whole_fs(n: usize) -> bool {
+    n >= SYNCFS_DIRS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +325,13 @@ mod tests {
             None,
         );
         assert_eq!(rels(&all), [&b"a.tmp"[..], b"b"]);
+    }
+
+    #[test]
+    fn many_changed_directories_sync_their_filesystem_once() {
+        assert!(!sync_whole_fs(0));
+        assert!(!sync_whole_fs(SYNCFS_DIRS - 1));
+        assert!(sync_whole_fs(SYNCFS_DIRS));
+        assert!(sync_whole_fs(10_000));
     }
 }
