@@ -551,11 +551,18 @@ fn a_checked_file_is_kept_only_under_the_digest_it_was_offered() {
     use std::os::unix::fs::MetadataExt as _;
     let size = 5000u64;
     let mut fails = Vec::new();
-    for case in ["same", "differs", "lies", "data for another segment"] {
+    let cases = [
+        "same",
+        "same after an empty op",
+        "differs",
+        "lies",
+        "data for another segment",
+    ];
+    for case in cases {
         let l = Layout::new();
         let f = l.dst.join("f");
         let old = match case {
-            "same" => content(1, size),
+            "same" | "same after an empty op" => content(1, size),
             _ => vec![b'o'; size as usize],
         };
         fs::write(&f, &old).unwrap();
@@ -578,12 +585,18 @@ fn a_checked_file_is_kept_only_under_the_digest_it_was_offered() {
                     None => return,
                 }
             };
+            let same = Message::SegmentDone {
+                file,
+                segment: 0,
+                digest: offered.unwrap_or_default(),
+            };
             match case {
-                "same" => p.send(Message::SegmentDone {
-                    file,
-                    segment: 0,
-                    digest: offered.unwrap_or_default(),
-                }),
+                "same" => p.send(same),
+                "same after an empty op" => {
+                    // Says nothing: not an answer that the file differs.
+                    p.send(data_msg(file, 10, b""));
+                    p.send(same);
+                }
                 "differs" => p.send_file(file, WantMode::Check),
                 "lies" => p.send(Message::SegmentDone {
                     file,
@@ -602,7 +615,7 @@ fn a_checked_file_is_kept_only_under_the_digest_it_was_offered() {
         let got = fs::read(&f).unwrap();
         let m = fs::metadata(&f).unwrap();
         match case {
-            "same" => {
+            "same" | "same after an empty op" => {
                 if !o.succeeded() || got != old || m.ino() != ino || m.mtime() != MTIME {
                     p.push(format!("not kept with the source's time: {}", o.shown()));
                 }

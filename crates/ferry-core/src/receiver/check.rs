@@ -10,10 +10,43 @@
 //! Only files of one segment are checked, so a check has one answer:
 //! either the segment's ops and its `SegmentDone`, or a `SegmentDone`
 //! alone, whose digest must be the one offered.
+//!
+//! The old copy stays open while the answer comes (a place among the
+//! files in flight), and is kept only if neither it nor its name changed
+//! meanwhile: otherwise its new bytes would get the source's time, and no
+//! later run would look at it again. A hard-linked old copy is not
+//! checked: it is replaced, as rsync replaces it, not changed under its
+//! other names.
 
 use super::*;
 
 use ferry_link::HavePart;
+
+/// What `fstat` says of an old copy, as far as a change shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seen {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
+}
+
+impl Seen {
+    /// The facts of `f` now, and its link count.
+    #[allow(clippy::unnecessary_cast)]
+    fn of(f: &File) -> io::Result<(Seen, u64)> {
+        let st = rustix::fs::fstat(f)?;
+        let seen = Seen {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            size: st.st_size as u64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as u64),
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as u64),
+        };
+        Ok((seen, st.st_nlink as u64))
+    }
+}
 
 /// A file asked for with [`WantMode::Check`], waiting for the answer.
 pub(super) struct Checking {
@@ -22,6 +55,9 @@ pub(super) struct Checking {
     old: decide::Stat,
     /// The old copy's segment digest, as offered.
     digest: [u8; 32],
+    /// The old copy, open, and what it was when digested (`None` once
+    /// `failed`).
+    copy: Option<(File, Seen)>,
     /// It differs, but what it is written to could not be opened, or the
     /// sender could not send it (`FileFailed`, `FileChanged`; counted
     /// either way): its data is dropped as it comes, and its `SegmentDone`
@@ -35,7 +71,8 @@ pub(super) struct Checking {
 impl Dispatcher<'_, '_> {
     /// Offer the old copy at `dest` of the changed file `e` (see the
     /// module's doc). Gives `e` back when the old copy cannot be read
-    /// whole: it is then asked for as any changed file.
+    /// whole, is hard-linked, or changed while it was read: it is then
+    /// asked for as any changed file.
     pub(super) fn start_check(
         &mut self,
         e: Entry,
@@ -47,6 +84,10 @@ impl Dispatcher<'_, '_> {
         }
         let Ok(f) = dest.open(false) else {
             return Ok(Some(e));
+        };
+        let before = match Seen::of(&f) {
+            Ok((s, 1)) if (s.dev, s.ino, s.size) == (old.dev, old.ino, e.size) => s,
+            _ => return Ok(Some(e)),
         };
         let buf = &mut self.check_buf;
         let scan = crate::scan::scan_segment::<std::convert::Infallible>(
@@ -64,6 +105,9 @@ impl Dispatcher<'_, '_> {
         let Ok(digest) = scan else {
             return Ok(Some(e));
         };
+        if !matches!(Seen::of(&f), Ok((s, _)) if s == before) {
+            return Ok(Some(e));
+        }
         let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
         let id = e.id;
         self.tx
@@ -86,6 +130,7 @@ impl Dispatcher<'_, '_> {
                 dest: dest.clone(),
                 old,
                 digest,
+                copy: Some((f, before)),
                 failed: false,
                 _slot: Slot::take(&self.sh.in_flight),
             },
@@ -101,7 +146,9 @@ impl Dispatcher<'_, '_> {
             return Ok(true);
         };
         match decide::op_fit(offset, len, c.entry.size) {
-            decide::OpFit::Segment(0) | decide::OpFit::Empty => {}
+            decide::OpFit::Segment(0) => {}
+            // Says nothing (as for any file): not an answer.
+            decide::OpFit::Empty => return Ok(false),
             _ => {
                 return Err(Error::Protocol(format!(
                     "{len} bytes at offset {offset} of file {file} ({} bytes): not within the file",
@@ -132,6 +179,7 @@ impl Dispatcher<'_, '_> {
                 dest,
                 old,
                 digest: [0; 32],
+                copy: None,
                 failed: true,
                 _slot: Slot::take(&self.sh.in_flight),
             },
@@ -156,8 +204,15 @@ impl Dispatcher<'_, '_> {
                     "file {file}: kept without data, but its digest is not the one offered"
                 )));
             }
-            let res = self.keep_old(&c.entry, &c.dest, &c.old);
-            self.outcome(res, &c.dest.shown)?;
+            if still_the_same(&c) {
+                let res = self.keep_old(&c.entry, &c.dest, &c.old);
+                self.outcome(res, &c.dest.shown)?;
+            } else {
+                self.sh.stats.vanished(format!(
+                    "{}: changed while it was checked: left as it is",
+                    c.dest.shown.display()
+                ));
+            }
         }
         drop(c);
         self.admit()?;
@@ -170,6 +225,7 @@ impl Dispatcher<'_, '_> {
     pub(super) fn check_dropped(&mut self, file: u32) {
         if let Some(c) = self.checks.get_mut(&file) {
             c.failed = true;
+            c.copy = None;
         }
     }
 
@@ -183,4 +239,16 @@ impl Dispatcher<'_, '_> {
             None => Ok(()),
         }
     }
+}
+
+/// Whether the old copy of `c` is as it was digested, and still under its
+/// name.
+#[allow(clippy::unnecessary_cast)]
+fn still_the_same(c: &Checking) -> bool {
+    let Some((f, seen)) = &c.copy else {
+        return false;
+    };
+    let named = c.dest.lstat().ok().flatten();
+    matches!(Seen::of(f), Ok((now, _)) if now == *seen)
+        && named.is_some_and(|st| (st.st_dev as u64, st.st_ino as u64) == (seen.dev, seen.ino))
 }

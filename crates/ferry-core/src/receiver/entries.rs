@@ -316,8 +316,9 @@ impl Dispatcher<'_, '_> {
         let whole_only = self.whole_only.contains(&e.id);
         if let (decide::FileAt::Regular, Some(o)) = (at, old) {
             let write = decide::write_method(at, opts.inplace);
+            let (sizes, mode) = ((e.size, o.size), opts.delta);
             let (checksum, dry) = (opts.checksum, opts.dry_run);
-            if decide::check_first(write, e.size, o.size, whole_only, checksum, dry) {
+            if decide::check_first(write, sizes, whole_only, mode, checksum, dry) {
                 match self.start_check(e, dest, o)? {
                     None => return Ok(()),
                     Some(back) => e = back,

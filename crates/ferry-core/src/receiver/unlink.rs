@@ -45,19 +45,30 @@ impl Progress {
     /// A worker: unlink what comes until the queue closes.
     pub(super) fn work(&self, rx: Receiver<Job>, stats: &Stats) {
         for job in rx {
-            let ok = unlink(&job.dir, &job.name, &job.shown, stats);
-            self.finished(ok);
+            // Counted done however the unlink ends (a panic too), so that
+            // `settle` never waits for a worker that is gone.
+            let mut done = Done(self, false);
+            done.1 = unlink(&job.dir, &job.name, &job.shown, stats);
         }
     }
 
     fn finished(&self, ok: bool) {
         if let Ok(mut t) = self.tally.lock() {
-            t.pending -= 1;
+            t.pending = t.pending.saturating_sub(1);
             t.failed += u64::from(!ok);
             if t.pending == 0 {
                 self.idle.notify_all();
             }
         }
+    }
+}
+
+/// One queued unlink, counted done (ok or not) when dropped.
+struct Done<'p>(&'p Progress, bool);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.finished(self.1);
     }
 }
 
@@ -77,13 +88,16 @@ impl<'p> Unlinks<'p> {
     }
 
     /// Queue `job`; it is counted as deleted once done. Given back when no
-    /// worker takes it (they are gone): the caller unlinks it itself.
+    /// worker takes it (they are all gone): the caller unlinks it itself.
     pub(super) fn queue(&self, job: Job) -> Result<(), Job> {
         if let Ok(mut t) = self.progress.tally.lock() {
             t.pending += 1;
         }
         self.tx.send(job).map_err(|e| {
-            self.progress.finished(false);
+            // Not queued: neither done nor failed.
+            if let Ok(mut t) = self.progress.tally.lock() {
+                t.pending = t.pending.saturating_sub(1);
+            }
             e.into_inner()
         })
     }

@@ -328,6 +328,15 @@ impl<'s> Requests<'s> {
             .advance(&part)
             .map_err(|why| Error::Protocol(format!("Have for file {file}: {why}")))?;
         let (f, check) = (r.file.clone(), r.check);
+        // A check offers an old copy whole: every segment, each with its
+        // digest (zeros, "unknown", would keep it unseen).
+        let whole_offer = part.kept.len() as u64 == range.end - range.start
+            && part.kept.iter().all(|(_, d)| *d != [0; 32]);
+        if check && !whole_offer {
+            return Err(Error::Protocol(format!(
+                "Have for file {file}, which is checked: not every segment listed with its digest"
+            )));
+        }
         if r.complete() {
             self.resuming.remove(&file);
         }

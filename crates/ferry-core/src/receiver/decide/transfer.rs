@@ -21,8 +21,10 @@ const RATE_MIN_BYTES: u64 = 4 << 20;
 const RATE_MIN_SECS: f64 = 0.2;
 
 /// Largest changed file whose old copy is checked first (see
-/// [`check_first`]): read and digested on the spot, one segment.
-pub(crate) const MAX_CHECK_SIZE: u64 = 256 << 10;
+/// [`check_first`]): read and digested on the spot, one segment. Above
+/// it a delta may pay ([`MIN_DELTA_SIZE`]), and it answers a changed file
+/// with only its changes.
+pub(crate) const MAX_CHECK_SIZE: u64 = MIN_DELTA_SIZE;
 
 /// Ask for a changed file with [`WantMode::Check`]: its old copy's digest
 /// is offered first, and the sender sends the file only if its own
@@ -32,13 +34,13 @@ pub(crate) const MAX_CHECK_SIZE: u64 = 256 << 10;
 /// transfer would write, sync and rename a new copy. Only through a
 /// temporary file (what is written in place cannot wait for the answer),
 /// up to [`MAX_CHECK_SIZE`], never for a file asked for again whole,
-/// under `--checksum` (which compared the contents already) or in a dry
-/// run.
+/// under `--checksum` (which compared the contents already),
+/// `--whole-file` (the old copy is not read) or in a dry run.
 pub(crate) fn check_first(
     w: Write,
-    size: u64,
-    old_size: u64,
+    (size, old_size): (u64, u64),
     whole_only: bool,
+    mode: DeltaMode,
     checksum: bool,
     dry_run: bool,
 ) -> bool {
@@ -47,6 +49,7 @@ pub(crate) fn check_first(
         && size > 0
         && size <= MAX_CHECK_SIZE
         && !whole_only
+        && mode != DeltaMode::Whole
         && !checksum
         && !dry_run
 }
@@ -463,30 +466,27 @@ mod tests {
 
     #[test]
     fn a_touched_small_file_is_checked_first() {
-        let t = Write::Temp;
-        assert!(check_first(t, 4096, 4096, false, false, false));
-        assert!(check_first(
-            t,
-            MAX_CHECK_SIZE,
-            MAX_CHECK_SIZE,
-            false,
-            false,
-            false
-        ));
+        let (t, auto, k) = (Write::Temp, DeltaMode::Auto, (4096, 4096));
+        assert!(check_first(t, k, false, auto, false, false));
+        assert!(check_first(t, k, false, DeltaMode::Delta, false, false));
+        let max = (MAX_CHECK_SIZE, MAX_CHECK_SIZE);
+        assert!(check_first(t, max, false, auto, false, false));
         // A new size is new contents; nothing to check in an empty file.
-        assert!(!check_first(t, 4096, 4095, false, false, false));
-        assert!(!check_first(t, 0, 0, false, false, false));
-        // Too big to digest on the spot: a delta reads it on its thread.
-        let big = MAX_CHECK_SIZE + 1;
-        assert!(!check_first(t, big, big, false, false, false));
+        assert!(!check_first(t, (4096, 4095), false, auto, false, false));
+        assert!(!check_first(t, (0, 0), false, auto, false, false));
+        // Big enough for a delta to pay: a delta sends only the changes.
+        let big = (MAX_CHECK_SIZE + 1, MAX_CHECK_SIZE + 1);
+        assert!(!check_first(t, big, false, auto, false, false));
         // In place, a device, a stream: written as the data comes.
         for w in [Write::InPlace, Write::Device, Write::Stream] {
-            assert!(!check_first(w, 4096, 4096, false, false, false), "{w:?}");
+            assert!(!check_first(w, k, false, auto, false, false), "{w:?}");
         }
-        // Asked again whole, --checksum (compared already), a dry run.
-        assert!(!check_first(t, 4096, 4096, true, false, false));
-        assert!(!check_first(t, 4096, 4096, false, true, false));
-        assert!(!check_first(t, 4096, 4096, false, false, true));
+        // Asked again whole, --whole-file, --checksum (compared
+        // already), a dry run.
+        assert!(!check_first(t, k, true, auto, false, false));
+        assert!(!check_first(t, k, false, DeltaMode::Whole, false, false));
+        assert!(!check_first(t, k, false, auto, true, false));
+        assert!(!check_first(t, k, false, auto, false, true));
     }
 
     #[test]

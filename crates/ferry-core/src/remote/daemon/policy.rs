@@ -168,8 +168,11 @@ pub fn fit(mut r: Request, cfg: &DaemonConfig, cores: usize) -> Result<Request, 
     }
     if !cfg.allow_send {
         // What a write-only daemon holds is not told, not even as the
-        // changes a push makes (or, with --dry-run, would make).
+        // changes a push makes (or, with --dry-run, would make), nor as
+        // the digests of its old copies that a delta's signature or the
+        // check of a touched file would send.
         r.opts.list_changes = false;
+        r.opts.delta = crate::DeltaMode::Whole;
     }
     if r.send && r.paths.is_empty() {
         return Err(Refusal::Usage("a pull names at least one path".into()));
@@ -343,5 +346,11 @@ mod tests {
         d.allow_receive = true;
         assert!(fit(backup, &d, 8).is_err(), "a backup beside the device");
         assert!(fit(req(false, &[""]), &d, 8).unwrap().opts.untrusted_sender);
+        // Write-only: nothing of what it holds goes back, not even digests.
+        let mut w = cfg(Target::Root("/srv".into()));
+        (w.allow_send, w.allow_receive) = (false, true);
+        let r = fit(req(false, &["d"]), &w, 2).unwrap();
+        assert!(!r.opts.list_changes);
+        assert_eq!(r.opts.delta, crate::DeltaMode::Whole);
     }
 }
