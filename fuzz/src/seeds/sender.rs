@@ -121,51 +121,31 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
             kept,
         })
     };
-    for (name, kept, flags) in [
-        ("resume_kept", vec![(0, seg_digest("z"))], 0),
-        ("resume_kept_in_process", vec![(0, seg_digest("z"))], 2),
-        ("resume_differs", vec![(0, [7; 32])], 0),
-        ("resume_nothing", vec![], 0),
+    // Checks (version 11) go as resumes, but are final: asked again
+    // whole, the sender refuses.
+    let (resume, check) = (WantMode::Resume, WantMode::Check);
+    for (name, mode, kept, flags) in [
+        ("resume_kept", resume, vec![(0, seg_digest("z"))], 0),
+        ("resume_kept_in_process", resume, vec![(0, seg_digest("z"))], 2),
+        ("resume_differs", resume, vec![(0, [7; 32])], 0),
+        ("resume_nothing", resume, vec![], 0),
+        ("check_same", check, vec![(0, seg_digest("z"))], 0),
+        ("check_same_in_process", check, vec![(0, seg_digest("z"))], 2),
+        ("check_differs", check, vec![(0, [7; 32])], 0),
     ] {
+        let m = vec![want("z", mode), have("z", kept), Message::EndOfList, done()];
+        v.push((t, name.into(), seed(flags, m)));
+    }
+    for (name, mode) in [("resume_then_whole", resume), ("check_then_whole", check)] {
         let m = vec![
-            want("z", WantMode::Resume),
-            have("z", kept),
+            want("z", mode),
+            have("z", vec![(0, [7; 32])]),
+            want("z", WantMode::Whole),
             Message::EndOfList,
             done(),
         ];
-        v.push((t, name.into(), seed(flags, m)));
+        v.push((t, name.into(), seed(0, m)));
     }
-    let m = vec![
-        want("z", WantMode::Resume),
-        have("z", vec![(0, [7; 32])]),
-        want("z", WantMode::Whole),
-        Message::EndOfList,
-        done(),
-    ];
-    v.push((t, "resume_then_whole".into(), seed(0, m)));
-    // Checks (version 11): as a resume, but final; asked again whole, the
-    // sender refuses.
-    for (name, kept, flags) in [
-        ("check_same", vec![(0, seg_digest("z"))], 0),
-        ("check_same_in_process", vec![(0, seg_digest("z"))], 2),
-        ("check_differs", vec![(0, [7; 32])], 0),
-    ] {
-        let m = vec![
-            want("z", WantMode::Check),
-            have("z", kept),
-            Message::EndOfList,
-            done(),
-        ];
-        v.push((t, name.into(), seed(flags, m)));
-    }
-    let m = vec![
-        want("z", WantMode::Check),
-        have("z", vec![(0, [7; 32])]),
-        want("z", WantMode::Whole),
-        Message::EndOfList,
-        done(),
-    ];
-    v.push((t, "check_then_whole".into(), seed(0, m)));
     let hostile: Vec<(&str, Vec<Message>)> = vec![
         (
             "want_unknown",
