@@ -68,74 +68,146 @@ pub(super) struct Checking {
     _slot: Slot,
 }
 
+/// Threads that read and digest old copies: each read of a cold cache
+/// waits for the disk, so several are in flight at once (one at a time on
+/// the dispatcher, the touched files of a cold re-run took most of it).
+pub(super) const DIGESTERS: usize = 4;
+
+/// An old copy to digest, on a [`digester`] thread.
+pub(super) struct CheckJob {
+    entry: Entry,
+    dest: Loc,
+    old: decide::Stat,
+    _slot: Slot,
+}
+
+/// A digested old copy (`None`: not to be checked after all: it could not
+/// be read whole, is hard-linked, or changed while it was read).
+pub(super) struct Digested {
+    job: CheckJob,
+    copy: Option<(File, Seen, [u8; 32])>,
+}
+
+/// A digester thread: digest old copies until the queue closes, handing
+/// each back to the dispatcher and waking it.
+pub(super) fn digester(jobs: Receiver<CheckJob>, out: Sender<Digested>, wake: Sender<()>) {
+    let mut buf = Vec::new();
+    for job in jobs {
+        // A panic must not lose the file (the list could not end): it is
+        // then asked for as any changed file.
+        let run = std::panic::AssertUnwindSafe(|| digest_old(&job, &mut buf));
+        let copy = std::panic::catch_unwind(run).ok().flatten();
+        if out.send(Digested { job, copy }).is_err() {
+            return;
+        }
+        let _ = wake.try_send(());
+    }
+}
+
+/// Open, `fstat`, digest and `fstat` again the old copy of `job`.
+fn digest_old(job: &CheckJob, buf: &mut Vec<u8>) -> Option<(File, Seen, [u8; 32])> {
+    let (e, old) = (&job.entry, &job.old);
+    let f = job.dest.open(false).ok()?;
+    let before = match Seen::of(&f) {
+        Ok((s, 1)) if (s.dev, s.ino, s.size) == (old.dev, old.ino, e.size) => s,
+        _ => return None,
+    };
+    let scan = crate::scan::scan_segment::<std::convert::Infallible>(
+        &f,
+        e.size,
+        0,
+        true,
+        buf,
+        &mut |_| Ok(()),
+    );
+    // What a read left in the buffer is not kept past the check.
+    if buf.capacity() > crate::scan::CHUNK {
+        *buf = Vec::new();
+    }
+    let digest = scan.ok()?;
+    match Seen::of(&f) {
+        Ok((s, _)) if s == before => Some((f, before, digest)),
+        _ => None,
+    }
+}
+
 impl Dispatcher<'_, '_> {
     /// Offer the old copy at `dest` of the changed file `e` (see the
-    /// module's doc). Gives `e` back when the old copy cannot be read
-    /// whole, is hard-linked, or changed while it was read: it is then
-    /// asked for as any changed file.
+    /// module's doc): its digest is read on a [`digester`] thread, and
+    /// the file is asked for when it comes back ([`Self::digested`]). Gives
+    /// `e` back when it is not checked.
     pub(super) fn start_check(
         &mut self,
         e: Entry,
         dest: &Loc,
         old: decide::Stat,
     ) -> io::Result<Option<Entry>> {
+        let Some(jobs) = self.digesters.as_ref() else {
+            return Ok(Some(e));
+        };
         if layout::segment_count(e.size) != 1 {
             return Ok(Some(e));
         }
-        let Ok(f) = dest.open(false) else {
-            return Ok(Some(e));
-        };
-        let before = match Seen::of(&f) {
-            Ok((s, 1)) if (s.dev, s.ino, s.size) == (old.dev, old.ino, e.size) => s,
-            _ => return Ok(Some(e)),
-        };
-        let buf = &mut self.check_buf;
-        let scan = crate::scan::scan_segment::<std::convert::Infallible>(
-            &f,
-            e.size,
-            0,
-            true,
-            buf,
-            &mut |_| Ok(()),
-        );
-        // What a read left in the buffer is not kept past the check.
-        if buf.capacity() > crate::scan::CHUNK {
-            *buf = Vec::new();
-        }
-        let Ok(digest) = scan else {
-            return Ok(Some(e));
-        };
-        if !matches!(Seen::of(&f), Ok((s, _)) if s == before) {
-            return Ok(Some(e));
-        }
-        let link = |err: ferry_link::LinkError| io::Error::other(err.to_string());
         let id = e.id;
-        self.tx
-            .send(Message::Want {
+        let job = CheckJob {
+            entry: e,
+            dest: dest.clone(),
+            old,
+            _slot: Slot::take(&self.sh.in_flight),
+        };
+        if let Err(back) = jobs.send(job) {
+            return Ok(Some(back.into_inner().entry));
+        }
+        self.digesting.insert(id);
+        Ok(None)
+    }
+
+    /// Take the old copies digested so far: ask for each with its digest,
+    /// or as any changed file when it is not to be checked. Whether it
+    /// took any (then `Decided` and `EndOfList` may be due).
+    pub(super) fn digested(&mut self) -> Result<bool> {
+        let mut took = false;
+        while let Ok(Digested { job, copy }) = self.digested_rx.try_recv() {
+            took = true;
+            let CheckJob {
+                entry,
+                dest,
+                old,
+                _slot,
+            } = job;
+            let id = entry.id;
+            self.digesting.remove(&id);
+            let Some((f, seen, digest)) = copy else {
+                let at = decide::FileAt::Regular;
+                // Its metadata again, for whether a delta pays.
+                let meta = dest.stat().ok().flatten();
+                let res = self.transfer(entry, &dest, at, Some(old), meta, false, false);
+                self.outcome(res, &dest.shown)?;
+                continue;
+            };
+            self.tx.send(Message::Want {
                 file: id,
                 mode: WantMode::Check,
-            })
-            .map_err(link)?;
-        self.tx
-            .send(Message::Have(HavePart {
+            })?;
+            self.tx.send(Message::Have(HavePart {
                 file: id,
                 upto: 1,
                 kept: vec![(0, digest)],
-            }))
-            .map_err(link)?;
-        self.checks.insert(
-            id,
-            Checking {
-                entry: e,
-                dest: dest.clone(),
-                old,
-                digest,
-                copy: Some((f, before)),
-                failed: false,
-                _slot: Slot::take(&self.sh.in_flight),
-            },
-        );
-        Ok(None)
+            }))?;
+            self.checks.insert(
+                id,
+                Checking {
+                    entry,
+                    dest,
+                    old,
+                    digest,
+                    copy: Some((f, seen)),
+                    failed: false,
+                    _slot,
+                },
+            );
+        }
+        Ok(took)
     }
 
     /// An op for `file`: if it is being checked, it differs, and is now

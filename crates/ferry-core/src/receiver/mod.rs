@@ -216,6 +216,15 @@ pub fn run_receiver(
                 }
             })
         };
+        // Old copies of touched files, digested off the dispatcher.
+        let (digest_tx, digest_rx) = bounded::<check::CheckJob>(256);
+        let (digested_tx, digested_rx) = crossbeam_channel::unbounded();
+        for _ in 0..check::DIGESTERS {
+            let (jobs, out) = (digest_rx.clone(), digested_tx.clone());
+            let wake = shared.in_flight.wake.clone();
+            handles.push(s.spawn(move || check::digester(jobs, out, wake)));
+        }
+        drop((digest_rx, digested_tx));
         let (sign_tx, sign_rx) = crossbeam_channel::unbounded::<SignJob>();
         {
             let sh = &shared;
@@ -229,7 +238,9 @@ pub fn run_receiver(
             tx: &tx,
             files: HashMap::new(),
             checks: HashMap::new(),
-            check_buf: Vec::new(),
+            digesters: Some(digest_tx),
+            digested_rx,
+            digesting: Default::default(),
             done: HashMap::new(),
             seen: Default::default(),
             skipped: Default::default(),
@@ -262,8 +273,15 @@ pub fn run_receiver(
         };
         let r = d.run(&rx, &senders);
         drop(senders);
-        // The signer stops once its queue is closed.
+        // The signer and the digesters stop once their queues are closed.
         d.signer = None;
+        d.digesters = None;
+        // What is still queued for them is dropped (with its places), not
+        // digested for no one.
+        drop(std::mem::replace(
+            &mut d.digested_rx,
+            crossbeam_channel::never(),
+        ));
         d.files.clear();
         for h in handles {
             let _ = h.join();
@@ -299,8 +317,13 @@ struct Dispatcher<'a, 'b> {
     files: HashMap<u32, Arc<DstFile>>,
     /// Files asked for with [`WantMode::Check`], waiting for the answer.
     checks: HashMap<u32, check::Checking>,
-    /// Scratch space for reading the old copies that are checked.
-    check_buf: Vec<u8>,
+    /// The digesters' queue (see [`check::digester`]).
+    digesters: Option<Sender<check::CheckJob>>,
+    /// What they digested, for [`Self::digested`].
+    digested_rx: Receiver<check::Digested>,
+    /// Files whose old copy is being digested: not asked for yet, so
+    /// neither `Decided` nor `EndOfList` may pass them.
+    digesting: std::collections::BTreeSet<u32>,
     /// Segments of each file in flight that the sender has finished.
     done: HashMap<u32, decide::SegmentTally>,
     /// With `--delete`, every path in the source list (by keyed digest:
@@ -377,7 +400,11 @@ impl Dispatcher<'_, '_> {
             if self.sh.fatal_flag.load(Ordering::Relaxed) {
                 return Ok(());
             }
+            if self.digested()? {
+                self.admit()?;
+            }
             let Some(m) = rx.recv_or_wake(&self.sh.wake)? else {
+                self.digested()?;
                 self.admit()?;
                 continue;
             };
@@ -496,6 +523,11 @@ impl Dispatcher<'_, '_> {
                         }
                     }
                     self.checks_answered()?;
+                    if let Some(id) = self.digesting.first() {
+                        return Err(Error::Protocol(format!(
+                            "the sender finished before file {id} was asked for"
+                        )));
+                    }
                     if let Some(e) = self.waiting.front() {
                         return Err(Error::Protocol(format!(
                             "the sender finished before {} was asked for",
@@ -612,7 +644,8 @@ impl Dispatcher<'_, '_> {
         // again, and no `Want` may follow `EndOfList`.
         let deltas = self.sh.in_flight.deltas.load(Ordering::SeqCst);
         let retrying = self.sh.retries.lock().is_ok_and(|r| !r.is_empty());
-        if decide::may_end_list(self.end_of_list, self.waiting.len(), deltas, retrying) {
+        let waiting = self.waiting.len() + self.digesting.len();
+        if decide::may_end_list(self.end_of_list, waiting, deltas, retrying) {
             self.end_of_list = false;
             self.sign(SignJob::EndOfList)
                 .map_err(|e| Error::Protocol(e.to_string()))?;
@@ -624,7 +657,15 @@ impl Dispatcher<'_, '_> {
     /// Tell the sender how far the list is decided, every so often: it
     /// lists at most a window past that (see [`decide::decided_due`]).
     fn tell_decided(&mut self) -> Result<()> {
-        let below = self.waiting.front().map_or(self.next_entry, |e| e.id);
+        // Not past a file still waiting for room or for its digest.
+        let below = [
+            self.waiting.front().map(|e| e.id),
+            self.digesting.first().copied(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(self.next_entry);
         if decide::decided_due(below, self.window.below()) {
             self.sign(SignJob::Decided(below))
                 .map_err(|e| Error::Protocol(e.to_string()))?;
