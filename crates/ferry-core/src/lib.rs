@@ -30,6 +30,7 @@ pub mod remote;
 pub mod scan;
 pub mod sender;
 pub mod stats;
+pub mod warm;
 pub mod window;
 
 use std::path::Path;

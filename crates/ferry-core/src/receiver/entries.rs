@@ -1,6 +1,30 @@
 use super::*;
 
+/// The destination's warmers (see [`crate::warm`]): a re-run over a cold
+/// cache `lstat`s every entry of the list. Started at the list's first
+/// directory (a list of files alone warms nothing), stopped at its end.
+pub(super) enum Warm {
+    NotYet,
+    On(crate::warm::Warmer),
+    Off,
+}
+
 impl Dispatcher<'_, '_> {
+    /// Tell the warmers where the list is, starting them at its first
+    /// directory.
+    fn warm_at(&mut self, e: &Entry) {
+        let is_dir = e.kind() == EntryKind::Dir;
+        if matches!(self.warm, Warm::NotYet) && is_dir {
+            self.warm = match self.tree.dir(b"") {
+                Ok(root) => Warm::On(crate::warm::Warmer::start(root, crate::warm::THREADS)),
+                Err(_) => Warm::Off,
+            };
+        }
+        if let Warm::On(w) = &self.warm {
+            w.at(&e.path, is_dir);
+        }
+    }
+
     pub(super) fn entry(&mut self, mut e: Entry) -> Result<()> {
         // On a pull, only what was asked for; then the path is checked
         // (with the rest of the list's rules) once the first entry of a
@@ -17,6 +41,7 @@ impl Dispatcher<'_, '_> {
         self.check
             .admit(&e)
             .map_err(|r| Error::Protocol(r.to_string()))?;
+        self.warm_at(&e);
         if !self.sh.opts.meta_xattrs() {
             // Not asked for: not kept (a directory's entry lives until the
             // end of the session).

@@ -232,6 +232,7 @@ pub fn run_receiver(
             handles.push(s.spawn(move || signer(sign_rx, sh, tx)));
         }
         let mut d = Dispatcher {
+            warm: entries::Warm::NotYet,
             tree: setup.tree,
             root_created: setup.root_created,
             sh: &shared,
@@ -310,6 +311,9 @@ pub fn run_receiver(
 struct Dispatcher<'a, 'b> {
     /// The destination, reached through directory handles only.
     tree: DestDir,
+    /// Warmers on it, told of each entry of the list (see
+    /// [`Dispatcher::warm_at`]).
+    warm: entries::Warm,
     /// The root did not exist: its parent directory is fsynced at the end.
     root_created: bool,
     sh: &'a Shared<'b>,
@@ -504,6 +508,7 @@ impl Dispatcher<'_, '_> {
                 }
                 Message::EndOfList => {
                     self.end_of_list = true;
+                    self.warm = entries::Warm::Off;
                     self.admit()?;
                 }
                 Message::SenderDone => {

@@ -48,6 +48,8 @@ pub(super) fn walk_all(
         pending: Vec::new(),
         pending_files: Vec::new(),
         pending_since: None,
+        warm: None,
+        warm_base: Vec::new(),
     };
     for src in sources {
         let text = src.path.to_string_lossy();
@@ -65,11 +67,45 @@ pub(super) fn walk_all(
             std::fs::symlink_metadata(&src.path)
         }
         .map_err(|e| Error::io_op("stat", &src.path, e))?;
+        // A tree's inodes are read ahead of the walk (see crate::warm).
+        w.warm = (meta.is_dir() && opts.recursive)
+            .then(|| warm_root(&src.path, src.follow, &meta))
+            .flatten()
+            .map(|fd| crate::warm::Warmer::start(Arc::new(fd), crate::warm::THREADS));
+        w.warm_base = src.name.clone();
         w.visit(&src.path, src.name.clone(), &meta, true)?;
+        w.warm = None;
     }
     w.flush()?;
     tx.send(Message::EndOfList)?;
     Ok(())
+}
+
+/// The source directory `path` as just `stat`ed (`meta`), opened for the
+/// warmers: not if it has been swapped since.
+fn warm_root(path: &Path, follow: bool, meta: &std::fs::Metadata) -> Option<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let fd = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    let same = st.st_dev as u64 == meta.dev() && st.st_ino as u64 == meta.ino();
+    same.then_some(fd)
+}
+
+/// Where `rel` (a path of the list) is in the tree listed as `base`.
+fn within<'a>(base: &[u8], rel: &'a [u8]) -> Option<&'a [u8]> {
+    if base.is_empty() {
+        return Some(rel);
+    }
+    match rel.strip_prefix(base)? {
+        [] => Some(&[]),
+        [b'/', r @ ..] => Some(r),
+        _ => None,
+    }
 }
 
 /// Entries a walk hands to the link at once at most.
@@ -156,6 +192,10 @@ struct Walker<'a> {
     /// receiver may ask only for what it was told of.
     pending_files: Vec<(u32, Arc<SrcFile>)>,
     pending_since: Option<std::time::Instant>,
+    /// Warmers on the tree being walked, told of each entry visited.
+    warm: Option<crate::warm::Warmer>,
+    /// The name of the tree they warm in the list (a prefix of `rel`).
+    warm_base: Vec<u8>,
 }
 
 impl Walker<'_> {
@@ -228,6 +268,11 @@ impl Walker<'_> {
         top: bool,
     ) -> Result<()> {
         let ft = meta.file_type();
+        if let Some(w) = &self.warm {
+            if let Some(r) = within(&self.warm_base, &rel) {
+                w.at(r, ft.is_dir());
+            }
+        }
         if top {
             self.top_dev = meta.dev();
         }
@@ -532,6 +577,15 @@ impl Walker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_of_the_list_is_found_in_the_tree_it_names() {
+        assert_eq!(within(b"", b"a/b"), Some(&b"a/b"[..]));
+        assert_eq!(within(b"src", b"src"), Some(&b""[..]));
+        assert_eq!(within(b"src", b"src/a/b"), Some(&b"a/b"[..]));
+        assert_eq!(within(b"src", b"srcx/a"), None);
+        assert_eq!(within(b"src", b"other"), None);
+    }
 
     #[test]
     fn dash_x_sends_no_acls_and_dash_a_only_acls() {

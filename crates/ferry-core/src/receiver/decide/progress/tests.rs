@@ -207,7 +207,7 @@ fn a_writer_opens_at_most_1024_segments_and_its_share_of_buffers() {
 
 #[test]
 fn file_budget_is_a_quarter_of_the_limit_within_4_to_4096() {
-    assert_eq!(FileBudget::from_nofile(Some(1024)).max(), (1024 - 48) / 4);
+    assert_eq!(FileBudget::from_nofile(Some(1024)).max(), (1024 - 64) / 4);
     assert_eq!(FileBudget::from_nofile(Some(0)).max(), 4);
     assert_eq!(FileBudget::from_nofile(Some(60)).max(), 4);
     assert_eq!(FileBudget::from_nofile(Some(1 << 20)).max(), 4096);
