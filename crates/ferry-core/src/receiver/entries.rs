@@ -16,7 +16,7 @@ impl Dispatcher<'_, '_> {
         let is_dir = e.kind() == EntryKind::Dir;
         if matches!(self.warm, Warm::NotYet) && is_dir {
             self.warm = match self.tree.dir(b"") {
-                Ok(root) => Warm::On(crate::warm::Warmer::start(root, crate::warm::THREADS)),
+                Ok(root) => Warm::On(crate::warm::Warmer::start(root, crate::warm::THREADS, None)),
                 Err(_) => Warm::Off,
             };
         }

@@ -50,6 +50,7 @@ pub(super) fn walk_all(
         pending_since: None,
         warm: None,
         warm_base: Vec::new(),
+        warm_cached: false,
     };
     for src in sources {
         let text = src.path.to_string_lossy();
@@ -67,14 +68,20 @@ pub(super) fn walk_all(
             std::fs::symlink_metadata(&src.path)
         }
         .map_err(|e| Error::io_op("stat", &src.path, e))?;
-        // A tree's inodes are read ahead of the walk (see crate::warm).
-        w.warm = (meta.is_dir() && opts.recursive)
+        // A tree's inodes are read ahead of the walk (see crate::warm),
+        // until one is found cached.
+        w.warm = (meta.is_dir() && opts.recursive && !w.warm_cached)
             .then(|| warm_root(&src.path, src.follow, &meta))
             .flatten()
-            .map(|fd| crate::warm::Warmer::start(Arc::new(fd), crate::warm::THREADS));
+            .map(|fd| {
+                let skip = warm_skip(opts.excludes.clone(), src.name.clone());
+                crate::warm::Warmer::start(Arc::new(fd), crate::warm::THREADS, Some(skip))
+            });
         w.warm_base = src.name.clone();
         w.visit(&src.path, src.name.clone(), &meta, true)?;
-        w.warm = None;
+        if let Some(warm) = w.warm.take() {
+            w.warm_cached = warm.found_cached();
+        }
     }
     w.flush()?;
     tx.send(Message::EndOfList)?;
@@ -94,6 +101,21 @@ fn warm_root(path: &Path, follow: bool, meta: &std::fs::Metadata) -> Option<std:
     #[allow(clippy::unnecessary_cast)]
     let same = st.st_dev as u64 == meta.dev() && st.st_ino as u64 == meta.ino();
     same.then_some(fd)
+}
+
+/// The directories of the tree listed as `base` that the walk skips
+/// (excluded, or named as ferry's partial state), for its warmers.
+fn warm_skip(excludes: crate::exclude::Excludes, base: Vec<u8>) -> crate::warm::Skip {
+    Box::new(move |rel: &[u8]| {
+        let name = rel.rsplit(|&b| b == b'/').next().unwrap_or(rel);
+        let full = if base.is_empty() {
+            rel.to_vec()
+        } else {
+            [base.as_slice(), b"/", rel].concat()
+        };
+        crate::journal::is_reserved(name)
+            || excludes.excluded(Path::new(std::ffi::OsStr::from_bytes(&full)), true)
+    })
 }
 
 /// Where `rel` (a path of the list) is in the tree listed as `base`.
@@ -196,6 +218,8 @@ struct Walker<'a> {
     warm: Option<crate::warm::Warmer>,
     /// The name of the tree they warm in the list (a prefix of `rel`).
     warm_base: Vec<u8>,
+    /// A tree was found cached: no warmers for the sources after it.
+    warm_cached: bool,
 }
 
 impl Walker<'_> {
@@ -577,6 +601,17 @@ impl Walker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warmers_skip_what_the_walk_skips() {
+        let ex = crate::exclude::Excludes::new(&["node_modules/".to_string()]).unwrap();
+        let skip = warm_skip(ex.clone(), b"src".to_vec());
+        assert!(skip(b"a/node_modules"));
+        assert!(!skip(b"a/b"));
+        let skip = warm_skip(ex, Vec::new());
+        assert!(skip(b"node_modules"));
+        assert!(!skip(b"lib"));
+    }
 
     #[test]
     fn a_path_of_the_list_is_found_in_the_tree_it_names() {

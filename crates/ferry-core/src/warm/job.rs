@@ -16,11 +16,16 @@ pub(super) const SLICE: usize = 128;
 pub(super) const MAX_NAMES: usize = 32_768;
 
 /// List directory `rel`, or `lstat` the `names` in it. Queued by its key
-/// (see [`dir_key`]).
+/// (see [`dir_key`]); `end` is the key of the last thing it covers, which
+/// once the walk has passed it leaves the job nothing worth doing.
 pub(super) struct Job {
     pub rel: Vec<u8>,
     pub names: Option<Vec<OsString>>,
+    pub end: Vec<u8>,
 }
+
+/// Which directories to leave alone (those the walk will skip).
+pub type Skip = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
 impl Job {
     /// Bytes it holds, for the queue's bound.
@@ -30,7 +35,7 @@ impl Job {
                 .map(|s| s.len() + std::mem::size_of::<OsString>())
                 .sum()
         });
-        64 + key.len() + self.rel.len() + names
+        64 + key.len() + self.end.len() + self.rel.len() + names
     }
 }
 
@@ -113,12 +118,28 @@ fn list(dir: &OwnedFd, stop: &AtomicBool) -> Vec<OsString> {
     out
 }
 
+/// A listing job for directory `rel`, with its key.
+pub(super) fn listing(rel: Vec<u8>) -> (Vec<u8>, Job) {
+    let key = dir_key(&rel);
+    let end = key.clone();
+    (
+        key,
+        Job {
+            rel,
+            names: None,
+            end,
+        },
+    )
+}
+
 /// Do `job` in the tree at `root` (on filesystem `dev`): the jobs it
-/// leads to (with their keys), and how many entries it warmed.
+/// leads to (with their keys; no listing of a directory `skip` names),
+/// and how many entries it warmed.
 pub(super) fn run(
     root: &OwnedFd,
     dev: u64,
     job: Job,
+    skip: Option<&Skip>,
     stop: &AtomicBool,
 ) -> (Vec<(Vec<u8>, Job)>, u64) {
     let opened;
@@ -140,16 +161,14 @@ pub(super) fn run(
         let mut names = list(dir, stop).into_iter();
         loop {
             let slice: Vec<OsString> = names.by_ref().take(SLICE).collect();
-            let Some(first) = slice.first() else { break };
+            let (Some(first), Some(last)) = (slice.first(), slice.last()) else {
+                break;
+            };
             let key = [base.as_slice(), first.as_bytes()].concat();
+            let end = [base.as_slice(), last.as_bytes()].concat();
             let rel = job.rel.clone();
-            slices.push((
-                key,
-                Job {
-                    rel,
-                    names: Some(slice),
-                },
-            ));
+            let names = Some(slice);
+            slices.push((key, Job { rel, names, end }));
         }
         return (slices, 0);
     };
@@ -167,7 +186,9 @@ pub(super) fn run(
         let same_fs = st.st_dev as u64 == dev;
         if same_fs && FileType::from_raw_mode(st.st_mode) == FileType::Directory {
             let rel = child(&job.rel, name.as_bytes());
-            more.push((dir_key(&rel), Job { rel, names: None }));
+            if !skip.is_some_and(|f| f(&rel)) {
+                more.push(listing(rel));
+            }
         }
     }
     (more, warmed)
@@ -215,6 +236,14 @@ mod tests {
         assert!(!passed(&pos, &slice(b"m", b"q")));
     }
 
+    fn clone(j: &Job) -> Job {
+        Job {
+            rel: j.rel.clone(),
+            names: j.names.clone(),
+            end: j.end.clone(),
+        }
+    }
+
     #[test]
     fn a_listing_is_sliced_and_a_slice_finds_the_subdirectories() {
         let d = tempfile::tempdir().unwrap();
@@ -226,21 +255,18 @@ mod tests {
         let root = rustix::fs::open(d.path(), OFlags::DIRECTORY, Mode::empty()).unwrap();
         let dev = rustix::fs::fstat(&root).unwrap().st_dev as u64;
         let stop = AtomicBool::new(false);
-        let (slices, n) = run(
-            &root,
-            dev,
-            Job {
-                rel: vec![],
-                names: None,
-            },
-            &stop,
-        );
+        let (slices, n) = run(&root, dev, listing(vec![]).1, None, &stop);
         assert_eq!((slices.len(), n), (2, 0));
         assert_eq!(slices[0].0, b"f0000");
+        assert_eq!(slices[0].1.end, format!("f{:04}", SLICE - 1).as_bytes());
         assert_eq!(slices[1].0, format!("f{:04}", SLICE).as_bytes());
+        assert_eq!(slices[1].1.end, b"up");
         let last = slices.into_iter().nth(1).unwrap().1;
         assert_eq!(last.names.as_ref().unwrap().len(), 7); // ... sub, up
-        let (more, n) = run(&root, dev, last, &stop);
+        let skip_sub: Skip = Box::new(|rel| rel == b"sub");
+        let (more, n) = run(&root, dev, clone(&last), Some(&skip_sub), &stop);
+        assert_eq!((more.len(), n), (0, 7));
+        let (more, n) = run(&root, dev, last, None, &stop);
         assert_eq!(n, 7);
         // The directory, not the symlink to one.
         assert_eq!(more.len(), 1);

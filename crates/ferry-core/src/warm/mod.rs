@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use job::{dir_key, entry_key, passed, Job, SLICE};
+pub use job::Skip;
+use job::{dir_key, entry_key, listing, passed, Job};
 
 /// Warmers per tree: enough reads in flight for a disk's queue, few
 /// enough to stay cheap on a small machine.
@@ -34,10 +35,10 @@ pub const THREADS: usize = 4;
 pub const LEAD: u64 = 16_384;
 /// Bytes of work waiting, at most.
 pub const MAX_QUEUED: usize = 8 << 20;
-/// After this many slices in a row that never had to wait for the disk,
+/// After this many entries in a row warmed without waiting for the disk,
 /// the tree is taken as cached and the warmers stop: on a cached tree they
 /// would only double the walk's work.
-const CACHED_SLICES: u32 = 8;
+const CACHED_ENTRIES: u64 = 1024;
 /// The walk tells where it is at every directory and every this many
 /// entries.
 const EVERY: u64 = 32;
@@ -47,13 +48,14 @@ struct State {
     /// Work waiting, by key: the nearest first, the farthest dropped.
     jobs: BTreeMap<Vec<u8>, Job>,
     queued: usize,
-    /// Slices done that the walk has not passed yet, and their sum.
-    ahead: BTreeMap<Vec<u8>, u64>,
+    /// Slices done that the walk has not passed yet (by key: their end
+    /// and size), and the sum of their sizes.
+    ahead: BTreeMap<Vec<u8>, (Vec<u8>, u64)>,
     ahead_sum: u64,
     /// Warmers at work (who may still queue more).
     busy: usize,
-    /// Slices in a row that did not wait for the disk.
-    cached: u32,
+    /// Entries in a row warmed without waiting for the disk.
+    cached: u64,
 }
 
 impl State {
@@ -62,11 +64,11 @@ impl State {
         let gone: Vec<Vec<u8>> = self
             .ahead
             .range::<[u8], _>((std::ops::Bound::Unbounded, std::ops::Bound::Excluded(pos)))
-            .filter(|(k, _)| passed(pos, k))
+            .filter(|(_, (end, _))| passed(pos, end))
             .map(|(k, _)| k.clone())
             .collect();
         for k in gone {
-            if let Some(n) = self.ahead.remove(&k) {
+            if let Some((_, n)) = self.ahead.remove(&k) {
                 self.ahead_sum -= n;
             }
         }
@@ -103,9 +105,10 @@ struct Shared {
     told: AtomicU64,
     state: Mutex<State>,
     cv: Condvar,
-    /// Some warmer waits for the walk to move on.
-    waiting: AtomicBool,
+    skip: Option<Skip>,
     stop: AtomicBool,
+    /// Set when the warmers stopped because the tree was cached.
+    cached: AtomicBool,
     /// Whether a cached tree stops the warmers (always, but in tests).
     stop_when_cached: bool,
 }
@@ -117,20 +120,21 @@ pub struct Warmer {
 }
 
 impl Warmer {
-    /// Start `threads` warmers on the tree whose root is `root`.
-    pub fn start(root: Arc<OwnedFd>, threads: usize) -> Warmer {
-        Self::spawn(root, threads, true)
+    /// Start `threads` warmers on the tree whose root is `root`, leaving
+    /// alone the directories `skip` names.
+    pub fn start(root: Arc<OwnedFd>, threads: usize, skip: Option<Skip>) -> Warmer {
+        Self::spawn(root, threads, skip, true)
     }
 
-    fn spawn(root: Arc<OwnedFd>, threads: usize, stop_when_cached: bool) -> Warmer {
+    fn spawn(
+        root: Arc<OwnedFd>,
+        threads: usize,
+        skip: Option<Skip>,
+        stop_when_cached: bool,
+    ) -> Warmer {
         let mut state = State::default();
-        state.queue(
-            Vec::new(),
-            Job {
-                rel: Vec::new(),
-                names: None,
-            },
-        );
+        let (key, job) = listing(Vec::new());
+        state.queue(key, job);
         #[allow(clippy::unnecessary_cast)]
         let dev = rustix::fs::fstat(&*root).map_or(0, |st| st.st_dev as u64);
         let shared = Arc::new(Shared {
@@ -140,8 +144,9 @@ impl Warmer {
             told: AtomicU64::new(0),
             state: Mutex::new(state),
             cv: Condvar::new(),
-            waiting: AtomicBool::new(false),
+            skip,
             stop: AtomicBool::new(false),
+            cached: AtomicBool::new(false),
             stop_when_cached,
         });
         let threads = (0..threads)
@@ -164,18 +169,24 @@ impl Warmer {
         if !is_dir && !n.is_multiple_of(EVERY) {
             return;
         }
-        if let Ok(mut p) = self.shared.pos.lock() {
+        // Only advisory: never wait for a warmer that holds it.
+        if let Ok(mut p) = self.shared.pos.try_lock() {
             *p = if is_dir { dir_key(rel) } else { entry_key(rel) };
         }
-        if self.shared.waiting.load(Ordering::Relaxed) {
-            self.shared.cv.notify_all();
-        }
+        self.shared.cv.notify_all();
+    }
+
+    /// Whether the warmers found the tree cached (and stopped).
+    pub fn found_cached(&self) -> bool {
+        self.shared.cached.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for Warmer {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        // A warmer between its look at `stop` and its wait holds the lock.
+        drop(self.shared.state.lock());
         self.shared.cv.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -215,7 +226,7 @@ fn warmer(sh: &Shared) {
                 if st.ahead_sum < LEAD {
                     if let Some((k, j)) = st.jobs.pop_first() {
                         st.queued -= j.size(&k);
-                        if passed(&pos, &k) {
+                        if passed(&pos, &j.end) {
                             continue;
                         }
                         st.busy += 1;
@@ -224,25 +235,25 @@ fn warmer(sh: &Shared) {
                 }
                 // Far enough ahead, or others may yet find work: the walk
                 // wakes us when it moves (the timeout only as a backstop).
-                sh.waiting.store(true, Ordering::Relaxed);
                 st = match sh.cv.wait_timeout(st, Duration::from_millis(50)) {
                     Ok((g, _)) => g,
                     Err(_) => return,
                 };
-                sh.waiting.store(false, Ordering::Relaxed);
             }
         };
         let before = waits();
-        let (more, warmed) = job::run(&sh.root, sh.dev, job, &sh.stop);
+        let end = job.end.clone();
+        let (more, warmed) = job::run(&sh.root, sh.dev, job, sh.skip.as_ref(), &sh.stop);
         let waited = before < 0 || waits() != before;
         let Ok(mut st) = sh.state.lock() else { return };
         st.busy -= 1;
         if warmed > 0 {
             st.ahead_sum += warmed;
-            *st.ahead.entry(key).or_default() += warmed;
+            st.ahead.insert(key, (end, warmed));
         }
         st.cached = cached_streak(st.cached, waited, warmed);
-        if sh.stop_when_cached && st.cached >= CACHED_SLICES {
+        if sh.stop_when_cached && st.cached >= CACHED_ENTRIES {
+            sh.cached.store(true, Ordering::SeqCst);
             sh.stop.store(true, Ordering::SeqCst);
         }
         for (k, j) in more {
@@ -252,21 +263,20 @@ fn warmer(sh: &Shared) {
     }
 }
 
-/// Slices in a row that did not wait for the disk, after a job that
-/// warmed `warmed` entries and `waited` or not: any wait (a listing's too)
-/// starts again; a small slice that did not wait says nothing.
-fn cached_streak(streak: u32, waited: bool, warmed: u64) -> u32 {
+/// Entries in a row warmed without waiting for the disk, after a job that
+/// warmed `warmed` entries (a listing: none, counted as one) and `waited`
+/// or not: any wait starts again.
+fn cached_streak(streak: u64, waited: bool, warmed: u64) -> u64 {
     if waited {
         0
-    } else if warmed >= SLICE as u64 / 2 {
-        streak + 1
     } else {
-        streak
+        streak + warmed.max(1)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::job::SLICE;
     use super::*;
 
     fn open(p: &std::path::Path) -> Arc<OwnedFd> {
@@ -283,13 +293,11 @@ mod tests {
     }
 
     #[test]
-    fn a_streak_of_slices_that_never_waited_means_cached() {
-        assert_eq!(cached_streak(3, false, SLICE as u64), 4);
-        assert_eq!(cached_streak(3, true, SLICE as u64), 0);
-        // A listing (nothing warmed) or a small slice that did not wait
-        // says nothing; one that waited does.
-        assert_eq!(cached_streak(3, false, 0), 3);
-        assert_eq!(cached_streak(3, false, 3), 3);
+    fn a_streak_of_entries_that_never_waited_means_cached() {
+        assert_eq!(cached_streak(3, false, 128), 131);
+        assert_eq!(cached_streak(3, true, 128), 0);
+        // A listing counts as one entry, and a wait there starts again.
+        assert_eq!(cached_streak(3, false, 0), 4);
         assert_eq!(cached_streak(3, true, 0), 0);
         assert!(waits() >= 0);
     }
@@ -306,7 +314,7 @@ mod tests {
         }
         std::os::unix::fs::symlink("/", d.path().join("out")).unwrap();
         // (The files were just written: a cached tree would stop them.)
-        let w = Warmer::spawn(open(d.path()), 3, false);
+        let w = Warmer::spawn(open(d.path()), 3, None, false);
         // Nothing told: the root's 4 entries and 300 in each directory,
         // the symlink not entered.
         assert_eq!(join(w), (4 + 3 * 300, 0, 0));
@@ -319,7 +327,7 @@ mod tests {
         for j in 0..big {
             std::fs::write(d.path().join(format!("f{j:06}")), b"").unwrap();
         }
-        let w = Warmer::spawn(open(d.path()), 2, false);
+        let w = Warmer::spawn(open(d.path()), 2, None, false);
         let mut waited = 0;
         loop {
             std::thread::sleep(Duration::from_millis(20));
@@ -346,8 +354,9 @@ mod tests {
         let job = |n: usize| Job {
             rel: vec![b'x'; 100],
             names: Some(vec![std::ffi::OsString::from("n".repeat(n)); 100]),
+            end: Vec::new(),
         };
-        let size = job(1000).size(b"k0000");
+        let size = job(1000).size(b"k00000");
         let fit = MAX_QUEUED / size;
         for i in (0..fit + 10).rev() {
             st.queue(format!("k{i:05}").into_bytes(), job(1000));

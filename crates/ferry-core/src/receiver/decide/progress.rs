@@ -236,7 +236,7 @@ pub(crate) struct FileBudget {
 impl FileBudget {
     /// A quarter of the open-file limit (`None`: unlimited), less a margin
     /// for everything else (the warmers of both sides of a local run hold
-    /// up to 16 of it), and from 4 to 4096. The destination's cached
+    /// up to 17 of it), and from 4 to 4096. The destination's cached
     /// directory handles (up to 64) come on top; the CLI raises the soft
     /// limit to the hard one first, which leaves room for them.
     pub(crate) fn from_nofile(limit: Option<u64>) -> FileBudget {
