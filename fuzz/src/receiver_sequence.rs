@@ -164,9 +164,17 @@ impl Layout {
         if names(&self.outside) != ["canary"] {
             out.push(format!("d/outside now holds {:?}", names(&self.outside)));
         }
+        // A destination that became one file keeps its partial state
+        // beside it (`.dst.ferry-partial`, `.dst.ferry-journal`) when the
+        // run is cut short: what the next run resumes from.
         let stray: Vec<_> = names(&self.d)
             .into_iter()
-            .filter(|n| n != "dst" && n != "outside")
+            .filter(|n| {
+                !matches!(
+                    n.as_str(),
+                    "dst" | "outside" | ".dst.ferry-partial" | ".dst.ferry-journal"
+                )
+            })
             .collect();
         if !stray.is_empty() {
             out.push(format!("CREATED in d beside dst: {stray:?}"));
