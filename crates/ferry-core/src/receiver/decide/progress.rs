@@ -49,14 +49,26 @@ pub(crate) fn in_order(next: u64, off: u64, len: u64, size: u64) -> bool {
 /// a segment go to one writer; a file written through the page cache keeps
 /// all its segments on one writer (writers would serialise on the inode's
 /// lock), one written directly (`spread`) spreads them over all.
+/// Consecutive files take the writers in turn; a direct file's segments
+/// are mixed through every bit of the key (SplitMix64's finaliser) first:
+/// a sparse image's data often sits at a power-of-two stride of segments,
+/// which a plain multiply sends to one writer.
 pub(crate) fn worker_index(file: u32, seg: u64, spread: bool, n: usize) -> usize {
-    let file = file as u64;
+    let n = n.max(1) as u64;
     let key = if spread {
-        file.wrapping_mul(0x9E37_79B9) ^ seg.wrapping_mul(0x85EB_CA6B)
+        mix64(((file as u64) << 32) ^ seg)
     } else {
-        file.wrapping_mul(0x9E37_79B9)
+        file as u64
     };
-    (key % n.max(1) as u64) as usize
+    (key % n) as usize
+}
+
+/// SplitMix64's output function: every input bit reaches every output bit.
+fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A `SegmentDone` the file cannot take.

@@ -54,6 +54,32 @@ fn page_cache_files_keep_to_one_writer_direct_ones_spread() {
     // A segment's ops all go to one writer: the same answer every time.
     assert_eq!(worker_index(3, 5, true, n), worker_index(3, 5, true, n));
     assert_eq!(worker_index(u32::MAX, u64::MAX, true, 1), 0);
+    // Page-cache files in turn: a tree of small files keeps every writer busy.
+    let turns: Vec<usize> = (10..18).map(|f| worker_index(f, 0, false, n)).collect();
+    assert_eq!(turns, [2, 3, 0, 1, 2, 3, 0, 1]);
+}
+
+#[test]
+fn strided_segments_spread_over_all_writers() {
+    // A sparse image's data every 2^k segments (measured: 4,096 extents
+    // 32 segments apart all went to one of two writers): each writer
+    // takes a fair share, whatever the stride and the writer count.
+    for n in 2..=8usize {
+        for k in 0..=12u32 {
+            for file in [1u32, 2, 7, 1000] {
+                let mut count = vec![0usize; n];
+                let segs = 256 * n as u64;
+                for i in 0..segs {
+                    count[worker_index(file, i << k, true, n)] += 1;
+                }
+                let fair = segs as usize / n;
+                assert!(
+                    count.iter().all(|&c| c * 3 >= fair * 2),
+                    "n {n}, stride 2^{k}, file {file}: {count:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
