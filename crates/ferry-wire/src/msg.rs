@@ -196,6 +196,12 @@ pub enum Message {
     /// application still writing): not sent as read; the receiver drops
     /// its partial copy and keeps what it had. A warning, not a failure.
     FileChanged { file: u32, error: String },
+    /// S→R (version 12): segments `first` to `first + count - 1` of `file`
+    /// hold no data at all (holes of the source) and got no op: they end
+    /// as a `Zero` covering each and its `SegmentDone` with the digest of
+    /// zeros would leave them (see docs/PROTOCOL.md, "Holes"). A terabyte
+    /// of holes costs one message, not one per segment.
+    Holes { file: u32, first: u32, count: u32 },
     /// S→R: the sender has sent everything it was asked for.
     SenderDone,
     /// R→S: the receiver has finished; its tally.
@@ -282,6 +288,7 @@ impl Message {
             Message::Unused { .. } => "Unused",
             Message::Copy { .. } => "Copy",
             Message::SegmentDone { .. } => "SegmentDone",
+            Message::Holes { .. } => "Holes",
             Message::FileFailed { .. } => "FileFailed",
             Message::FileChanged { .. } => "FileChanged",
             Message::SenderDone => "SenderDone",

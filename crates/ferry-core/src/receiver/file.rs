@@ -226,6 +226,9 @@ pub(super) enum Op {
     Zero(u64, u64, bool),
     Copy(u64, u64, u64),
     Done(u32, [u8; 32]),
+    /// Segments `first..first + count` hold no data (`Message::Holes`),
+    /// none of which got ops.
+    Holes(u32, u32),
 }
 
 /// Collects the delta signature of a file as it is written, so the next
@@ -237,7 +240,9 @@ pub(super) struct SigOut {
 }
 
 /// A segment index and the sender's digest of it.
-pub(super) type SegDigest = (u64, [u8; 32]);
+/// Segments `first..first + count` and the sender's digest of each
+/// (`None`: holes, each digested as zeros).
+pub(super) type SegDigest = (u64, u64, Option<[u8; 32]>);
 
 /// Weak and full block hashes of one segment.
 pub(super) type SigPart = (Vec<u64>, Vec<[u8; 32]>);

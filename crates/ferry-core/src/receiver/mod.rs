@@ -455,30 +455,27 @@ impl Dispatcher<'_, '_> {
                         continue;
                     }
                     let f = self.lookup(file)?;
-                    let tally = self
-                        .done
-                        .entry(file)
-                        .or_insert_with(|| decide::SegmentTally::new(f.nseg));
-                    let last = match tally.finish(segment) {
-                        Ok(last) => last,
-                        Err(decide::SegmentError::OutOfRange) => {
-                            return Err(Error::Protocol(format!(
-                                "segment {segment} of file {file}, which has {}",
-                                f.nseg
-                            )))
-                        }
-                        Err(decide::SegmentError::Twice) => {
-                            return Err(Error::Protocol(format!(
-                                "segment {segment} of file {file} finished twice"
-                            )))
-                        }
-                    };
-                    if last {
-                        self.files.remove(&file);
-                        self.done.remove(&file);
-                    }
+                    let last = self.finish_segments(file, &f, segment, 1, false)?;
                     let k = worker_for(&f, segment as u64, workers.len());
                     send_op(&workers[k], f, Op::Done(segment, digest))?;
+                    if last {
+                        self.admit()?;
+                    }
+                }
+                Message::Holes { file, first, count } => {
+                    if self.checks.contains_key(&file) {
+                        return Err(Error::Protocol(format!(
+                            "Holes for file {file}, which is being checked"
+                        )));
+                    }
+                    let f = self.lookup(file)?;
+                    let last = self.finish_segments(file, &f, first, count, true)?;
+                    readback::keep_holes(&f, first as u64, count as u64);
+                    // No segment of the run has state on any writer (none
+                    // got ops), and none can get any now: one writer
+                    // takes the whole run at once.
+                    let k = worker_for(&f, first as u64, workers.len());
+                    send_op(&workers[k], f, Op::Holes(first, count))?;
                     if last {
                         self.admit()?;
                     }
@@ -560,6 +557,49 @@ impl Dispatcher<'_, '_> {
         })
     }
 
+    /// The sender finished segments `first..first + count` of `file`:
+    /// tally them (all or none); true when they were its last, and the
+    /// file is then forgotten here (its writers finish it).
+    fn finish_segments(
+        &mut self,
+        file: u32,
+        f: &DstFile,
+        first: u32,
+        count: u32,
+        holes: bool,
+    ) -> Result<bool> {
+        let tally = self
+            .done
+            .entry(file)
+            .or_insert_with(|| decide::SegmentTally::new(f.nseg));
+        let last = match tally.finish_run(first, count, holes) {
+            Ok(last) => last,
+            Err(decide::SegmentError::OutOfRange) => {
+                return Err(Error::Protocol(format!(
+                    "segments {first}..{} of file {file}, which has {}",
+                    first as u64 + count as u64,
+                    f.nseg
+                )))
+            }
+            Err(decide::SegmentError::Twice) => {
+                return Err(Error::Protocol(format!(
+                    "segment {first} (of {count} from there) of file {file} finished twice"
+                )))
+            }
+            Err(decide::SegmentError::Started) => {
+                return Err(Error::Protocol(format!(
+                    "holes over segments {first}..{} of file {file}, one of which got data",
+                    first as u64 + count as u64
+                )))
+            }
+        };
+        if last {
+            self.files.remove(&file);
+            self.done.remove(&file);
+        }
+        Ok(last)
+    }
+
     /// Hand a data op to the writer of its segment. An op must lie within
     /// one segment of the file as announced, of a segment not yet finished.
     fn route(
@@ -585,7 +625,18 @@ impl Dispatcher<'_, '_> {
                 )))
             }
         };
-        if self.done.get(&file).is_some_and(|d| d.finished(seg)) {
+        let tally = self
+            .done
+            .entry(file)
+            .or_insert_with(|| decide::SegmentTally::new(f.nseg));
+        // Segments are numbered in 32 bits on the wire: one past that
+        // could never be finished.
+        let Ok(seg32) = u32::try_from(seg) else {
+            return Err(Error::Protocol(format!(
+                "data for segment {seg} of file {file}, past 2^32 segments"
+            )));
+        };
+        if tally.start(seg32).is_err() {
             return Err(Error::Protocol(format!(
                 "data for segment {seg} of file {file} after it was finished"
             )));

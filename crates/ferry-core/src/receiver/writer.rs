@@ -156,11 +156,11 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
     let mut segs: HashMap<(u32, u64), SegState> = HashMap::new();
     let mut pool = direct::Pool::default();
     let mut scratch = Vec::new();
+    let mut zero_sig = ZeroSig::default();
     for (f, op) in rx {
         if sh.fatal_flag.load(Ordering::Relaxed) {
             continue;
         }
-        let id = f.entry.id;
         match op {
             Op::Data(off, data) => {
                 let Some(st) = seg_state(&mut segs, &mut pool, &f, off, sh) else {
@@ -197,77 +197,151 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
                 let Some(st) = seg_state(&mut segs, &mut pool, &f, off, sh) else {
                     continue;
                 };
-                if !in_order(&f, st, off, len) {
-                    continue;
-                }
-                let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
-                if decide::zeros_written(f.tmp.is_some(), resumed) && f.failure().is_none() {
-                    // In place: the old bytes must become zeros (a hole
-                    // where the filesystem allows), unless the source's
-                    // guest does not use them and nobody asked to discard.
-                    let left = unused && !sh.opts.discard && f.leave(off, len);
-                    if !left {
-                        if let Err(e) = f.file.zero_range(off, len) {
-                            write_failed(&f, sh, e);
-                        }
-                    }
-                }
-                Stats::add(&sh.stats.bytes_done, len);
-                st.hasher.zeros(len);
-                if let Some(b) = &mut st.sig {
-                    b.zeros(len);
-                }
+                zero_op(&f, st, sh, off, len, unused);
             }
-            Op::Done(seg, digest) => {
-                let seg = seg as u64;
-                let (start, end) = layout::segment_range(f.entry.size, seg);
-                let st = segs.remove(&(id, seg));
-                let dirty = st.as_ref().map_or(0, |st| st.dirty);
-                super::readback::keep_digest(&f, seg, digest);
-                let kept = match (&st, &f.partial) {
-                    (None, Some(p)) if p.offered(seg) => Some(p),
-                    _ => None,
-                };
-                if let (Some(p), None) = (kept, f.failure()) {
-                    // Kept from the partial file of an interrupted run: it
-                    // counts once it reads back as the sender's segment.
-                    match p.verify_kept(&*f.file, f.entry.size, seg, &digest) {
-                        Ok(true) => {
-                            Stats::add(&sh.stats.bytes_resumed, end - start);
-                            Stats::add(&sh.stats.bytes_done, end - start);
-                        }
-                        Ok(false) => f.fail_with(Failure::Mismatch(format!(
-                            "the partial file differs from the source at bytes {start}..{end}"
-                        ))),
-                        Err(e) => f.fail_with(Failure::Io("read partial file", describe(&e))),
-                    }
-                } else if f.failure().is_none() {
-                    let reached = st.as_ref().map(|st| st.next);
-                    if let Err(why) = decide::segment_check(reached, start, end) {
-                        f.fail_with(why);
-                    } else if let Some(mut st) = st {
-                        match flush_segment(&f, &mut st, start, &mut pool) {
-                            Ok(n) => Stats::add(&sh.stats.bytes_written, n),
-                            Err(e) => write_failed(&f, sh, e),
-                        }
-                        if let (Some(mut b), Some(out)) = (st.sig.take(), &f.sig_out) {
-                            b.flush();
-                            if let Ok(mut p) = out.parts.lock() {
-                                p[seg as usize] = Some((b.weak, b.full));
-                            }
-                        }
-                        let got = st.hasher.finish().0;
-                        if let Err(why) = decide::digest_check(&got, &digest, start, end) {
-                            f.fail_with(why);
-                        }
-                    }
-                    journal_segment(&f, seg, digest, dirty);
-                }
-                if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    told(&f, sh, finalize(&f, sh));
+            Op::Done(seg, digest) => segment_done(&f, sh, &mut segs, &mut pool, seg as u64, digest),
+            Op::Holes(first, count) => holes_run(&f, sh, first as u64, count as u64, &mut zero_sig),
+        }
+    }
+}
+
+/// Apply a `Zero` op of `len` bytes at `off` to its segment's state.
+fn zero_op(f: &DstFile, st: &mut SegState, sh: &Shared<'_>, off: u64, len: u64, unused: bool) {
+    if !in_order(f, st, off, len) {
+        return;
+    }
+    let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
+    if decide::zeros_written(f.tmp.is_some(), resumed) && f.failure().is_none() {
+        // In place: the old bytes must become zeros (a hole
+        // where the filesystem allows), unless the source's
+        // guest does not use them and nobody asked to discard.
+        let left = unused && !sh.opts.discard && f.leave(off, len);
+        if !left {
+            if let Err(e) = f.file.zero_range(off, len) {
+                write_failed(f, sh, e);
+            }
+        }
+    }
+    Stats::add(&sh.stats.bytes_done, len);
+    st.hasher.zeros(len);
+    if let Some(b) = &mut st.sig {
+        b.zeros(len);
+    }
+}
+
+/// A run of segments with no data (`Message::Holes`), none of which got
+/// ops: what a `Zero` over each and its `Done` would do, at once. Nothing
+/// is digested (the digest would be this side's own hash of zeros, checked
+/// against itself) nor journaled (a resumed run is sent them again, for
+/// nothing); the dispatcher kept the run for the read-back.
+fn holes_run(f: &Arc<DstFile>, sh: &Shared<'_>, first: u64, count: u64, zero_sig: &mut ZeroSig) {
+    let size = f.entry.size;
+    let (start, _) = layout::segment_range(size, first);
+    let (_, end) = layout::segment_range(size, first + count - 1);
+    let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
+    if decide::zeros_written(f.tmp.is_some(), resumed) && f.failure().is_none() {
+        if let Err(e) = f.file.zero_range(start, end - start) {
+            write_failed(f, sh, e);
+        }
+    }
+    Stats::add(&sh.stats.bytes_done, end - start);
+    if let Some(out) = &f.sig_out {
+        if let Ok(mut p) = out.parts.lock() {
+            for seg in first..first + count {
+                let (a, b) = layout::segment_range(size, seg);
+                if let Some(slot) = p.get_mut(seg as usize) {
+                    *slot = Some(zero_sig.of(out.bs as usize, b - a));
                 }
             }
         }
+    }
+    if f.remaining.fetch_sub(count, Ordering::SeqCst) == count {
+        told(f, sh, finalize(f, sh));
+    }
+}
+
+/// Segment `seg` of `f` is complete (`Done`): check it, write it out,
+/// journal it, and finish the file on its last segment.
+fn segment_done(
+    f: &Arc<DstFile>,
+    sh: &Shared<'_>,
+    segs: &mut HashMap<(u32, u64), SegState>,
+    pool: &mut direct::Pool,
+    seg: u64,
+    digest: [u8; 32],
+) {
+    let (start, end) = layout::segment_range(f.entry.size, seg);
+    let st = segs.remove(&(f.entry.id, seg));
+    let dirty = st.as_ref().map_or(0, |st| st.dirty);
+    super::readback::keep_digest(f, seg, digest);
+    let kept = match (&st, &f.partial) {
+        (None, Some(p)) if p.offered(seg) => Some(p),
+        _ => None,
+    };
+    if let (Some(p), None) = (kept, f.failure()) {
+        // Kept from the partial file of an interrupted run: it
+        // counts once it reads back as the sender's segment.
+        match p.verify_kept(&*f.file, f.entry.size, seg, &digest) {
+            Ok(true) => {
+                Stats::add(&sh.stats.bytes_resumed, end - start);
+                Stats::add(&sh.stats.bytes_done, end - start);
+            }
+            Ok(false) => f.fail_with(Failure::Mismatch(format!(
+                "the partial file differs from the source at bytes {start}..{end}"
+            ))),
+            Err(e) => f.fail_with(Failure::Io("read partial file", describe(&e))),
+        }
+    } else if f.failure().is_none() {
+        let reached = st.as_ref().map(|st| st.next);
+        if let Err(why) = decide::segment_check(reached, start, end) {
+            f.fail_with(why);
+        } else if let Some(mut st) = st {
+            match flush_segment(f, &mut st, start, pool) {
+                Ok(n) => Stats::add(&sh.stats.bytes_written, n),
+                Err(e) => write_failed(f, sh, e),
+            }
+            if let (Some(mut b), Some(out)) = (st.sig.take(), &f.sig_out) {
+                b.flush();
+                if let Ok(mut p) = out.parts.lock() {
+                    p[seg as usize] = Some((b.weak, b.full));
+                }
+            }
+            let got = st.hasher.finish().0;
+            if let Err(why) = decide::digest_check(&got, &digest, start, end) {
+                f.fail_with(why);
+            }
+        }
+        journal_segment(f, seg, digest, dirty);
+    }
+    if f.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+        told(f, sh, finalize(f, sh));
+    }
+}
+
+/// The signature of a segment of zeros (`--sig-cache`), for the last
+/// block size and length asked: a sparse file's hole segments all ask the
+/// same, and hashing 8 MiB of zeros for each would undo the run.
+#[derive(Default)]
+struct ZeroSig(Option<(usize, u64, SigPart)>);
+
+impl ZeroSig {
+    fn of(&mut self, bs: usize, len: u64) -> SigPart {
+        if let Some((b, l, s)) = &self.0 {
+            if (*b, *l) == (bs, len) {
+                return s.clone();
+            }
+        }
+        let mut b = SigBuild {
+            bs,
+            cur: Vec::new(),
+            weak: Vec::new(),
+            full: Vec::new(),
+        };
+        b.zeros(len);
+        b.flush();
+        let s = (b.weak, b.full);
+        self.0 = Some((bs, len, s.clone()));
+        s
     }
 }
 

@@ -34,6 +34,7 @@ use crate::SyncOptions;
 
 mod credit;
 mod delta;
+mod holes;
 mod open;
 mod ops;
 mod prehash;
@@ -62,6 +63,9 @@ struct SrcFile {
     /// A top-level source named through a symlink the user chose (a
     /// trailing slash): followed. Everything else is opened `O_NOFOLLOW`.
     follow: bool,
+    /// It may have holes (fewer blocks allocated than its size, or an NBD
+    /// export): its extents are looked up as it is queued.
+    holey: bool,
 }
 
 /// The listed files by id, shared by the walk and the request thread.
@@ -80,6 +84,9 @@ struct Job {
     /// The file is never asked for again (`Whole`, `Check`): once its
     /// last segment is sent, the table lets it go.
     fin: bool,
+    /// Not 0: segments `seg..seg + holes` hold no data, sent as one
+    /// `Holes` (see [`holes`]).
+    holes: u32,
 }
 
 /// What the receiver's partial file holds of a segment (see

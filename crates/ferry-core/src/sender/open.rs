@@ -64,6 +64,7 @@ impl SrcFile {
             prehash: PreHash::default(),
             ident,
             follow,
+            holey: false,
         }
     }
 
@@ -87,6 +88,7 @@ impl SrcFile {
             // Kept open from the start: never opened by path again.
             ident: (0, 0),
             follow: true,
+            holey: true,
         }
     }
 
@@ -111,6 +113,22 @@ impl SrcFile {
                 Some(h)
             }),
         })
+    }
+
+    /// A handle to ask where the file's data lies while its segments are
+    /// queued (see [`super::holes`]): the one kept open, else the file
+    /// opened once more, as the workers will open it. `None` when it has
+    /// no holes to find, or cannot be opened (the workers meet and report
+    /// that).
+    pub(super) fn reader_for_plan(&self) -> Option<Arc<dyn Source>> {
+        if !self.holey {
+            return None;
+        }
+        if self.kept_open {
+            return self.open.lock().ok().and_then(|g| g.clone());
+        }
+        let f = open_listed(&self.path, self.ident, self.follow).ok()?;
+        Some(Arc::new(f))
     }
 
     /// After the file's last segment: close it, unless it is kept open.

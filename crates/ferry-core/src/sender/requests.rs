@@ -21,7 +21,7 @@ use crate::stats::Stats;
 use super::credit::{Credit, Decided};
 use super::prehash::worth_prehashing;
 use super::resume::{held_of, interleave, Resuming};
-use super::{DeltaJob, Held, Job, SrcFile, Table};
+use super::{holes, DeltaJob, Held, Job, SrcFile, Table};
 
 /// Largest signature accepted from a receiver, in blocks (24 bytes each).
 const MAX_SIGNATURE_BLOCKS: u64 = 1 << 22;
@@ -356,6 +356,7 @@ impl<'s> Requests<'s> {
                 early: None,
                 held: held_of(&part.kept, seg),
                 fin: check,
+                holes: 0,
             });
         }
         Ok(())
@@ -392,16 +393,32 @@ fn enqueue(
     let Some(jobs) = jobs else {
         return Err(Error::Protocol("request after the end of requests".into()));
     };
+    let job = |seg, holes| Job {
+        id,
+        file: f.clone(),
+        seg,
+        delta: delta.clone(),
+        early: None,
+        held: Held::Nothing,
+        fin: delta.is_none(),
+        holes,
+    };
+    if delta.is_none() && skip.is_empty() && layout::segment_count(f.size) > 1 {
+        if let Some(src) = f.reader_for_plan() {
+            // A file sent whole: its runs of holes go as one job each.
+            if src.unused().is_none() {
+                for item in holes::Plan::new(&*src, f.size) {
+                    let _ = jobs.send(match item {
+                        holes::Item::Seg(seg) => job(seg, 0),
+                        holes::Item::Holes(first, count) => job(first, count),
+                    });
+                }
+                return Ok(());
+            }
+        }
+    }
     for seg in segments_to_queue(f.size, skip) {
-        let _ = jobs.send(Job {
-            id,
-            file: f.clone(),
-            seg,
-            delta: delta.clone(),
-            early: None,
-            held: Held::Nothing,
-            fin: delta.is_none(),
-        });
+        let _ = jobs.send(job(seg, 0));
     }
     Ok(())
 }
@@ -420,6 +437,7 @@ fn early_sink(jobs: Sender<Job>, id: u32, f: &Arc<SrcFile>) -> Box<dyn Fn(EarlyS
                 early: Some(Box::new(e)),
                 held: Held::Nothing,
                 fin: false,
+                holes: 0,
             });
         }
     })

@@ -35,7 +35,9 @@ pub(super) fn worker(
             }
         }
         if let Some(st) = progress {
-            let (a, b) = layout::segment_range(job.file.size, job.seg);
+            let (a, _) = layout::segment_range(job.file.size, job.seg);
+            let last = job.seg + (job.holes as u64).max(1) - 1;
+            let (_, b) = layout::segment_range(job.file.size, last);
             Stats::add(&st.bytes_done, b - a);
         }
     }
@@ -124,6 +126,16 @@ fn send_segment(
             None
         }
     };
+    if job.holes > 0 {
+        // Nothing to read: the receiver digests the zeros itself.
+        let last = finish(job, job.holes as u64, file.as_deref(), &fail)?;
+        tx.send(Message::Holes {
+            file: id,
+            first: job.seg as u32,
+            count: job.holes,
+        })?;
+        return Ok(last);
+    }
     let mut digest = [0u8; 32];
     if let Some(file) = &file {
         let sent = match (&job.early, &job.delta) {
@@ -142,10 +154,29 @@ fn send_segment(
             Err(e) => fail(read_failure(&f.path, &e))?,
         }
     }
-    let last = f.remaining.fetch_sub(1, Ordering::SeqCst) == 1;
+    let last = finish(job, 1, file.as_deref(), &fail)?;
+    tx.send(Message::SegmentDone {
+        file: id,
+        segment: job.seg as u32,
+        digest,
+    })?;
+    Ok(last)
+}
+
+/// `n` segments of the job's file are sent but for their `SegmentDone`
+/// (or `Holes`): true when they were its last, which first checks that
+/// the file was stable while it was read (a `FileChanged` before the last
+/// done) and lets it go.
+fn finish(
+    job: &Job,
+    n: u64,
+    file: Option<&dyn crate::endpoint::Source>,
+    fail: &dyn Fn(NotSent) -> Result<()>,
+) -> Result<bool> {
+    let f = &job.file;
+    let last = f.remaining.fetch_sub(n, Ordering::SeqCst) == n;
     if last {
-        // Last segment of this file: was it stable while we read it?
-        if let Some(file) = &file {
+        if let Some(file) = file {
             if !f.failed.load(Ordering::SeqCst) {
                 if let Some(error) = changed_failure(&f.path, (f.size, f.mtime), file.stamp()) {
                     fail(error)?;
@@ -154,11 +185,6 @@ fn send_segment(
         }
         f.release();
     }
-    tx.send(Message::SegmentDone {
-        file: id,
-        segment: job.seg as u32,
-        digest,
-    })?;
     Ok(last)
 }
 

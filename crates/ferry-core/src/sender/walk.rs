@@ -481,13 +481,15 @@ impl Walker<'_> {
                 }
             }
         }
-        let f = SrcFile::listed(
+        let mut f = SrcFile::listed(
             path.to_path_buf(),
             size,
             (e.mtime, e.mtime_nsec),
             ident,
             top,
         );
+        // Fewer blocks than its size: it may have holes worth finding.
+        f.holey = ft.is_file() && meta.blocks().saturating_mul(512) < size;
         self.pending_files.push((e.id, Arc::new(f)));
         self.send(e)?;
         if let Some((ident, first)) = first_name {

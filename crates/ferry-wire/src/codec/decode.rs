@@ -124,6 +124,15 @@ pub fn decode(body: &[u8]) -> Result<Message, DecodeError> {
             }
             Message::Zero { file, offset, len }
         }
+        tag::HOLES => {
+            let file = i.var32("file")?;
+            let first = i.var32("first")?;
+            let count = i.var32("count")?;
+            if count == 0 || first.checked_add(count).is_none() {
+                return Err(DecodeError::BadValue("count"));
+            }
+            Message::Holes { file, first, count }
+        }
         tag::UNUSED => {
             let file = i.var32("file")?;
             let offset = i.var()?;

@@ -66,6 +66,7 @@ mod tag {
     pub const CHANGE: u8 = 17;
     pub const UNUSED: u8 = 18;
     pub const DECIDED: u8 = 19;
+    pub const HOLES: u8 = 20;
 }
 
 trait Out {
@@ -166,6 +167,12 @@ fn write_msg<O: Out>(o: &mut O, m: &Message) {
             o.var(*file as u64);
             o.var(*offset);
             o.var(*len);
+        }
+        Message::Holes { file, first, count } => {
+            o.u8(tag::HOLES);
+            o.var(*file as u64);
+            o.var(*first as u64);
+            o.var(*count as u64);
         }
         Message::Unused { file, offset, len } => {
             o.u8(tag::UNUSED);

@@ -35,6 +35,26 @@ fn change_codes_are_printable_and_names_bounded() {
 }
 
 #[test]
+fn holes_name_at_least_one_segment_and_stay_in_range() {
+    let bad = |first, count| {
+        let mut v = Vec::new();
+        encode(
+            &Message::Holes {
+                file: 1,
+                first,
+                count,
+            },
+            &mut v,
+        );
+        decode(&v)
+    };
+    assert_eq!(bad(4, 0), Err(DecodeError::BadValue("count")));
+    assert_eq!(bad(u32::MAX, 1), Err(DecodeError::BadValue("count")));
+    assert_eq!(bad(1, u32::MAX), Err(DecodeError::BadValue("count")));
+    assert!(bad(0, u32::MAX).is_ok());
+}
+
+#[test]
 fn every_message_roundtrips() {
     roundtrip(Message::Hello {
         version: 1,
@@ -93,6 +113,11 @@ fn every_message_roundtrips() {
         file: 1,
         offset: 4096,
         len: 1 << 33,
+    });
+    roundtrip(Message::Holes {
+        file: 3,
+        first: 7,
+        count: 131_065,
     });
     roundtrip(Message::Unused {
         file: 1,

@@ -5,7 +5,7 @@
 //! ([`after_failure`]), what a `Copy` op may skip ([`known_run`]), and the
 //! budgets of open files and segments ([`FileBudget`]).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use ferry_link::layout;
 
@@ -78,13 +78,22 @@ pub(crate) enum SegmentError {
     OutOfRange,
     /// The segment was finished before.
     Twice,
+    /// A run of holes names a segment that got ops and is not finished.
+    Started,
 }
 
 /// The segments of one file the sender has finished.
 #[derive(Debug)]
 pub(crate) struct SegmentTally {
     nseg: u64,
-    done: HashSet<u32>,
+    /// Finished segments as disjoint, non-adjacent runs: start -> end
+    /// (exclusive). One entry per message at most, however many segments
+    /// a `Holes` names.
+    runs: BTreeMap<u64, u64>,
+    done: u64,
+    /// Segments that got ops and are not finished yet (at most as many
+    /// as the writers keep open, [`MAX_OPEN_SEGMENTS`]).
+    started: HashSet<u32>,
 }
 
 impl SegmentTally {
@@ -92,24 +101,71 @@ impl SegmentTally {
     pub(crate) fn new(nseg: u64) -> SegmentTally {
         SegmentTally {
             nseg,
-            done: HashSet::new(),
+            runs: BTreeMap::new(),
+            done: 0,
+            started: HashSet::new(),
         }
     }
 
-    /// The sender finished `seg`: `Ok(true)` when it was the last one.
-    pub(crate) fn finish(&mut self, seg: u32) -> Result<bool, SegmentError> {
-        if seg as u64 >= self.nseg {
-            return Err(SegmentError::OutOfRange);
-        }
-        if !self.done.insert(seg) {
+    /// An op for segment `seg` (within the file) came: refused once the
+    /// segment is finished.
+    pub(crate) fn start(&mut self, seg: u32) -> Result<(), SegmentError> {
+        if self.finished(seg as u64) {
             return Err(SegmentError::Twice);
         }
-        Ok(self.done.len() as u64 >= self.nseg)
+        self.started.insert(seg);
+        Ok(())
+    }
+
+    /// The sender finished `seg`: `Ok(true)` when it was the last one.
+    #[cfg(test)]
+    pub(crate) fn finish(&mut self, seg: u32) -> Result<bool, SegmentError> {
+        self.finish_run(seg, 1, false)
+    }
+
+    /// The sender finished segments `first..first + count` at once: all
+    /// or none are taken; `holes` (a `Holes` run): none of them may have
+    /// got ops. `Ok(true)` when they were the last ones.
+    pub(crate) fn finish_run(
+        &mut self,
+        first: u32,
+        count: u32,
+        holes: bool,
+    ) -> Result<bool, SegmentError> {
+        let (s, e) = (first as u64, first as u64 + count as u64);
+        if count == 0 || e > self.nseg {
+            return Err(SegmentError::OutOfRange);
+        }
+        let run = s..e;
+        if holes && self.started.iter().any(|&g| run.contains(&(g as u64))) {
+            return Err(SegmentError::Started);
+        }
+        let before = self.runs.range(..e).next_back().map(|(&a, &b)| (a, b));
+        if before.is_some_and(|(_, b)| b > s) {
+            return Err(SegmentError::Twice);
+        }
+        let (mut start, mut end) = (s, e);
+        if let Some((a, _)) = before.filter(|&(_, b)| b == s) {
+            self.runs.remove(&a);
+            start = a;
+        }
+        if let Some(b) = self.runs.remove(&e) {
+            end = b;
+        }
+        self.runs.insert(start, end);
+        self.done += count as u64;
+        if !holes {
+            self.started.remove(&first);
+        }
+        Ok(self.done >= self.nseg)
     }
 
     /// Whether segment `seg` is finished (no more data may come for it).
     pub(crate) fn finished(&self, seg: u64) -> bool {
-        self.done.contains(&(seg as u32))
+        self.runs
+            .range(..=seg)
+            .next_back()
+            .is_some_and(|(_, &end)| seg < end)
     }
 }
 

@@ -2,6 +2,7 @@
 //! handling, `Copy` shortcuts and budgets, on values built by hand.
 
 use super::*;
+use std::collections::HashSet;
 
 const SEG: u64 = layout::SEGMENT;
 
@@ -89,6 +90,78 @@ fn tally_rejects_unknown_and_repeated_segments() {
     assert_eq!(t.finish(u32::MAX), Err(SegmentError::OutOfRange));
     assert_eq!(t.finish(1), Ok(false));
     assert_eq!(t.finish(1), Err(SegmentError::Twice));
+}
+
+#[test]
+fn runs_of_holes_are_taken_whole_or_not_at_all() {
+    let mut t = SegmentTally::new(10);
+    assert_eq!(t.finish_run(2, 3, true), Ok(false));
+    assert!(t.finished(2) && t.finished(4) && !t.finished(5) && !t.finished(1));
+    // Overlapping what is done, on either side or inside: refused whole.
+    assert_eq!(t.finish_run(0, 3, true), Err(SegmentError::Twice));
+    assert_eq!(t.finish_run(4, 2, true), Err(SegmentError::Twice));
+    assert_eq!(t.finish_run(3, 1, true), Err(SegmentError::Twice));
+    assert_eq!(t.finish_run(0, 11, true), Err(SegmentError::OutOfRange));
+    assert_eq!(t.finish_run(9, 0, true), Err(SegmentError::OutOfRange));
+    assert_eq!(
+        t.finish_run(u32::MAX, u32::MAX, true),
+        Err(SegmentError::OutOfRange)
+    );
+    assert!(
+        !t.finished(0) && !t.finished(5),
+        "a refused run takes nothing"
+    );
+    assert_eq!(t.finish(5), Ok(false));
+    assert_eq!(t.finish_run(6, 4, true), Ok(false));
+    assert_eq!(t.finish_run(0, 2, true), Ok(true));
+    // Adjacent runs merged: one run, whatever the order they came in.
+    assert_eq!(t.runs.len(), 1);
+}
+
+#[test]
+fn holes_may_not_cover_a_segment_under_way() {
+    let mut t = SegmentTally::new(8);
+    assert_eq!(t.start(3), Ok(()));
+    assert_eq!(t.start(3), Ok(()), "more ops of the same segment");
+    assert_eq!(t.finish_run(2, 3, true), Err(SegmentError::Started));
+    assert!(!t.finished(2), "nothing taken");
+    assert_eq!(t.finish_run(0, 3, true), Ok(false));
+    assert_eq!(t.finish(3), Ok(false));
+    assert_eq!(t.start(3), Err(SegmentError::Twice), "ops after its done");
+    assert_eq!(t.finish_run(4, 4, true), Ok(true));
+}
+
+#[test]
+fn tally_of_runs_agrees_with_a_set_of_segments() {
+    // Random runs against a plain set: the same answers, every step.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..200 {
+        let nseg = 1 + next(64);
+        let mut t = SegmentTally::new(nseg);
+        let mut set = HashSet::new();
+        for _ in 0..64 {
+            let first = next(nseg + 2) as u32;
+            let count = next(6) as u32;
+            let want = if count == 0 || first as u64 + count as u64 > nseg {
+                Err(SegmentError::OutOfRange)
+            } else if (first..first + count).any(|s| set.contains(&s)) {
+                Err(SegmentError::Twice)
+            } else {
+                set.extend(first..first + count);
+                Ok(set.len() as u64 == nseg)
+            };
+            assert_eq!(t.finish_run(first, count, true), want);
+            for s in 0..nseg + 1 {
+                assert_eq!(t.finished(s), set.contains(&(s as u32)));
+            }
+        }
+    }
 }
 
 #[test]
