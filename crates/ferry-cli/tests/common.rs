@@ -326,3 +326,64 @@ pub fn only_partial_state(paths: &[PathBuf]) -> bool {
         n.starts_with('.') && (n.ends_with(".ferry-partial") || n.ends_with(".ferry-journal"))
     })
 }
+
+/// The data extents of `path` (`SEEK_DATA`/`SEEK_HOLE`), for files too big
+/// to read whole.
+pub fn data_extents(path: &Path) -> Vec<(u64, u64)> {
+    use rustix::fs::SeekFrom;
+    let f = fs::File::open(path).unwrap();
+    let size = f.metadata().unwrap().len();
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < size {
+        let Ok(s) = rustix::fs::seek(&f, SeekFrom::Data(pos)) else {
+            break;
+        };
+        let e = rustix::fs::seek(&f, SeekFrom::Hole(s)).unwrap();
+        out.push((s, e));
+        pos = e;
+    }
+    out
+}
+
+/// A sparse file of `size` bytes holding `pieces` (offset, bytes) and
+/// holes elsewhere.
+pub fn sparse_file(path: &Path, size: u64, pieces: &[(u64, Vec<u8>)]) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::create(path).unwrap();
+    f.set_len(size).unwrap();
+    for (off, b) in pieces {
+        f.write_all_at(b, *off).unwrap();
+    }
+}
+
+/// `path` reads, at each of `pieces`' offsets, those bytes, and has data
+/// nowhere else (what is outside reads as zeros).
+pub fn holds_only(path: &Path, size: u64, pieces: &[(u64, Vec<u8>)]) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(path).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), size, "{}", path.display());
+    for (off, want) in pieces {
+        let mut got = vec![0u8; want.len()];
+        f.read_exact_at(&mut got, *off).unwrap();
+        assert!(got == *want, "{}: bytes at {off} differ", path.display());
+    }
+    for (s, e) in data_extents(path) {
+        // Data only around the pieces (filesystem blocks round them out),
+        // or zeros.
+        let near = pieces
+            .iter()
+            .any(|(off, b)| s < off + b.len() as u64 + 65536 && *off < e + 65536);
+        let mut at = s;
+        while !near && at < e {
+            let mut buf = vec![0u8; (e - at).min(1 << 20) as usize];
+            f.read_exact_at(&mut buf, at).unwrap();
+            assert!(
+                buf.iter().all(|&x| x == 0),
+                "{}: data at {at}..{e}",
+                path.display()
+            );
+            at += buf.len() as u64;
+        }
+    }
+}

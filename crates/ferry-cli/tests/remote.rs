@@ -577,3 +577,31 @@ fn a_silent_peer_times_out_and_a_slow_one_does_not() {
         );
     }
 }
+
+/// A terabyte of holes pushed and pulled over ssh (digests on, read back
+/// with `--verify`): the holes cross as runs, a few bytes on the wire.
+#[test]
+fn a_terabyte_of_holes_crosses_ssh_as_runs() {
+    let Some(srv) = SshServer::start("a_terabyte_of_holes_crosses_ssh_as_runs") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let bin = p(&bin);
+    let d = tempfile::tempdir().unwrap();
+    let size = 1u64 << 40;
+    let pieces = vec![(8 << 20, bytes(21, 70_000)), (777 << 30, bytes(22, 4096))];
+    let src = d.path().join("big.img");
+    sparse_file(&src, size, &pieces);
+    let pushed = d.path().join("pushed.img");
+    let to = srv.remote(&pushed);
+    let j = ferry_ok(&remote_args(&rsh, bin, &["--verify", p(&src), &to]));
+    holds_only(&pushed, size, &pieces);
+    let wire = j["bytes_wire"].as_u64().unwrap();
+    assert!(wire < 74_096 + 65_536, "{wire} bytes on the wire: {j}");
+    let pulled = d.path().join("pulled.img");
+    let from = srv.remote(&pushed);
+    let j = ferry_ok(&remote_args(&rsh, bin, &["--verify", &from, p(&pulled)]));
+    holds_only(&pulled, size, &pieces);
+    assert!(j["bytes_wire"].as_u64().unwrap() < 74_096 + 65_536, "{j}");
+}

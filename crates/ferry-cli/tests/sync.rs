@@ -507,3 +507,36 @@ fn verify_reads_back_and_passes_on_good_storage() {
         }
     }
 }
+
+/// A terabyte of holes around a few pieces: the holes cross as runs (a
+/// few bytes on the wire, not one message per 8 MiB), end as holes, are
+/// zeroed in place where the old copy had data, and a read-back
+/// (`--verify`) skips them rather than reading a terabyte of zeros.
+#[test]
+fn a_terabyte_of_holes_crosses_as_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("big.img"), d.path().join("copy.img"));
+    let size = 1u64 << 40;
+    let pieces = vec![
+        (0, bytes(11, 5000)),
+        (300 << 30, bytes(12, 200_000)),
+        (size - 4096, bytes(13, 4096)),
+    ];
+    sparse_file(&src, size, &pieces);
+    let j = ferry_ok(&["sync", "--verify", p(&src), p(&dst)]);
+    holds_only(&dst, size, &pieces);
+    assert!(allocated(&dst) < 4 << 20, "allocated {}", allocated(&dst));
+    // 131,072 segments; one message each would be megabytes.
+    let wire = j["bytes_wire"].as_u64().unwrap();
+    assert!(wire < 209_096 + 65_536, "{wire} bytes on the wire: {j}");
+    // In place over an old copy with data where the source has holes:
+    // zeroed (punched), the pieces rewritten.
+    let f = File::options().write(true).open(&dst).unwrap();
+    f.write_all_at(&bytes(14, 1 << 20), 500 << 30).unwrap();
+    f.write_all_at(&bytes(15, 4096), 300 << 30).unwrap();
+    drop(f);
+    set_mtime(&src, (1_700_000_000, 0));
+    ferry_ok(&["sync", "--inplace", "--whole-file", p(&src), p(&dst)]);
+    holds_only(&dst, size, &pieces);
+    assert!(allocated(&dst) < 4 << 20, "allocated {}", allocated(&dst));
+}
