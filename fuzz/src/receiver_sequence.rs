@@ -39,7 +39,7 @@ use std::thread;
 use ferry_core::listcheck::valid_rel;
 use ferry_core::receiver::run_receiver;
 use ferry_core::{DeltaMode, Dest, Stats, SyncOptions};
-use ferry_link::layout::segment_count;
+use ferry_link::layout::{segment_count, segment_range};
 use ferry_link::{Endpoint, EntryKind, Message};
 
 use crate::util::{await_done, records, scratch_dir, unlock_tree};
@@ -196,6 +196,8 @@ struct FileModel {
     /// A `Copy` the model cannot follow.
     unknown: bool,
     done: HashSet<u32>,
+    /// Runs of segments finished by `Holes`: `[start, end)`.
+    hole_runs: Vec<(u64, u64)>,
     /// Every segment finished: later ops are refused, not applied.
     frozen: bool,
     /// The list's first entry (a file-or-directory destination).
@@ -217,6 +219,10 @@ impl FileModel {
             }
         }
         self.covered = merged;
+    }
+    /// Segments finished, one by one or in runs.
+    fn ndone(&self) -> u64 {
+        self.done.len() as u64 + self.hole_runs.iter().map(|&(a, b)| b - a).sum::<u64>()
     }
     fn complete(&self) -> bool {
         !self.unknown && (self.size == 0 || self.covered == [(0, self.size)])
@@ -252,6 +258,7 @@ fn build_model(msgs: &[Message], basis: &[u8], inplace: bool) -> Model {
                             covered: Vec::new(),
                             unknown: false,
                             done: HashSet::new(),
+                            hole_runs: Vec::new(),
                             frozen: e.size == 0,
                             first,
                         },
@@ -306,7 +313,37 @@ fn build_model(msgs: &[Message], basis: &[u8], inplace: bool) -> Model {
                 if let Some(f) = m.files.get_mut(file) {
                     if u64::from(*segment) < segment_count(f.size) {
                         f.done.insert(*segment);
-                        if f.done.len() as u64 >= segment_count(f.size) {
+                        if f.ndone() >= segment_count(f.size) {
+                            f.frozen = true;
+                        }
+                    }
+                }
+            }
+            Message::Holes { file, first, count } => {
+                // Zeros over whole segments, each then finished; all or
+                // none: a run past the end, over a finished segment or
+                // over one that got ops is a protocol error. In time and
+                // space of the messages, not of the run (a run may name
+                // 2^32 segments).
+                if let Some(f) = m.files.get_mut(file).filter(|f| !f.frozen) {
+                    let nseg = segment_count(f.size);
+                    let (s, e) = (u64::from(*first), u64::from(*first) + u64::from(*count));
+                    let done = f.done.iter().any(|&d| (s..e).contains(&u64::from(d)))
+                        || f.hole_runs.iter().any(|&(a, b)| a < e && s < b);
+                    if e <= nseg && !done && *count > 0 {
+                        let (a, _) = segment_range(f.size, s);
+                        let (_, b) = segment_range(f.size, e - 1);
+                        // None of the run is finished: any byte written
+                        // in it is a segment under way.
+                        if f.covered.iter().any(|&(x, y)| x < b && a < y) {
+                            continue;
+                        }
+                        if let Some(buf) = &mut f.buf {
+                            buf[a as usize..b as usize].fill(0);
+                        }
+                        f.cover(a, b);
+                        f.hole_runs.push((s, e));
+                        if f.ndone() >= nseg {
                             f.frozen = true;
                         }
                     }
@@ -355,6 +392,7 @@ fn pace(ears: &Ears, m: &Message, files: &HashSet<u32>, sent_eol: bool) {
         | Message::Zero { file, .. }
         | Message::Copy { file, .. }
         | Message::SegmentDone { file, .. }
+        | Message::Holes { file, .. }
         | Message::FileFailed { file, .. }
             if files.contains(file) =>
         {

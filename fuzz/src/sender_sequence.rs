@@ -16,9 +16,11 @@
 //! * the sender returns (within [`crate::util::DEADLINE`]), never panics,
 //!   and never changes the source tree;
 //! * it sends data only for files that were asked for: every `Data`,
-//!   `Zero`, `Copy` and `SegmentDone` names a file of its own list that a
-//!   `Want` named, lies within the file as listed, and `Data` carries the
-//!   file's real bytes, `Zero` covers real zeros;
+//!   `Zero`, `Copy`, `SegmentDone` and `Holes` names a file of its own
+//!   list that a `Want` named, lies within the file as listed, and `Data`
+//!   carries the file's real bytes, `Zero` and `Holes` cover real zeros
+//!   (`Holes` only for a file asked for whole), and each segment is
+//!   finished once per request;
 //! * a `Copy` comes only for a file asked for as a delta whose signature
 //!   was completed, lies within the signed basis, keeps its offset under
 //!   `DeltaInPlace`, and (for a single consistent signature) claims only
@@ -55,12 +57,32 @@ pub fn source_files() -> Vec<(&'static str, Vec<u8>)> {
     };
     let mut z = vec![0u8; 70_000];
     z.extend_from_slice(&text(70_000, "z"));
+    // Sparse (written so): two segments of holes, data in the third and
+    // in the short fourth; its holes may go as one `Holes`.
+    let seg = layout::SEGMENT as usize;
+    let mut s = vec![0u8; 3 * seg + 5000];
+    s[2 * seg + 4096..2 * seg + 9096].copy_from_slice(&text(5000, "s"));
+    s[3 * seg..].copy_from_slice(&text(5000, "t"));
     vec![
         ("a", text(5000, "a")),
         ("empty", Vec::new()),
+        ("holes", s),
         ("sub/c", text(20_000, "c")),
         ("z", z),
     ]
+}
+
+/// Write `c` at `p` with holes where it has 64 KiB of zeros on 64 KiB
+/// boundaries.
+fn write_sparse(p: &Path, c: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::create(p).expect("source file");
+    f.set_len(c.len() as u64).expect("size");
+    for (i, chunk) in c.chunks(1 << 16).enumerate() {
+        if !layout::is_zero(chunk) {
+            f.write_all_at(chunk, (i << 16) as u64).expect("write");
+        }
+    }
 }
 
 struct Source {
@@ -111,7 +133,7 @@ fn source() -> &'static Source {
         fs::create_dir_all(root.join("sub")).expect("src");
         let mut files = HashMap::new();
         for (p, c) in source_files() {
-            fs::write(root.join(p), &c).expect("source file");
+            write_sparse(&root.join(p), &c);
             files.insert(p.as_bytes().to_vec(), c);
         }
         std::os::unix::fs::symlink("a", root.join("l")).expect("symlink");
@@ -303,6 +325,23 @@ fn check(
                 );
                 (*file, (0, 0))
             }
+            Message::Holes { file, first, count } => {
+                // Each segment once per request, as for SegmentDone; the
+                // run must lie in the file and hold only zeros.
+                let asked_n = asked.get(file).map_or(0, |a| a.modes.len());
+                let size = entries.get(file).map_or(0, |e| e.2);
+                let nseg = layout::segment_count(size);
+                let end = u64::from(*first) + u64::from(*count);
+                assert!(*count > 0 && end <= nseg, "Holes {first}+{count} of a file of {nseg} segments");
+                for s in *first..*first + *count {
+                    let n = digests_seen.entry((*file, s)).or_default();
+                    *n += 1;
+                    assert!(*n <= asked_n, "segment {s} of file {file} finished {n} times");
+                }
+                let (a, _) = layout::segment_range(size, u64::from(*first));
+                let (_, b) = layout::segment_range(size, end - 1);
+                (*file, (a, b - a))
+            }
             _ => continue,
         };
         let name = m.name();
@@ -328,6 +367,13 @@ fn check(
                 assert_eq!(&data[..], here, "Data that is not the file's bytes")
             }
             Message::Zero { .. } => assert!(layout::is_zero(here), "Zero over non-zero bytes"),
+            Message::Holes { .. } => {
+                assert!(layout::is_zero(here), "Holes over non-zero bytes");
+                assert!(
+                    a.modes.contains(&WantMode::Whole),
+                    "Holes for a file never asked for whole"
+                );
+            }
             Message::Copy {
                 offset,
                 basis_offset,

@@ -138,6 +138,11 @@ fn sample_messages() -> Vec<Message> {
             segment: 0,
             digest: [9; 32],
         },
+        Message::Holes {
+            file: 1,
+            first: 1,
+            count: 3,
+        },
         Message::FileFailed {
             file: 1,
             error: "read dir/file: gone".into(),
@@ -561,6 +566,36 @@ pub fn receiver_sequence(v: &mut Vec<Seed>) {
                     file: 1,
                     segment: 1,
                     digest: [0; 32],
+                },
+                Message::SenderDone,
+            ],
+        ),
+        (
+            // Three segments of holes, one of data: the holes as one run.
+            "holes_run",
+            vec![
+                root(),
+                e(ent(1, "holes", EntryKind::File, 3 * layout::SEGMENT + 10)),
+                Message::EndOfList,
+                Message::Holes {
+                    file: 1,
+                    first: 0,
+                    count: 2,
+                },
+                Message::Data {
+                    file: 1,
+                    offset: 3 * layout::SEGMENT,
+                    data: b"tail!12345".to_vec(),
+                },
+                Message::SegmentDone {
+                    file: 1,
+                    segment: 3,
+                    digest: [0; 32],
+                },
+                Message::Holes {
+                    file: 1,
+                    first: 2,
+                    count: 1,
                 },
                 Message::SenderDone,
             ],

@@ -59,13 +59,17 @@ pub fn sender_sequence(v: &mut Vec<Seed>) {
         out
     };
     let seed = |flags: u8, m: Vec<Message>| pack(&[flags], &bodies(&m));
-    let all_whole: Vec<Message> = ["a", "empty", "sub/c", "z"]
+    let all_whole: Vec<Message> = ["a", "empty", "holes", "sub/c", "z"]
         .iter()
         .map(|p| want(p, WantMode::Whole))
         .chain([Message::EndOfList, done()])
         .collect();
     v.push((t, "want_all_whole".into(), seed(0, all_whole.clone())));
     v.push((t, "want_all_whole_in_process".into(), seed(2, all_whole)));
+    // A sparse file asked for whole: its first two segments as `Holes`.
+    let mut m = vec![want("holes", WantMode::Whole)];
+    m.extend([Message::EndOfList, done()]);
+    v.push((t, "want_holes_whole".into(), seed(0, m)));
     // Version 10: `Decided` forgets what was not asked for; a `Want`
     // after it, a `Decided` that goes back, and one far past the list.
     let m = vec![
