@@ -117,6 +117,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
         #[test]
         fn matches_a_bitmap(adds in prop::collection::vec((0u64..256, 0u64..64), 0..20),
                             rems in prop::collection::vec((0u64..256, 0u64..64), 0..5)) {

@@ -343,7 +343,7 @@ fn fuzzed(gpt: bool) -> &'static Fuzzed {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Random changes to the table's sectors (the first 64 KiB, the EBRs,
     /// GPT's backup): no panic, no hang, and never a free byte that the

@@ -513,7 +513,7 @@ fn fix_checksums(bytes: &mut [u8], original: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Random mutations of real archives never panic, never loop, and
     /// never name bytes outside the archive.

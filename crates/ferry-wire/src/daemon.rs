@@ -264,6 +264,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
         #[test]
         fn any_body_decodes_or_fails_cleanly(body in proptest::collection::vec(any::<u8>(), 0..512)) {
             if let Ok(args) = decode_request_body(&body) {

@@ -83,6 +83,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
         #[test]
         fn runs_match_bit_by_bit(bits in prop::collection::vec(any::<u8>(), 0..40), n in 0u64..400) {
             let mut got = vec![false; n as usize];

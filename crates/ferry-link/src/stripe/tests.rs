@@ -306,7 +306,7 @@ fn incomplete_sessions_hold_a_bounded_number_of_connections() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
     /// Any assignment of chunks to connections (in order within each)
     /// reads back as the bytes in seq order.
     #[test]

@@ -436,7 +436,7 @@ fn in_use_and_corrupt_says_in_use() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
     /// Random bytes over the metadata of a built image (v4 with a deep
     /// tree, so that most changes get past the CRCs) never panic or hang,
     /// and what is still mapped names only blocks the image's trees could.
