@@ -179,6 +179,19 @@ impl ListCheck {
     }
 }
 
+/// The list path of `name` in the directory listed as `parent` (the root
+/// is the empty path): one `/` between, none before a child of the root.
+/// Names are bytes, not UTF-8.
+pub fn child_path(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(parent.len() + 1 + name.len());
+    path.extend_from_slice(parent);
+    if !path.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +211,14 @@ mod tests {
     }
 
     use EntryKind::{Dir, File, HardLink, Symlink};
+
+    #[test]
+    fn children_are_listed_under_their_directory() {
+        assert_eq!(child_path(b"", b"x"), b"x");
+        assert_eq!(child_path(b"a", b"x"), b"a/x");
+        assert_eq!(child_path(b"a/b", b"x y"), b"a/b/x y");
+        assert_eq!(child_path(b"d", b"\xff"), b"d/\xff");
+    }
 
     #[test]
     fn an_ordinary_tree_passes() {

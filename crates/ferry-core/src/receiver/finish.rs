@@ -3,6 +3,8 @@ use super::*;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 
+use crate::listcheck::child_path;
+
 impl Dispatcher<'_, '_> {
     /// After all data: hard links, deletions, directory metadata.
     pub(super) fn finish(&mut self) {
@@ -284,7 +286,7 @@ impl Dispatcher<'_, '_> {
                 let mut children = crate::destdir::list(&sub).unwrap_or_default();
                 children.sort_by(|a, b| decide::rsync_delete_order((&a.0, a.1), (&b.0, b.1)));
                 for (child, d) in children {
-                    let crel = decide::child_rel(&rel, child.as_bytes());
+                    let crel = child_path(&rel, child.as_bytes());
                     let protected = (!opts.delete_excluded
                         && opts
                             .excludes

@@ -14,6 +14,7 @@ use ferry_link::{Entry, EntryKind, Message, MsgTx};
 use crate::endpoint::Source;
 use crate::error::{describe, Error, Result};
 use crate::fsutil;
+use crate::listcheck::child_path;
 use crate::plan::SourceSpec;
 use crate::scan;
 use crate::stats::Stats;
@@ -150,17 +151,6 @@ fn claim_name(names: &mut HashMap<Vec<u8>, bool>, rel: &[u8], is_dir: bool) -> b
             true
         }
     }
-}
-
-/// The list path of `name` in the directory listed as `rel` (empty for
-/// the top of a source).
-fn child_rel(rel: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut crel = rel.to_vec();
-    if !crel.is_empty() {
-        crel.push(b'/');
-    }
-    crel.extend_from_slice(name);
-    crel
 }
 
 /// Whether a non-directory, non-symlink entry is sent as a file: a regular
@@ -419,7 +409,7 @@ impl Walker<'_> {
                     continue;
                 }
             };
-            self.visit(&cp, child_rel(rel, c.file_name().as_bytes()), &m, false)?;
+            self.visit(&cp, child_path(rel, c.file_name().as_bytes()), &m, false)?;
         }
         Ok(())
     }
@@ -649,15 +639,6 @@ mod tests {
         assert_eq!(names.get(&b"a"[..]), Some(&true));
         assert_eq!(names.get(&b"f"[..]), Some(&false));
         assert_eq!(names.len(), 2);
-    }
-
-    #[test]
-    fn children_are_listed_under_their_directory() {
-        assert_eq!(child_rel(b"", b"x"), b"x");
-        assert_eq!(child_rel(b"a", b"x"), b"a/x");
-        assert_eq!(child_rel(b"a/b", b"x y"), b"a/b/x y");
-        // Names are bytes, not UTF-8.
-        assert_eq!(child_rel(b"d", b"\xff"), b"d/\xff");
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
+use crate::listcheck::child_path;
+
 /// Names one warmer `lstat`s before it looks at the queue again: a large
 /// directory is shared among the warmers.
 pub(super) const SLICE: usize = 128;
@@ -66,15 +68,6 @@ pub(super) fn entry_key(rel: &[u8]) -> Vec<u8> {
 /// a directory (or the start of a slice) the walk is still in.
 pub(super) fn passed(pos: &[u8], key: &[u8]) -> bool {
     key < pos && !pos.starts_with(key)
-}
-
-fn child(rel: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut r = rel.to_vec();
-    if !r.is_empty() {
-        r.push(b'/');
-    }
-    r.extend_from_slice(name);
-    r
 }
 
 /// Open directory `rel` beneath `root`: no symlink, no `..`, and no other
@@ -185,7 +178,7 @@ pub(super) fn run(
         #[allow(clippy::unnecessary_cast)]
         let same_fs = st.st_dev as u64 == dev;
         if same_fs && FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-            let rel = child(&job.rel, name.as_bytes());
+            let rel = child_path(&job.rel, name.as_bytes());
             if !skip.is_some_and(|f| f(&rel)) {
                 more.push(listing(rel));
             }
@@ -210,8 +203,6 @@ mod tests {
         assert_eq!(dir_key(b""), b"");
         assert_eq!(entry_key(b"f"), b"f");
         assert_eq!(entry_key(b"a/b/f"), b"a\0b\0f");
-        assert_eq!(child(b"", b"a"), b"a");
-        assert_eq!(child(b"a", b"b"), b"a/b");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use ferry_link::EntryKind;
 
 use super::Kind;
 use crate::error::{Error, Result};
+use crate::listcheck::child_path;
 use crate::Excludes;
 
 /// What becomes of the destination root of a tree.
@@ -102,17 +103,6 @@ pub(crate) fn deletion(delete: bool, source_unread: bool, ignore_errors: bool) -
     }
 }
 
-/// The path of `name` in the directory `parent` (both relative to the
-/// root; the root is the empty path).
-pub(crate) fn child_rel(parent: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut rel = parent.to_vec();
-    if !rel.is_empty() {
-        rel.push(b'/');
-    }
-    rel.extend_from_slice(name);
-    rel
-}
-
 /// A destination entry `--delete` removes, with all it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Extra {
@@ -135,7 +125,7 @@ pub(crate) fn extras(
     listing
         .into_iter()
         .filter_map(|(name, is_dir)| {
-            let rel = child_rel(parent, name.as_bytes());
+            let rel = child_path(parent, name.as_bytes());
             let keep = seen.contains(&rel)
                 || excludes.is_some_and(|x| x.excluded(Path::new(OsStr::from_bytes(&rel)), is_dir));
             (!keep).then_some(Extra { name, rel, is_dir })
@@ -257,12 +247,6 @@ mod tests {
         assert_eq!(deletion(true, false, false), Deletion::Run);
         assert_eq!(deletion(true, true, false), Deletion::Skipped);
         assert_eq!(deletion(true, true, true), Deletion::Run);
-    }
-
-    #[test]
-    fn child_path_of_the_root_has_no_leading_slash() {
-        assert_eq!(child_rel(b"", b"a"), b"a");
-        assert_eq!(child_rel(b"a/b", b"c"), b"a/b/c");
     }
 
     fn listing(names: &[(&str, bool)]) -> Vec<(OsString, bool)> {
