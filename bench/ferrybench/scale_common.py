@@ -35,6 +35,17 @@ def remote_wrapper(ctx: Ctx, f: Ferry) -> tuple[str, str]:
     return w, rss
 
 
+def paired(ctx: Ctx, rows: list) -> list:
+    """Rows (a Tool first in each) with every base binary's row named as the
+    twin of the main binary's row of the same form, for the comparison
+    table; the scale rows are built per binary, not through base.twins."""
+    for row in rows:
+        t = row[0]
+        if ctx.base is not None and t.ferry is ctx.base and t.name.startswith(ctx.base.name):
+            t.twin = ctx.ferry.name + t.name[len(ctx.base.name):]
+    return rows
+
+
 def rsync_rss_path(ctx: Ctx) -> str:
     d = os.path.join(ctx.work, "scale-wrap")
     os.makedirs(d, exist_ok=True)

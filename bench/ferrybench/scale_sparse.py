@@ -16,7 +16,7 @@ from . import data, verify
 from .link import ADDR_B, NS_A
 from .measure import Server
 from .runner import Ctx, Tool
-from .scale_common import KiB, MiB, SCEN, last_run, q, remote_wrapper, rounds, timed_run
+from .scale_common import KiB, MiB, SCEN, last_run, paired, q, remote_wrapper, rounds, timed_run
 from .util import log, sh
 
 # -- the sparse file -------------------------------------------------------------------
@@ -134,7 +134,7 @@ def file_rows(ctx: Ctx, where: str, sock: str | None = None) -> list[tuple[Tool,
             out.append((Tool(f"{f.name} sync nbd+unix://", "ferry" if f is ctx.ferry else "ferry-base",
                              lambda s, d, f=f: f"{q(f.path)} sync --json {uri} {d}", servers=srv,
                              form="nbd", needs=("nbdkit",), ferry=f), None, False))
-    return out
+    return paired(ctx, out)
 
 
 def run_file_cases(ctx: Ctx, cname: str, rows, src: str, sparse: bool, after=None) -> None:

@@ -12,7 +12,7 @@ from . import data, verify
 from .link import ADDR_B, NS_A, NS_B
 from .measure import Server
 from .runner import Ctx, Tool
-from .scale_common import q, remote_wrapper, rounds, timed_run
+from .scale_common import paired, q, remote_wrapper, rounds, timed_run
 
 STREAM_BUFFER = "256M"  # the stream rows' -m
 STREAM_BUFFER_MIB = 256
@@ -47,7 +47,7 @@ def stream_rows(ctx: Ctx) -> list[tuple[Tool, str | None, bool]]:
                              f"{q(f.path)} recv -m {STREAM_BUFFER} {f.key_args('recv')}{listen}{ADDR_B}:7411 "
                              f"> {q(d)}", ns=NS_B, port=7411, env=f.key_env("recv", link.env()))],
                          form="send-recv", env=f.key_env("send", link.env()), ferry=f), None, True))
-    return out
+    return paired(ctx, out)
 
 
 def run_stream(ctx: Ctx, src: str) -> str:

@@ -21,7 +21,7 @@ from . import data
 from .link import ADDR_B, NS_A
 from .measure import GNU_TIME, timed
 from .runner import Ctx, Tool, rotate, usable
-from .scale_common import KiB, SCEN, last_run, q, remote_wrapper, rsync_rss_path, timed_run
+from .scale_common import KiB, SCEN, last_run, paired, q, remote_wrapper, rsync_rss_path, timed_run
 from .util import log, sh, slug
 
 # -- the tree ----------------------------------------------------------------------
@@ -245,7 +245,7 @@ def tree_tools(ctx: Ctx, where: str, delete: bool) -> list[tuple[Tool, str | Non
                              "ferry" if f is ctx.ferry else "ferry-base",
                              lambda s, d, f=f: f"{q(f.path)} sync --json {dl}{s}/ {d}/", form="local",
                              ferry=f), None))
-        return out
+        return paired(ctx, out)
     link = ctx.link
     ssh = link.ssh_cmd()
     rr = rsync_rss_path(ctx)
@@ -260,7 +260,7 @@ def tree_tools(ctx: Ctx, where: str, delete: bool) -> list[tuple[Tool, str | Non
                          lambda s, d, f=f, w=w: (f"{q(f.path)} sync -e {q(ssh)} --remote-ferry {q(w)} --json "
                                                  f"{dl}{s}/ {ADDR_B}:{d}/"),
                          NS_A, form="remote", ferry=f), rss))
-    return out
+    return paired(ctx, out)
 
 
 def dst_for(ctx: Ctx, where: str, t: Tool) -> str:
