@@ -102,7 +102,7 @@ impl Pool {
             match self
                 .next_client(1)
                 .connection()
-                .submit_read(at, vec![0u8; n])
+                .submit_read(at, crate::spare::read_buf(n))
             {
                 Ok(t) => asked.push((at, (n, t, Instant::now()))),
                 // The read itself will say what is wrong.

@@ -392,6 +392,7 @@ pub(crate) fn wait_into(t: Ticket, out: &mut [u8]) -> Result<()> {
         )));
     }
     out.copy_from_slice(&d);
+    crate::spare::give_back(d);
     Ok(())
 }
 

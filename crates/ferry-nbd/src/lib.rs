@@ -32,6 +32,7 @@ pub mod copy;
 pub mod error;
 pub mod pool;
 pub mod proto;
+mod spare;
 pub mod uri;
 
 pub use client::{Client, Extent, DEFAULT_REQUEST_SIZE};

@@ -194,7 +194,7 @@ pub(crate) fn read_spread(
             let at = offset + (i * rs) as u64;
             let t = clients[(start + i) % clients.len()]
                 .connection()
-                .submit_read(at, vec![0u8; c.len()])?;
+                .submit_read(at, crate::spare::read_buf(c.len()))?;
             queue.push_back((c, t));
         }
         let Some((c, t)) = queue.pop_front() else {
