@@ -51,30 +51,41 @@ fn null_device_takes_the_file_and_stays_a_device() {
         .is_char_device());
 }
 
-/// A FIFO destination receives the bytes in order and stays a FIFO.
+/// A FIFO destination receives the bytes in order and stays a FIFO: a
+/// dense file, and a sparse one that ends in segments of holes (sent as
+/// `Holes`, written without growing the file).
 #[test]
 fn fifo_destination_receives_the_bytes() {
     let d = tempfile::tempdir().unwrap();
-    let src = d.path().join("f");
-    let data = bytes(5, 3 << 20);
-    fs::write(&src, &data).unwrap();
+    let dense = d.path().join("dense");
+    fs::write(&dense, bytes(5, 3 << 20)).unwrap();
+    let sparse = d.path().join("sparse");
+    sparse_file(&sparse, 40 << 20, &[(1 << 20, bytes(6, 100_000))]);
     let fifo = d.path().join("fifo");
     assert!(Command::new("mkfifo")
         .arg(&fifo)
         .status()
         .unwrap()
         .success());
-    let reader = {
-        let fifo = fifo.clone();
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            fs::File::open(&fifo).unwrap().read_to_end(&mut v).unwrap();
-            v
-        })
-    };
-    ferry_ok(&["sync", p(&src), p(&fifo)]);
-    assert!(reader.join().unwrap() == data);
-    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    for src in [&dense, &sparse] {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                fs::File::open(&fifo).unwrap().read_to_end(&mut v).unwrap();
+                v
+            })
+        };
+        ferry_ok(&["sync", p(src), p(&fifo)]);
+        let got = reader.join().unwrap();
+        assert!(
+            got == fs::read(src).unwrap(),
+            "{}: {} bytes",
+            src.display(),
+            got.len()
+        );
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    }
 }
 
 /// A directory source onto an existing file is refused without --force and

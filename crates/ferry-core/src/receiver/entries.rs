@@ -559,7 +559,11 @@ impl Dispatcher<'_, '_> {
                 Ok((f, None))
             }
             decide::Write::Stream => {
-                Ok((tempfile::tempfile().op("create temporary file for")?, None))
+                // Sized first: zeros and holes are written without growing
+                // the file, so a source ending in them would read back short.
+                let f = tempfile::tempfile().op("create temporary file for")?;
+                f.set_len(e.size).op("allocate")?;
+                Ok((f, None))
             }
             decide::Write::InPlace => Ok((dest.open(true).op("open for writing")?, None)),
             decide::Write::Temp => {
