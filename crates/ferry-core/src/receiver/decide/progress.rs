@@ -5,7 +5,7 @@
 //! ([`after_failure`]), what a `Copy` op may skip ([`known_run`]), and the
 //! budgets of open files and segments ([`FileBudget`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_link::layout;
 
@@ -93,7 +93,7 @@ pub(crate) struct SegmentTally {
     done: u64,
     /// Segments that got ops and are not finished yet (at most as many
     /// as the writers keep open, [`MAX_OPEN_SEGMENTS`]).
-    started: HashSet<u32>,
+    started: BTreeSet<u32>,
 }
 
 impl SegmentTally {
@@ -103,7 +103,7 @@ impl SegmentTally {
             nseg,
             runs: BTreeMap::new(),
             done: 0,
-            started: HashSet::new(),
+            started: BTreeSet::new(),
         }
     }
 
@@ -137,7 +137,13 @@ impl SegmentTally {
             return Err(SegmentError::OutOfRange);
         }
         let run = s..e;
-        if holes && self.started.iter().any(|&g| run.contains(&(g as u64))) {
+        if holes
+            && self
+                .started
+                .range(first..)
+                .next()
+                .is_some_and(|&g| run.contains(&(g as u64)))
+        {
             return Err(SegmentError::Started);
         }
         let before = self.runs.range(..e).next_back().map(|(&a, &b)| (a, b));
