@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 
-from . import report
+from . import compare, report
 
 
 def section(results_dir: str, title: str, intro: str, repo: str, page: str) -> str:
@@ -43,6 +43,8 @@ def section(results_dir: str, title: str, intro: str, repo: str, page: str) -> s
             shutil.copyfile(png, dst)
             rel = os.path.relpath(dst, os.path.dirname(os.path.abspath(page)))
             body += [f"![{scen} chart]({rel})", ""]
+    # A run with --ferry-base: its comparison table, a level down.
+    body += [("#" + line) if line.startswith("## ") else line for line in compare.table(meta, records)]
     return "\n".join(body)
 
 
