@@ -238,6 +238,23 @@ impl Auto {
         }
     }
 
+    /// Take `table` (speed in bytes/s per worker, ratio) as measured for
+    /// ladder entries 1.., and hold off probes for a while: tests of the
+    /// decision must not hang on how fast this machine compresses now.
+    #[cfg(test)]
+    pub(crate) fn assume(&mut self, table: &[(f64, f64); LADDER.len() - 1]) {
+        for (e, &(speed, ratio)) in self.est[1..].iter_mut().zip(table) {
+            *e = Estimate {
+                speed,
+                ratio,
+                known: true,
+            };
+        }
+        self.since_eval = 0;
+        self.since_full = 0;
+        self.choose();
+    }
+
     /// Re-probe and re-choose if enough input went by since last time.
     pub(crate) fn maybe_reevaluate(&mut self, enc: &mut BlockEncoder, input: &[u8]) {
         if !self.due() {

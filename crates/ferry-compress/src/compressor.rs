@@ -104,6 +104,14 @@ impl Compressor {
         }
     }
 
+    /// Tests: take these speeds and ratios as measured (see
+    /// `Auto::assume`), so that a decision does not depend on the load
+    /// of the machine the test runs on.
+    #[cfg(test)]
+    pub(crate) fn assume(&mut self, table: &[(f64, f64); crate::LADDER.len() - 1]) {
+        self.auto.assume(table);
+    }
+
     /// The codec Auto would use for the next block (or the fixed one).
     pub fn current(&self) -> Codec {
         match self.mode {

@@ -52,6 +52,18 @@ fn random(n: usize, seed: u64) -> Vec<u8> {
     v
 }
 
+/// Speeds (bytes/s per core) and ratios of the ladder's codecs after
+/// `None`, as this kind of machine measures them on `text`: the tests of
+/// Auto's decisions take these instead of probing, whose figures follow
+/// the load of the machine (a CI run of tests in parallel).
+const TYPICAL: [(f64, f64); LADDER.len() - 1] = [
+    (800e6, 2.2),
+    (400e6, 3.0),
+    (250e6, 3.4),
+    (80e6, 3.7),
+    (40e6, 3.9),
+];
+
 fn roundtrip(c: &mut Compressor, data: &[u8]) -> Codec {
     let mut out = Vec::new();
     let codec = c.compress_block(data, &mut out);

@@ -108,6 +108,7 @@ fn first_window_blocks_are_independent_and_interleave_with_the_stream() {
     k.set_streaming(true);
     k.set_workers(2);
     k.set_link_rate(Some(50e6));
+    k.assume(&TYPICAL);
     let blocks = vec![
         text(1 << 20, 31),
         random(1 << 20, 32),
