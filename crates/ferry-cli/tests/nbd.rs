@@ -262,6 +262,83 @@ fn nbd_multi_conn_spreads_reads_and_writes_over_connections() {
     assert_eq!(writes.len(), 4, "writes per connection: {writes:?}");
 }
 
+/// The data extents of `f` (SEEK_DATA / SEEK_HOLE), as offset ranges.
+fn data_extents(f: &fs::File) -> Vec<(u64, u64)> {
+    use std::os::fd::AsFd;
+    let size = f.metadata().unwrap().len();
+    let mut v = Vec::new();
+    let mut pos = 0;
+    while pos < size {
+        let Ok(a) = rustix::fs::seek(f.as_fd(), rustix::fs::SeekFrom::Data(pos)) else {
+            break;
+        };
+        let b = rustix::fs::seek(f.as_fd(), rustix::fs::SeekFrom::Hole(a)).unwrap();
+        v.push((a, b));
+        pos = b;
+    }
+    v
+}
+
+#[test]
+fn a_sparse_export_of_many_regions_is_exact_and_each_map_asked_once() {
+    // 4 GiB, sixteen of the 256 MiB regions ferry asks the allocation of
+    // at a time, with data at the start, across a region boundary, at an
+    // odd offset, in many segments of one region and at the very end.
+    if !need(
+        "nbdkit",
+        "a_sparse_export_of_many_regions_is_exact_and_each_map_asked_once",
+    ) {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("img");
+    let size = 4u64 << 30;
+    let f = fs::File::create(&img).unwrap();
+    f.set_len(size).unwrap();
+    let mut pieces = vec![
+        (0, 4096),
+        ((256 << 20) - 2048, 4096),
+        ((1 << 30) + 123, 5000),
+        (size - 10, 10),
+    ];
+    // One piece in each of 20 segments of the third region.
+    pieces.extend((0..20u64).map(|i| ((2 << 30) + i * (8 << 20) + 777, 65536)));
+    for (i, &(off, len)) in pieces.iter().enumerate() {
+        f.write_all_at(&bytes(i as u64 + 1, len), off).unwrap();
+    }
+    drop(f);
+    let imgarg = format!("file={}", img.display());
+    let (srv, uri, log) = logged_nbdkit(d.path(), "map.log", &[], &["file", &imgarg]);
+    let out = d.path().join("out");
+    let j = ferry_ok(&["sync", &uri, p(&out)]);
+    drop(srv);
+    // The bytes: every data extent of either file compared, the rest are
+    // holes in both (zeros).
+    let (a, b) = (fs::File::open(&img).unwrap(), fs::File::open(&out).unwrap());
+    assert_eq!(b.metadata().unwrap().len(), size);
+    let mut spans = data_extents(&a);
+    spans.extend(data_extents(&b));
+    for (s, e) in spans {
+        let (mut x, mut y) = (vec![0u8; (e - s) as usize], vec![0u8; (e - s) as usize]);
+        a.read_exact_at(&mut x, s).unwrap();
+        b.read_exact_at(&mut y, s).unwrap();
+        assert!(x == y, "bytes differ in {s}..{e}");
+    }
+    let data: u64 = pieces.iter().map(|p| p.1 as u64).sum();
+    assert!(
+        allocated(&out) <= data + 24 * (64 << 10),
+        "{}",
+        allocated(&out)
+    );
+    assert_eq!(j["bytes_written"].as_u64().unwrap() % 4096, 0, "{j}");
+    // The planner and the readers share the maps: a region's is asked for
+    // once (a reader only gets segments the planner has mapped), not again
+    // by each reader; one map kept at a time took 27-36 requests here.
+    let asked: usize = per_connection(&log, "Extents").values().sum();
+    assert!((16..=20).contains(&asked), "{asked} BLOCK_STATUS requests");
+}
+
 #[test]
 fn nbd_without_multi_conn_uses_one_connection() {
     if !need("nbdkit", "nbd_without_multi_conn_uses_one_connection") {

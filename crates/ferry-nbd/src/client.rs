@@ -30,6 +30,10 @@ impl Extent {
 
 /// Default size of READ/WRITE requests used by the helpers (1 MiB).
 pub const DEFAULT_REQUEST_SIZE: usize = 1 << 20;
+/// Most extents [`Client::extents`] returns at once (6 MiB of them): a
+/// server may describe a range in pieces of one byte, and what it sends
+/// must not decide how much this side keeps.
+pub const MAX_EXTENTS: usize = 1 << 18;
 /// Largest WRITE_ZEROES / BLOCK_STATUS request length used by the helpers.
 const MAX_RANGE_REQUEST: u64 = 1 << 30;
 
@@ -161,8 +165,11 @@ impl Client {
         self.opts.max_in_flight.clamp(1, 64)
     }
 
-    /// Allocation extents covering `[offset, offset+len)`, merged and clipped
-    /// to the range. Without `base:allocation` the whole range is one data
+    /// Allocation extents from `offset`, merged, contiguous and clipped to
+    /// `[offset, offset+len)`. They cover all of it, unless the server
+    /// describes it in more than [`MAX_EXTENTS`] pieces: then they cover a
+    /// prefix (at least one extent), and the caller asks again from where
+    /// they end. Without `base:allocation` the whole range is one data
     /// extent.
     pub fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
         let end = offset
@@ -187,7 +194,7 @@ impl Client {
             return Ok(out);
         }
         let mut pos = offset;
-        while pos < end {
+        while pos < end && out.len() < MAX_EXTENTS {
             let ask = (end - pos).min(MAX_RANGE_REQUEST) as u32;
             let descs = wait_extents(self.conn.submit_block_status(pos, ask)?)?;
             let before = pos;
@@ -328,8 +335,8 @@ pub(crate) struct PendingZero {
     ticket: Ticket,
 }
 
-/// Appends `base:allocation` descriptors starting at `pos`, clipped to `end`;
-/// returns the new position.
+/// Appends `base:allocation` descriptors starting at `pos`, clipped to `end`,
+/// while `out` holds fewer than [`MAX_EXTENTS`]; returns the new position.
 pub(crate) fn append_descriptors(
     out: &mut Vec<Extent>,
     mut pos: u64,
@@ -337,7 +344,7 @@ pub(crate) fn append_descriptors(
     descs: &[(u32, u32)],
 ) -> u64 {
     for &(l, flags) in descs {
-        if pos >= end {
+        if pos >= end || out.len() >= MAX_EXTENTS {
             break;
         }
         let l = u64::from(l).min(end - pos);

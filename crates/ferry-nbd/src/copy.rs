@@ -22,7 +22,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::client::{append_descriptors, wait_data, wait_extents, Client, Extent, PendingZero};
+use crate::client::{
+    append_descriptors, wait_data, wait_extents, Client, Extent, PendingZero, MAX_EXTENTS,
+};
 use crate::conn::Ticket;
 use crate::error::{Error, Result};
 
@@ -327,12 +329,22 @@ fn finish_map(client: &Client, m: Mapping) -> Result<Vec<Extent>> {
     };
     let descs = wait_extents(t)?;
     let mut out = Vec::new();
-    let pos = append_descriptors(&mut out, m.start, end, &descs);
-    if pos < end {
+    let mut pos = append_descriptors(&mut out, m.start, end, &descs);
+    if pos < end && out.len() < MAX_EXTENTS {
         // The server answered for less than asked: map the rest.
-        for e in client.extents(pos, end - pos)? {
-            out.push(e);
-        }
+        let rest = client.extents(pos, end - pos)?;
+        pos = rest.last().map_or(pos, |e| e.offset + e.len);
+        out.extend(rest);
+    }
+    if pos < end {
+        // Described in more pieces than are kept: the rest is read (holes
+        // read as zeros, which the copy finds and skips).
+        out.push(Extent {
+            offset: pos,
+            len: end - pos,
+            hole: false,
+            zero: false,
+        });
     }
     Ok(out)
 }

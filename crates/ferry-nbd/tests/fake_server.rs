@@ -32,6 +32,9 @@ enum Script {
     SimpleError,
     Close,
     HugeBlockStatus,
+    /// Block status in pieces of one byte, data and hole by turns,
+    /// 65,536 of them per reply.
+    Confetti,
     Good,
     /// Good on the first connection, with multi-conn offered; later
     /// connections are accepted and never answered.
@@ -193,6 +196,16 @@ fn serve(mut s: UnixStream, script: Script) {
                 let mut b = chunk(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie, &[]);
                 b[16..20].copy_from_slice(&u32::MAX.to_be_bytes());
                 b
+            }
+            Script::Confetti => {
+                let n = len.min(1 << 16);
+                let mut p = 7u32.to_be_bytes().to_vec();
+                for i in 0..n {
+                    let at = off + u64::from(i);
+                    p.extend_from_slice(&1u32.to_be_bytes());
+                    p.extend_from_slice(&(if at % 2 == 0 { 0 } else { STATE_HOLE }).to_be_bytes());
+                }
+                chunk(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie, &p)
             }
             Script::Good => match cmd {
                 CMD_READ => {
@@ -365,6 +378,25 @@ fn huge_block_status_is_refused_without_allocating() {
         matches!(e, Error::Protocol(ProtoError::TooLong { .. })),
         "{e:?}"
     );
+}
+
+#[test]
+fn a_map_in_one_byte_pieces_is_kept_bounded() {
+    // A megabyte described byte by byte would be a million extents: the
+    // client keeps MAX_EXTENTS, contiguous from the start, and says how far
+    // they reach; asking again from there goes on.
+    let f = Fake::start(Script::Confetti);
+    let c = Client::connect_with(&f.uri("disk"), opts()).unwrap();
+    let ext = c.extents(0, SIZE).unwrap();
+    assert_eq!(ext.len(), ferry_nbd::MAX_EXTENTS);
+    let mut at = 0;
+    for e in &ext {
+        assert_eq!((e.offset, e.len, e.hole), (at, 1, at % 2 == 1));
+        at += 1;
+    }
+    let more = c.extents(at, SIZE - at).unwrap();
+    assert_eq!(more.len(), ferry_nbd::MAX_EXTENTS);
+    assert_eq!(more[0].offset, at);
 }
 
 #[test]

@@ -13,6 +13,7 @@
 
 mod guest;
 mod nbd;
+mod nbdmap;
 mod sink;
 mod source;
 

@@ -4,8 +4,9 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use super::nbdmap::{Map, Maps, REGION};
 use super::{nbd_io, Sink, Source};
 
 /// Connections opened to an export that offers multi-conn (nbdcopy's
@@ -28,52 +29,7 @@ pub(super) fn export_file_name(uri: &str) -> Vec<u8> {
 
 /// An NBD export as an endpoint: read as a source, or written in place as
 /// a destination (zero ranges as WRITE_ZEROES, durability as FLUSH).
-pub struct NbdExport(ferry_nbd::Pool, Extents, Mutex<Map>);
-
-/// The allocation map of the region being read: one BLOCK_STATUS walk of
-/// [`REGION`] bytes answers the scans of all its segments (a 1 TiB image
-/// with 1 GiB of data took 131,072 round trips, one per 8 MiB segment,
-/// and ferry spent its time in the thread hand-offs around them).
-#[derive(Default)]
-struct Map {
-    start: u64,
-    end: u64,
-    exts: Vec<ferry_nbd::Extent>,
-}
-
-/// Bytes of the export whose allocation is asked for at once. Bounds the
-/// map a server can make this side keep: at most one descriptor per
-/// 512-byte block, 12 MiB of them.
-const REGION: u64 = 256 << 20;
-
-impl Map {
-    /// The first data at or after `pos` and before `end`, within the map
-    /// (which must hold `pos`): its start and where it stops being data,
-    /// at `end` or the map's end at the latest. `Err(next)`: no data
-    /// before `next`, the map's end or `end`.
-    fn first_data(&self, pos: u64, end: u64) -> Result<(u64, u64), u64> {
-        let stop = end.min(self.end);
-        let mut start = None;
-        for x in &self.exts {
-            let (a, b) = (x.offset.max(pos), (x.offset + x.len).min(stop));
-            if a >= b {
-                if x.offset >= stop {
-                    break;
-                }
-                continue;
-            }
-            match (start, x.skippable()) {
-                (None, false) => start = Some(a),
-                (Some(s), true) => return Ok((s, a)),
-                _ => {}
-            }
-        }
-        match start {
-            Some(s) => Ok((s, stop)),
-            None => Err(stop),
-        }
-    }
-}
+pub struct NbdExport(ferry_nbd::Pool, Extents, Mutex<Maps>);
 
 /// The data extents [`Source::next_data`] returned last: a read inside one
 /// is followed by reads of the rest of it, which are asked for ahead.
@@ -139,21 +95,31 @@ impl Source for NbdExport {
 impl NbdExport {
     /// The next data extent at or after `pos` and before `end`, from the
     /// server's allocation map (holes and zero ranges are zeros), asked
-    /// for a [`REGION`] at a time.
+    /// for a [`REGION`] at a time and kept (see `endpoint::nbdmap`).
     fn find_data(&self, mut pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
         let end = end.min(self.size());
-        let mut map = self.2.lock().unwrap_or_else(|p| p.into_inner());
         while pos < end {
-            if !(map.start..map.end).contains(&pos) {
-                let len = REGION.min(self.size() - pos);
-                map.exts = self.0.first().extents(pos, len).map_err(nbd_io)?;
-                (map.start, map.end) = (pos, pos + len);
-                if map.exts.is_empty() {
-                    // No map of it: read it all.
-                    map.end = pos;
-                    return Ok(Some((pos, end)));
+            let kept = self.maps().get(pos);
+            let map = match kept {
+                Some(m) => m,
+                None => {
+                    // Asked with the maps unlocked: other readers go on
+                    // meanwhile (two may ask for one region; the second
+                    // answer replaces the first).
+                    let start = pos - pos % REGION;
+                    let len = REGION.min(self.size() - start);
+                    let exts = self.0.first().extents(start, len).map_err(nbd_io)?;
+                    match Map::new(start, exts) {
+                        Some(m) if m.end > pos => {
+                            let m = Arc::new(m);
+                            self.maps().keep(m.clone());
+                            m
+                        }
+                        // No map of it: read it all.
+                        _ => return Ok(Some((pos, end))),
+                    }
                 }
-            }
+            };
             match map.first_data(pos, end) {
                 Ok(found) => return Ok(Some(found)),
                 Err(next) if next > pos => pos = next,
@@ -162,6 +128,10 @@ impl NbdExport {
             }
         }
         Ok(None)
+    }
+
+    fn maps(&self) -> std::sync::MutexGuard<'_, Maps> {
+        self.2.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -177,67 +147,5 @@ impl Sink for NbdExport {
     }
     fn read_back_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         self.0.read_at(off, buf).map_err(nbd_io)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ferry_nbd::Extent;
-
-    fn ext(offset: u64, len: u64, skip: bool) -> Extent {
-        Extent {
-            offset,
-            len,
-            hole: skip,
-            zero: false,
-        }
-    }
-
-    #[test]
-    fn one_region_map_answers_every_segment_in_it() {
-        // 0..10 hole, 10..30 data, 30..50 zero, 50..60 data, 60..100 hole.
-        let map = Map {
-            start: 0,
-            end: 100,
-            exts: vec![
-                ext(0, 10, true),
-                ext(10, 20, false),
-                Extent {
-                    offset: 30,
-                    len: 20,
-                    hole: false,
-                    zero: true,
-                },
-                ext(50, 10, false),
-                ext(60, 40, true),
-            ],
-        };
-        assert_eq!(map.first_data(0, 100), Ok((10, 30)));
-        assert_eq!(map.first_data(15, 100), Ok((15, 30)));
-        assert_eq!(map.first_data(30, 100), Ok((50, 60)));
-        // Data cut at the segment's end.
-        assert_eq!(map.first_data(0, 20), Ok((10, 20)));
-        assert_eq!(map.first_data(52, 55), Ok((52, 55)));
-        // Nothing: where to look next.
-        assert_eq!(map.first_data(60, 100), Err(100));
-        assert_eq!(map.first_data(0, 5), Err(5));
-        assert_eq!(map.first_data(30, 45), Err(45));
-    }
-
-    #[test]
-    fn data_running_past_the_map_stops_at_its_end() {
-        let map = Map {
-            start: 100,
-            end: 200,
-            exts: vec![ext(100, 50, true), ext(150, 50, false)],
-        };
-        assert_eq!(map.first_data(100, 400), Ok((150, 200)));
-        let holes = Map {
-            start: 100,
-            end: 200,
-            exts: vec![ext(100, 100, true)],
-        };
-        assert_eq!(holes.first_data(120, 400), Err(200));
     }
 }
