@@ -17,8 +17,9 @@
 //! * what the handshake reports is what the spec allows (no
 //!   `base:allocation` without structured replies);
 //! * a READ that succeeds hands back a buffer of the length asked for;
-//! * extents that succeed tile the range asked for exactly, in order, none
-//!   empty;
+//! * extents that succeed tile the range asked for, or a prefix of it (cut
+//!   at [`ferry_nbd::MAX_EXTENTS`] extents or [`ferry_nbd::MAX_QUERIES`]
+//!   replies), in order, none empty;
 //! * a WRITE, FLUSH or WRITE_ZEROES that succeeds is answered `Done`.
 
 use std::io::{Read, Write};
@@ -194,7 +195,12 @@ fn exercise(c: &Client) {
             assert!(e.offset == at && e.len > 0, "extents {ext:?} of [0, {len})");
             at += e.len;
         }
-        assert_eq!(at, len, "extents {ext:?} do not cover [0, {len})");
+        // All of it, or a prefix that is not empty (the client stops at
+        // MAX_EXTENTS extents or MAX_QUERIES replies).
+        assert!(
+            at == len || (at > 0 && at < len),
+            "extents {ext:?} do not cover a prefix of [0, {len})"
+        );
     }
     let done = |what: &str, t: ferry_nbd::Result<ferry_nbd::Ticket>| {
         if let Ok(t) = t {

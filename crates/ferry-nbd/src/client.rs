@@ -21,10 +21,12 @@ pub struct Extent {
 }
 
 impl Extent {
-    /// True if the extent need not be read: it reads as zeroes, or is a hole
-    /// (whose contents the spec leaves undefined; treated as zeroes).
+    /// True if the extent need not be read: the server says it reads as
+    /// zeroes (`NBD_STATE_ZERO`). A hole without that flag is read: the
+    /// spec promises nothing of its contents (a trimmed range may read
+    /// back as anything), and a copy must have what a read returns.
     pub fn skippable(&self) -> bool {
-        self.zero || self.hole
+        self.zero
     }
 }
 
@@ -34,6 +36,10 @@ pub const DEFAULT_REQUEST_SIZE: usize = 1 << 20;
 /// server may describe a range in pieces of one byte, and what it sends
 /// must not decide how much this side keeps.
 pub const MAX_EXTENTS: usize = 1 << 18;
+/// Most BLOCK_STATUS round trips one [`Client::extents`] makes: a server
+/// may answer each for one byte (merged into the extent before, so that
+/// [`MAX_EXTENTS`] never stops it).
+pub const MAX_QUERIES: usize = 4096;
 /// Largest WRITE_ZEROES / BLOCK_STATUS request length used by the helpers.
 const MAX_RANGE_REQUEST: u64 = 1 << 30;
 
@@ -167,11 +173,16 @@ impl Client {
 
     /// Allocation extents from `offset`, merged, contiguous and clipped to
     /// `[offset, offset+len)`. They cover all of it, unless the server
-    /// describes it in more than [`MAX_EXTENTS`] pieces: then they cover a
-    /// prefix (at least one extent), and the caller asks again from where
-    /// they end. Without `base:allocation` the whole range is one data
-    /// extent.
+    /// describes it in more than [`MAX_EXTENTS`] pieces or more than
+    /// [`MAX_QUERIES`] replies: then they cover a prefix (at least one
+    /// extent), and the caller asks again from where they end. Without
+    /// `base:allocation` the whole range is one data extent.
     pub fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.extents_upto(offset, len, MAX_EXTENTS)
+    }
+
+    /// [`Client::extents`], keeping at most `max` (at least one).
+    pub(crate) fn extents_upto(&self, offset: u64, len: u64, max: usize) -> Result<Vec<Extent>> {
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= self.size())
@@ -193,12 +204,15 @@ impl Client {
             });
             return Ok(out);
         }
-        let mut pos = offset;
-        while pos < end && out.len() < MAX_EXTENTS {
+        let (mut pos, max) = (offset, max.max(1));
+        for _ in 0..MAX_QUERIES {
+            if pos >= end || out.len() >= max {
+                break;
+            }
             let ask = (end - pos).min(MAX_RANGE_REQUEST) as u32;
             let descs = wait_extents(self.conn.submit_block_status(pos, ask)?)?;
             let before = pos;
-            pos = append_descriptors(&mut out, pos, end, &descs);
+            pos = append_descriptors(&mut out, pos, end, &descs, max);
             if pos == before {
                 return Err(Error::Protocol(crate::proto::ProtoError::Malformed(
                     "BLOCK_STATUS made no progress".into(),
@@ -336,15 +350,16 @@ pub(crate) struct PendingZero {
 }
 
 /// Appends `base:allocation` descriptors starting at `pos`, clipped to `end`,
-/// while `out` holds fewer than [`MAX_EXTENTS`]; returns the new position.
+/// while `out` holds fewer than `max`; returns the new position.
 pub(crate) fn append_descriptors(
     out: &mut Vec<Extent>,
     mut pos: u64,
     end: u64,
     descs: &[(u32, u32)],
+    max: usize,
 ) -> u64 {
     for &(l, flags) in descs {
-        if pos >= end || out.len() >= MAX_EXTENTS {
+        if pos >= end || out.len() >= max {
             break;
         }
         let l = u64::from(l).min(end - pos);

@@ -329,10 +329,10 @@ fn finish_map(client: &Client, m: Mapping) -> Result<Vec<Extent>> {
     };
     let descs = wait_extents(t)?;
     let mut out = Vec::new();
-    let mut pos = append_descriptors(&mut out, m.start, end, &descs);
+    let mut pos = append_descriptors(&mut out, m.start, end, &descs, MAX_EXTENTS);
     if pos < end && out.len() < MAX_EXTENTS {
         // The server answered for less than asked: map the rest.
-        let rest = client.extents(pos, end - pos)?;
+        let rest = client.extents_upto(pos, end - pos, MAX_EXTENTS - out.len())?;
         pos = rest.last().map_or(pos, |e| e.offset + e.len);
         out.extend(rest);
     }

@@ -35,7 +35,7 @@ pub mod proto;
 mod spare;
 pub mod uri;
 
-pub use client::{Client, Extent, DEFAULT_REQUEST_SIZE, MAX_EXTENTS};
+pub use client::{Client, Extent, DEFAULT_REQUEST_SIZE, MAX_EXTENTS, MAX_QUERIES};
 pub use conn::{ConnectOptions, Connection, ExportInfo, Reply, Ticket};
 pub use copy::{
     copy_from_file, copy_from_file_with, copy_to_file, copy_to_file_with, is_zero, CopyOptions,

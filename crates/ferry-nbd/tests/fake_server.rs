@@ -32,8 +32,8 @@ enum Script {
     SimpleError,
     Close,
     HugeBlockStatus,
-    /// Block status in pieces of one byte, data and hole by turns,
-    /// 65,536 of them per reply.
+    /// Block status in pieces of one byte, data and hole (not zero) by
+    /// turns, 65,536 of them per reply; every byte reads as 0x5a.
     Confetti,
     Good,
     /// Good on the first connection, with multi-conn offered; later
@@ -196,6 +196,11 @@ fn serve(mut s: UnixStream, script: Script) {
                 let mut b = chunk(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie, &[]);
                 b[16..20].copy_from_slice(&u32::MAX.to_be_bytes());
                 b
+            }
+            Script::Confetti if cmd == CMD_READ => {
+                let mut p = off.to_be_bytes().to_vec();
+                p.extend_from_slice(&vec![0x5a; len as usize]);
+                chunk(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, &p)
             }
             Script::Confetti => {
                 let n = len.min(1 << 16);
@@ -392,11 +397,20 @@ fn a_map_in_one_byte_pieces_is_kept_bounded() {
     let mut at = 0;
     for e in &ext {
         assert_eq!((e.offset, e.len, e.hole), (at, 1, at % 2 == 1));
+        // A hole the server does not say reads as zeros is read.
+        assert!(!e.skippable());
         at += 1;
     }
     let more = c.extents(at, SIZE - at).unwrap();
     assert_eq!(more.len(), ferry_nbd::MAX_EXTENTS);
     assert_eq!(more[0].offset, at);
+    // A copy reads past what it could keep of the map, and reads the
+    // holes: every byte arrives.
+    let d = tempfile::tempdir().unwrap();
+    let out = std::fs::File::create(d.path().join("out")).unwrap();
+    ferry_nbd::copy_to_file(&c, &out, 1).unwrap();
+    let got = std::fs::read(d.path().join("out")).unwrap();
+    assert!(got.len() == SIZE as usize && got.iter().all(|&b| b == 0x5a));
 }
 
 #[test]

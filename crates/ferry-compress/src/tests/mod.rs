@@ -52,7 +52,7 @@ fn random(n: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-/// Speeds (bytes/s per core) and ratios of the ladder's codecs after
+/// Speeds (bytes/s per worker, one core each) and ratios of the ladder's codecs after
 /// `None`, as this kind of machine measures them on `text`: the tests of
 /// Auto's decisions take these instead of probing, whose figures follow
 /// the load of the machine (a CI run of tests in parallel).

@@ -4,9 +4,9 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use super::nbdmap::{Map, Maps, REGION};
+use super::nbdmap::Kept;
 use super::{nbd_io, Sink, Source};
 
 /// Connections opened to an export that offers multi-conn (nbdcopy's
@@ -29,7 +29,7 @@ pub(super) fn export_file_name(uri: &str) -> Vec<u8> {
 
 /// An NBD export as an endpoint: read as a source, or written in place as
 /// a destination (zero ranges as WRITE_ZEROES, durability as FLUSH).
-pub struct NbdExport(ferry_nbd::Pool, Extents, Mutex<Maps>);
+pub struct NbdExport(ferry_nbd::Pool, Extents, Kept);
 
 /// The data extents [`Source::next_data`] returned last: a read inside one
 /// is followed by reads of the rest of it, which are asked for ahead.
@@ -60,7 +60,7 @@ impl Extents {
 impl NbdExport {
     pub fn connect(uri: &str) -> io::Result<Self> {
         ferry_nbd::Pool::connect(uri, NBD_CONNECTIONS)
-            .map(|p| NbdExport(p, Extents::default(), Mutex::default()))
+            .map(|p| NbdExport(p, Extents::default(), Kept::default()))
             .map_err(nbd_io)
     }
     pub fn size(&self) -> u64 {
@@ -95,30 +95,15 @@ impl Source for NbdExport {
 impl NbdExport {
     /// The next data extent at or after `pos` and before `end`, from the
     /// server's allocation map (holes and zero ranges are zeros), asked
-    /// for a [`REGION`] at a time and kept (see `endpoint::nbdmap`).
+    /// for 256 MiB at a time and kept (see `endpoint::nbdmap`).
     fn find_data(&self, mut pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
-        let end = end.min(self.size());
+        let (size, client) = (self.size(), self.0.first());
+        let fetch = |start, len| client.extents(start, len).map_err(nbd_io);
+        let end = end.min(size);
         while pos < end {
-            let kept = self.maps().get(pos);
-            let map = match kept {
-                Some(m) => m,
-                None => {
-                    // Asked with the maps unlocked: other readers go on
-                    // meanwhile (two may ask for one region; the second
-                    // answer replaces the first).
-                    let start = pos - pos % REGION;
-                    let len = REGION.min(self.size() - start);
-                    let exts = self.0.first().extents(start, len).map_err(nbd_io)?;
-                    match Map::new(start, exts) {
-                        Some(m) if m.end > pos => {
-                            let m = Arc::new(m);
-                            self.maps().keep(m.clone());
-                            m
-                        }
-                        // No map of it: read it all.
-                        _ => return Ok(Some((pos, end))),
-                    }
-                }
+            let Some(map) = self.2.map_for(pos, size, fetch)? else {
+                // No map of it: read it all.
+                return Ok(Some((pos, end)));
             };
             match map.first_data(pos, end) {
                 Ok(found) => return Ok(Some(found)),
@@ -128,10 +113,6 @@ impl NbdExport {
             }
         }
         Ok(None)
-    }
-
-    fn maps(&self) -> std::sync::MutexGuard<'_, Maps> {
-        self.2.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
