@@ -1,7 +1,7 @@
 //! Sparse-aware, parallel copies between an NBD export and a local file.
 //!
-//! Export -> file: block status first; extents that are holes or read as
-//! zeroes are never read (the destination file is truncated and re-extended,
+//! Export -> file: block status first; extents the server says read as
+//! zeroes (`NBD_STATE_ZERO`) are never read (the destination file is truncated and re-extended,
 //! so they stay holes); data extents are read in requests of
 //! [`CopyOptions::request_size`] with [`CopyOptions::in_flight`] requests in
 //! flight per worker, and every 4 KiB block of what was read is checked for

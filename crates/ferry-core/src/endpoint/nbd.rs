@@ -94,7 +94,7 @@ impl Source for NbdExport {
 
 impl NbdExport {
     /// The next data extent at or after `pos` and before `end`, from the
-    /// server's allocation map (holes and zero ranges are zeros), asked
+    /// server's allocation map (ranges flagged `NBD_STATE_ZERO` are zeros), asked
     /// for 256 MiB at a time and kept (see `endpoint::nbdmap`).
     fn find_data(&self, mut pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
         let (size, client) = (self.size(), self.0.first());

@@ -23,9 +23,10 @@ use ferry_nbd::Extent;
 pub(super) const REGION: u64 = 256 << 20;
 
 /// Extents kept over all regions (about 12 MiB of them, each map also
-/// charged [`MAP_COST`]): regions asked for first are dropped first beyond
-/// this, and are asked for again if read.
-const KEEP_EXTENTS: usize = 1 << 19;
+/// charged [`MAP_COST`]; two answers of the most a query returns fit):
+/// regions asked for first are dropped first beyond this, and are asked
+/// for again if read.
+const KEEP_EXTENTS: usize = 2 * (ferry_nbd::MAX_EXTENTS + MAP_COST);
 /// What a kept map costs beyond its extents, in extents (its `Arc`, its
 /// place in the index and in the order of arrival).
 const MAP_COST: usize = 8;
@@ -134,6 +135,19 @@ impl Maps {
     }
 }
 
+/// A region being asked for (`.2` until its answer is in): a panic while
+/// asking still takes it off the list and wakes the readers waiting.
+struct Asking<'a>(&'a Kept, u64, bool);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if self.2 {
+            self.0.lock().fetching.remove(&self.1);
+            self.0.answered.notify_all();
+        }
+    }
+}
+
 /// [`Maps`] shared by an export's readers.
 #[derive(Default)]
 pub(super) struct Kept {
@@ -174,15 +188,20 @@ impl Kept {
             }
             g.fetching.insert(start);
             drop(g);
-            let got = fetch(start, region_end - start);
+            let mut asking = Asking(self, start, true);
+            let got =
+                fetch(start, region_end - start).map(|exts| Map::new(start, exts).map(Arc::new));
             g = self.lock();
+            // Done asking, and the answer kept, before the waiting wake.
+            asking.2 = false;
             g.fetching.remove(&start);
+            if let Ok(Some(m)) = &got {
+                g.keep(m.clone());
+            }
             self.answered.notify_all();
-            let Some(m) = Map::new(start, got?) else {
+            let Some(m) = got? else {
                 return Ok(None);
             };
-            let m = Arc::new(m);
-            g.keep(m.clone());
             if m.end > pos {
                 return Ok(Some(m));
             }
@@ -388,6 +407,23 @@ mod tests {
                 });
             }
         });
+        assert_eq!(srv.asked(), 1);
+    }
+
+    #[test]
+    fn a_panic_while_asking_leaves_the_region_askable() {
+        let kept = Kept::default();
+        let mad = |_, _| -> io::Result<Vec<Extent>> { panic!("a fetch that panics") };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = kept.map_for(10, REGION, mad);
+        }));
+        assert!(r.is_err());
+        // Not left "being asked for": the next reader asks, not waits.
+        let srv = Server::new(None, 0);
+        assert!(kept
+            .map_for(10, REGION, |s, l| srv.fetch(s, l))
+            .unwrap()
+            .is_some());
         assert_eq!(srv.asked(), 1);
     }
 

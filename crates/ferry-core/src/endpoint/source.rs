@@ -8,7 +8,7 @@ use crate::fsutil;
 
 /// A readable source of one file's bytes: a regular file or a block device
 /// (data extents from `SEEK_DATA`/`SEEK_HOLE`), an NBD export (extents
-/// from `NBD_CMD_BLOCK_STATUS`, where holes and zero ranges are both
+/// from `NBD_CMD_BLOCK_STATUS`, where ranges flagged `NBD_STATE_ZERO` are
 /// zeros), or the O_DIRECT reader over a file.
 pub trait Source: Send + Sync {
     /// The next data extent at or after `pos` and before `end`, or `None`
