@@ -216,11 +216,16 @@ mod tests {
 
     /// An extent of data, or (`skip`) a hole that reads as zeros.
     fn ext(offset: u64, len: u64, skip: bool) -> Extent {
+        ext_flags(offset, len, skip, skip)
+    }
+
+    /// An extent with the server's two flags as given.
+    fn ext_flags(offset: u64, len: u64, hole: bool, zero: bool) -> Extent {
         Extent {
             offset,
             len,
-            hole: skip,
-            zero: skip,
+            hole,
+            zero,
         }
     }
 
@@ -237,20 +242,10 @@ mod tests {
             vec![
                 ext(0, 10, true),
                 ext(10, 20, false),
-                Extent {
-                    offset: 30,
-                    len: 20,
-                    hole: false,
-                    zero: true,
-                },
+                ext_flags(30, 20, false, true),
                 ext(50, 10, false),
                 ext(60, 40, true),
-                Extent {
-                    offset: 100,
-                    len: 10,
-                    hole: true,
-                    zero: false,
-                },
+                ext_flags(100, 10, true, false),
             ],
         );
         assert_eq!(map.first_data(0, 100), Ok((10, 30)));

@@ -14,7 +14,8 @@
 //! 1. every file's write-back, started when it joined the batch (and
 //!    again now), is waited for, one by one (`sync_file_range`): a file
 //!    whose data cannot be written fails here (its temp file goes, the
-//!    old copy stays);
+//!    old copy stays). Not a small file's ([`decide::early_writeback`]):
+//!    the `syncfs` writes those, and reports their failure;
 //! 2. one `syncfs` for each filesystem the batch is on writes the
 //!    metadata and flushes the device's cache: one journal commit, one
 //!    cache flush, for the whole batch;
@@ -30,8 +31,18 @@
 //! `sync_file_range` is not supported. What is left at the end of the run
 //! is committed the same way, before the directories get their metadata
 //! and are fsynced.
+//!
+//! A due batch is committed on the committer thread ([`committer`]), not
+//! by the writer whose file filled it: a batch's `syncfs` waits for the
+//! disk (20 ms a batch here), and a writer waiting with it stalls the
+//! dispatcher, which routes each segment to its own writer. One batch is
+//! committed while the next one fills; a third waits for the first (the
+//! queue holds one), so batches are committed in the order they were
+//! filled.
 
 use std::time::Instant;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
 
 use super::*;
 
@@ -39,6 +50,17 @@ use super::*;
 pub(super) struct Commits {
     batch: Mutex<Batch>,
     limits: (usize, u64),
+    /// The committer thread's queue while it runs (see [`Commits::start`]);
+    /// without it, a due batch is committed by the thread that found it due.
+    queue: Mutex<Option<Sender<Vec<Arc<DstFile>>>>>,
+}
+
+/// The committer thread: commit the batches that come, in order, until
+/// [`Commits::stop`] closes its queue.
+pub(super) fn committer(batches: Receiver<Vec<Arc<DstFile>>>, sh: &Shared<'_>) {
+    for files in batches {
+        commit_batch(files, sh);
+    }
 }
 
 #[derive(Default)]
@@ -62,7 +84,41 @@ impl Commits {
         Commits {
             batch: Mutex::default(),
             limits: decide::batch_limits(budget.max()),
+            queue: Mutex::default(),
         }
+    }
+
+    /// From now on due batches go to the [`committer`] that reads the
+    /// other end of the returned queue.
+    pub(super) fn start(&self) -> Receiver<Vec<Arc<DstFile>>> {
+        let (tx, rx) = bounded(1);
+        if let Ok(mut q) = self.queue.lock() {
+            *q = Some(tx);
+        }
+        rx
+    }
+
+    /// Close the committer's queue: it commits what is queued and ends.
+    /// Called once nothing else adds to a batch or ticks.
+    pub(super) fn stop(&self) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.take();
+        }
+    }
+
+    /// Commit a due batch: on the committer thread if it runs (waiting
+    /// while it commits the batch before), or here.
+    fn due(&self, files: Vec<Arc<DstFile>>, sh: &Shared<'_>) {
+        let queue = self.queue.lock().ok().and_then(|q| q.clone());
+        let files = match queue {
+            Some(tx) => match tx.send(files) {
+                Ok(()) => return,
+                // The committer is gone (it panicked): commit here.
+                Err(e) => e.into_inner(),
+            },
+            None => files,
+        };
+        commit_batch(files, sh);
     }
 
     /// `f` is written, verified and given its metadata: it is committed
@@ -72,7 +128,8 @@ impl Commits {
         // comes in, not when the batch is due: the batch's sync then
         // finds it written (at the end of a run, one batch of a 125 MiB
         // tree spent 0.11 s writing back what had waited in the cache).
-        if let Some(file) = f.file.as_file() {
+        // Not a small file's: the `syncfs` writes those together.
+        if let (Some(file), true) = (f.file.as_file(), decide::early_writeback(f.entry.size)) {
             fsutil::start_writeback(file);
         }
         let due = {
@@ -85,7 +142,7 @@ impl Commits {
             b.due(self.limits).then(|| std::mem::take(&mut *b))
         };
         if let Some(b) = due {
-            commit_batch(b.files, sh);
+            self.due(b.files, sh);
         }
     }
 
@@ -96,11 +153,12 @@ impl Commits {
             Err(_) => None,
         };
         if let Some(b) = due {
-            commit_batch(b.files, sh);
+            self.due(b.files, sh);
         }
     }
 
-    /// Commit every file still waiting (the run's data is all in).
+    /// Commit every file still waiting (the run's data is all in, and the
+    /// committer has been stopped and has ended).
     pub(super) fn flush(&self, sh: &Shared<'_>) {
         let b = match self.batch.lock() {
             Ok(mut b) => std::mem::take(&mut *b),
@@ -116,7 +174,7 @@ impl Commits {
 /// that made it.
 fn commit_batch(files: Vec<Arc<DstFile>>, sh: &Shared<'_>) {
     for f in &files {
-        if let Some(file) = f.file.as_file() {
+        if let (Some(file), true) = (f.file.as_file(), decide::early_writeback(f.entry.size)) {
             fsutil::start_writeback(file);
         }
     }

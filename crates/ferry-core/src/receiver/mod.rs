@@ -208,6 +208,10 @@ pub fn run_receiver(
         // ends (a panic too, which the scope would otherwise wait on for
         // ever); a sleeping timer would hold every run's end back by up to
         // a tick.
+        let committer = {
+            let (sh, batches) = (&shared, shared.commits.start());
+            s.spawn(move || commit::committer(batches, sh))
+        };
         let (stop, stopped) = bounded::<()>(0);
         let ticker = {
             let sh = &shared;
@@ -290,6 +294,8 @@ pub fn run_receiver(
         }
         drop(stop);
         let _ = ticker.join();
+        shared.commits.stop();
+        let _ = committer.join();
         // Files verified before the run ended, even by an error, are
         // committed (as each would have been on its own).
         shared.commits.flush(&shared);

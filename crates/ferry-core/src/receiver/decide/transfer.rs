@@ -270,6 +270,19 @@ pub(crate) fn batch_due(files: usize, bytes: u64, age_ms: u64, limits: (usize, u
 /// How long a finished file may wait for its batch's `syncfs`.
 pub(crate) const BATCH_AGE_MS: u64 = 2000;
 
+/// Whether a batched file of `size` bytes has its write-back started as
+/// it joins the batch (`sync_file_range`), so that its pages go to the
+/// disk while the run goes on. Small files do not: each such call is an
+/// I/O of its own, where the batch's `syncfs` writes a directory's small
+/// files together (100,000 files of 0-8 KiB: 14.1-14.6 s without, 14.8-17.7
+/// s with).
+pub(crate) fn early_writeback(size: u64) -> bool {
+    size >= EARLY_WRITEBACK_MIN
+}
+
+/// The smallest file whose write-back starts early ([`early_writeback`]).
+pub(crate) const EARLY_WRITEBACK_MIN: u64 = 64 << 10;
+
 /// Why a block device of `capacity` bytes cannot take `size` bytes.
 pub(crate) fn device_refusal(capacity: u64, size: u64) -> Option<String> {
     (capacity < size).then(|| format!("device holds {capacity} bytes, source has {size}"))
@@ -325,6 +338,16 @@ mod tests {
         assert!(batch_due(3, 256 << 20, 10, l));
         assert!(batch_due(1, 0, BATCH_AGE_MS, l));
         assert!(!batch_due(0, 0, BATCH_AGE_MS * 10, l));
+    }
+
+    #[test]
+    fn only_files_of_64_kib_or_more_start_their_write_back_early() {
+        assert!(!early_writeback(0));
+        assert!(!early_writeback(8 << 10));
+        assert!(!early_writeback(EARLY_WRITEBACK_MIN - 1));
+        assert!(early_writeback(EARLY_WRITEBACK_MIN));
+        assert!(early_writeback(256 << 10));
+        assert!(early_writeback(u64::MAX));
     }
 
     #[test]
