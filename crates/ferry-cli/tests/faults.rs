@@ -402,11 +402,14 @@ fn failing_destination_disk_is_an_error_and_keeps_the_old_files() {
             "{args:?}: a failed new.bin was put in place"
         );
         assert_eq!(fs::read(dst.join("f.txt")).unwrap(), b"old f\n", "{args:?}");
-        // A small file's failed write is met by its batch's `syncfs`,
-        // whose journal commit then fails too: ext4 aborts the journal and
-        // turns read-only, as its own periodic commit would within 5 s on
-        // a disk that fails for real. The temporary file then lives in
-        // memory only, never on the disk (checked below, remounted).
+        // A small file's failed write is met by its batch's `syncfs`
+        // (small files are written back together, by the `syncfs`), whose
+        // journal commit then fails too: ext4 aborts the journal and turns
+        // read-only. Here ferry's `syncfs` does it (commit=300 keeps ext4's
+        // own commit out of the test); on a disk failing for real, ext4's
+        // periodic commit does it within 5 s. The temporary file then
+        // lives in memory only, never on the disk (checked below,
+        // remounted), and the old copy stays.
         if !(name == "f.txt" && read_only(&dst)) {
             assert!(
                 temp_files(&dst).is_empty(),

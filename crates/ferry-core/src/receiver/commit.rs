@@ -15,7 +15,11 @@
 //!    again now), is waited for, one by one (`sync_file_range`): a file
 //!    whose data cannot be written fails here (its temp file goes, the
 //!    old copy stays). Not a small file's ([`decide::early_writeback`]):
-//!    the `syncfs` writes those, and reports their failure;
+//!    the `syncfs` writes those together, so a small file's failed write
+//!    is met by the `syncfs` (step 2), which has then also written the
+//!    rest of the filesystem and, on ext4, failed its journal commit
+//!    (ext4 then turns read-only, as its periodic commit makes it within
+//!    5 s on a disk that fails for real);
 //! 2. one `syncfs` for each filesystem the batch is on writes the
 //!    metadata and flushes the device's cache: one journal commit, one
 //!    cache flush, for the whole batch;
@@ -59,7 +63,27 @@ pub(super) struct Commits {
 /// [`Commits::stop`] closes its queue.
 pub(super) fn committer(batches: Receiver<Vec<Arc<DstFile>>>, sh: &Shared<'_>) {
     for files in batches {
-        commit_batch(files, sh);
+        let first = files
+            .first()
+            .map(|f| f.loc.shown.clone())
+            .unwrap_or_default();
+        // A panic (a bug) must not pass for a commit: the run fails, naming
+        // the batch's first file, and the batches after it are still
+        // committed.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit_batch(files, sh)));
+        if r.is_err() {
+            let e = io::Error::other("internal error while committing its batch");
+            sh.set_fatal(Error::io(&first, e));
+        }
+    }
+}
+
+/// Closes the committer's queue when dropped ([`Commits::stop`]).
+pub(super) struct Stop<'c>(pub(super) &'c Commits);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
@@ -98,8 +122,9 @@ impl Commits {
         rx
     }
 
-    /// Close the committer's queue: it commits what is queued and ends.
-    /// Called once nothing else adds to a batch or ticks.
+    /// Close the committer's queue: it commits what is queued and ends;
+    /// a batch due after this is committed by the thread that finds it
+    /// due.
     pub(super) fn stop(&self) {
         if let Ok(mut q) = self.queue.lock() {
             q.take();
@@ -231,5 +256,25 @@ fn commit_batch(files: Vec<Arc<DstFile>>, sh: &Shared<'_>) {
         };
         // Not renamed unless synced: dropped, its temp file goes.
         told(&f, sh, synced.and_then(|()| commit(&f, sh)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committers_queue_closes_when_the_run_ends_even_by_a_panic() {
+        let c = Commits::new(decide::FileBudget::from_nofile(Some(1024)));
+        let batches = c.start();
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _committing = Stop(&c);
+            panic!("a bug in the run");
+        }));
+        assert!(run.is_err());
+        // The committer's loop ends: nothing queued, the queue closed.
+        assert!(batches.recv().is_err());
+        // A batch due after that is no one else's: `due` keeps it here.
+        assert!(c.queue.lock().unwrap().is_none());
     }
 }

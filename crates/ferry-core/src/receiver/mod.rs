@@ -202,16 +202,20 @@ pub fn run_receiver(
             let sh = &shared;
             handles.push(s.spawn(move || writer(wrx, sh)));
         }
+        // Commits the batches that are due (see `commit`). Its queue
+        // closes when `committing` is dropped, however this closure ends
+        // (a panic too, which the scope would otherwise wait on for ever).
+        let committer = {
+            let (sh, batches) = (&shared, shared.commits.start());
+            s.spawn(move || commit::committer(batches, sh))
+        };
+        let committing = commit::Stop(&shared.commits);
         // Commits batches that have waited long enough while nothing else
         // comes to commit them (a slow link, a big file behind them).
         // It stops as soon as `stop` is dropped, however this closure
         // ends (a panic too, which the scope would otherwise wait on for
         // ever); a sleeping timer would hold every run's end back by up to
         // a tick.
-        let committer = {
-            let (sh, batches) = (&shared, shared.commits.start());
-            s.spawn(move || commit::committer(batches, sh))
-        };
         let (stop, stopped) = bounded::<()>(0);
         let ticker = {
             let sh = &shared;
@@ -294,7 +298,7 @@ pub fn run_receiver(
         }
         drop(stop);
         let _ = ticker.join();
-        shared.commits.stop();
+        drop(committing);
         let _ = committer.join();
         // Files verified before the run ended, even by an error, are
         // committed (as each would have been on its own).
