@@ -235,6 +235,11 @@ impl<'s> Requests<'s> {
             .store(layout::segment_count(f.size), Ordering::SeqCst);
         if mode == WantMode::Whole {
             self.resuming.remove(&file);
+            // A delta given up: its signature will not complete, and no
+            // segment of it goes early beside the whole file's.
+            if let Some(p) = self.pending.remove(&file) {
+                p.file.prehash.abandon();
+            }
             return enqueue(self.jobs.as_ref(), file, &f, None, &[]);
         }
         if matches!(mode, WantMode::Resume | WantMode::Check) {
@@ -362,13 +367,19 @@ impl<'s> Requests<'s> {
         Ok(())
     }
 
-    /// No more requests: let the workers drain, then say so.
-    fn end_of_list(&mut self) -> Result<()> {
-        // Signatures that never completed (the receiver could not read its
-        // old copy) send nothing more early.
-        for p in self.pending.values() {
+    /// Signatures that never completed (the receiver could not read its
+    /// old copy, or the requests ended without them) send nothing more
+    /// early: each pre-hash lets go of its sink, and with it of the job
+    /// queue, so the workers see the queue close.
+    fn abandon_pending(&mut self) {
+        for (_, p) in self.pending.drain() {
             p.file.prehash.abandon();
         }
+    }
+
+    /// No more requests: let the workers drain, then say so.
+    fn end_of_list(&mut self) -> Result<()> {
+        self.abandon_pending();
         self.jobs = None;
         if let Some(ws) = self.workers.take() {
             for w in ws {
@@ -378,6 +389,16 @@ impl<'s> Requests<'s> {
         }
         self.tx.send(Message::SenderDone)?;
         Ok(())
+    }
+}
+
+impl Drop for Requests<'_> {
+    /// However the requests end (a peer that hangs up, reports or breaks
+    /// the protocol before `EndOfList`), no pre-hash keeps the job queue
+    /// open: the workers would wait on it for ever, and the session with
+    /// them.
+    fn drop(&mut self) {
+        self.abandon_pending();
     }
 }
 
