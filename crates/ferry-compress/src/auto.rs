@@ -37,16 +37,19 @@ const HYSTERESIS: f64 = 1.05;
 /// A link rate this many times above or below the one the level was
 /// chosen at makes the compressor choose again.
 const RATE_CHANGE: f64 = 1.5;
-/// With fewer free cores than this (see [`crate::cpu`]; on a process
-/// allowed fewer than two cores, 0.375 of its share) compressing only takes
-/// CPU from the link's own work (ssh's cipher, a peer on the same host):
-/// every codec but None is taken as moving nothing, unless the link is
-/// slower than [`STARVED_LINK_MAX`].
-pub const MIN_FREE_CORES: f64 = 0.75;
-/// ... and compression comes back only once this many are free again (half
-/// the share of a process allowed fewer), so that an estimate hovering at
-/// the limit does not flip it every window.
-pub const RESUME_FREE_CORES: f64 = 1.0;
+/// With fewer spare cores than this (idle, within this process's share,
+/// not counting what compressing itself uses; see [`crate::cpu`]; on a
+/// process allowed fewer than two cores, an eighth of its share) the
+/// machine is saturated: the link's own work (ssh's cipher, a peer on the
+/// same host) is what holds it, and compressing only takes CPU from it.
+/// Every codec but None is taken as moving nothing, unless the link is
+/// slower than [`STARVED_LINK_MAX`]. Measured on two cores: a loopback ssh
+/// link leaves 0.0-0.3 of a core spare, a 1 Gbit/s one 0.3-1.1.
+pub const MIN_SPARE_CORES: f64 = 0.25;
+/// ... and compression comes back only once this many are spare again
+/// (0.225 of the share of a process allowed fewer), so that an estimate
+/// hovering at the limit does not flip it every window.
+pub const RESUME_SPARE_CORES: f64 = 0.45;
 /// A link this slow (bytes/s) is worth compressing for even on a busy
 /// machine: a quarter of a core of the fastest level outruns it.
 pub const STARVED_LINK_MAX: f64 = 32e6;
@@ -124,8 +127,8 @@ impl Auto {
         LADDER[self.current]
     }
 
-    /// Too few cores are free to compress for this link (see
-    /// [`MIN_FREE_CORES`], [`STARVED_LINK_MAX`]).
+    /// Too few cores are spare to compress for this link (see
+    /// [`MIN_SPARE_CORES`], [`STARVED_LINK_MAX`]).
     pub(crate) fn starved(&self) -> bool {
         self.starved && self.link_rate > STARVED_LINK_MAX
     }
@@ -135,24 +138,28 @@ impl Auto {
         self.workers = n.max(1) as f64;
     }
 
-    /// Record the cores compression may use (`None`: unknown, the
-    /// workers' count alone). Returns true when the choice should be made
-    /// again: compression became starved or fed, or the cores moved by
-    /// more than [`RATE_CHANGE`].
-    pub(crate) fn set_free_cores(&mut self, free: Option<f64>, cores: f64) -> bool {
+    /// Record the cores compression may use and the spare ones (`None`:
+    /// unknown, the workers' count alone; see [`crate::cpu::Free`]).
+    /// Returns true when the choice should be made again: compression
+    /// became starved or fed, or the free cores moved by more than
+    /// [`RATE_CHANGE`].
+    pub(crate) fn set_free_cores(&mut self, free: Option<(f64, f64)>, cores: f64) -> bool {
         let old = (self.free, self.starved);
-        self.free = free;
+        self.free = free.map(|(f, _)| f);
         self.cores = cores.max(0.5);
         let (starve, resume) = (
-            MIN_FREE_CORES.min(0.375 * self.cores),
-            RESUME_FREE_CORES.min(0.5 * self.cores),
+            MIN_SPARE_CORES.min(0.125 * self.cores),
+            RESUME_SPARE_CORES.min(0.225 * self.cores),
         );
+        // The first measure must show as many spare cores as coming back
+        // does: a link that saturates the machine may leave a third of a
+        // core idle in one window (loopback ssh, two cores).
         self.starved = match free {
             None => false,
-            Some(f) if self.starved => f < resume,
-            Some(f) => f < starve,
+            Some((_, spare)) if self.starved || old.0.is_none() => spare < resume,
+            Some((_, spare)) => spare < starve,
         };
-        match (old.0, free) {
+        match (old.0, self.free) {
             _ if old.1 != self.starved => true,
             (Some(a), Some(b)) => {
                 !(1.0 / RATE_CHANGE..=RATE_CHANGE).contains(&(b.max(0.01) / a.max(0.01)))
@@ -349,7 +356,7 @@ mod tests {
     fn auto_with(mix: f64) -> Auto {
         let mut a = Auto::new(Mode::Auto);
         a.set_workers(2);
-        a.set_free_cores(Some(1.0), 2.0);
+        a.set_free_cores(Some((1.0, 1.0)), 2.0);
         a.set_link_rate(Some(125e6));
         // zstd 1 fast, zstd 3 slower with a better ratio; the rest unknown.
         a.est[2] = Estimate {

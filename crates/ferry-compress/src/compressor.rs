@@ -41,23 +41,24 @@ impl Compressor {
     }
 
     /// In [`Mode::Auto`], measure the cores free on this machine (idle,
-    /// plus what compressing itself uses) and compress only while there
-    /// are enough ([`MIN_FREE_CORES`]): on a busy machine, a block waits
-    /// longer for its compression than the link would have taken for the
-    /// bytes it saves, and the CPU it takes slows the link itself (ssh's
-    /// cipher, a peer on the same host). Off by default, so that a
+    /// plus what compressing itself uses) and compress only while some
+    /// are spare ([`MIN_SPARE_CORES`]): on a saturated machine, a block
+    /// waits longer for its compression than the link would have taken
+    /// for the bytes it saves, and the CPU it takes slows the link itself
+    /// (ssh's cipher, a peer on the same host). Off by default, so that a
     /// compressor's choice does not depend on what else the machine runs
     /// (tests).
     ///
-    /// [`MIN_FREE_CORES`]: crate::auto::MIN_FREE_CORES
+    /// [`MIN_SPARE_CORES`]: crate::auto::MIN_SPARE_CORES
     pub fn watch_cpu(&mut self) {
         self.watch_cpu = true;
     }
 
-    /// Record the cores compression may use (`None`: unknown) out of
+    /// Record the cores compression may use and those spare, as
+    /// `(free, spare)` (`None`: unknown; see [`crate::auto`]) out of
     /// `cores` this process may use; what [`Compressor::watch_cpu`] does
     /// before each block.
-    pub fn set_free_cores(&mut self, free: Option<f64>, cores: f64) {
+    pub fn set_free_cores(&mut self, free: Option<(f64, f64)>, cores: f64) {
         if self.auto.set_free_cores(free, cores) && self.mode == Mode::Auto {
             self.auto.choose();
         }
@@ -181,7 +182,9 @@ impl Compressor {
                 crate::cpu::note_compressing(thread_cpu() - t);
                 return p;
             }
-            Free::Cores(f) => self.set_free_cores(Some(f), crate::cpu::my_cores()),
+            Free::Cores { free, spare } => {
+                self.set_free_cores(Some((free, spare)), crate::cpu::my_cores())
+            }
             Free::Unknown => self.set_free_cores(None, crate::cpu::my_cores()),
         }
         let t = thread_cpu();

@@ -31,8 +31,11 @@ pub(crate) enum Free {
     Settling,
     /// The second window, the first one measured, has not passed yet.
     Measuring,
-    /// Cores compression may use.
-    Cores(f64),
+    /// Cores compression may use (`free`: idle, within this process's
+    /// share, plus what the compressors used themselves) and the cores
+    /// nobody used (`spare`: the same without the compressors' own use;
+    /// near zero while the machine is saturated, compressing or not).
+    Cores { free: f64, spare: f64 },
     /// No way to tell on this system (no `/proc/stat`).
     Unknown,
 }
@@ -58,10 +61,10 @@ pub(crate) struct Cores {
 
 /// Cores compression may use over the window from `a` to `b`, `wall`
 /// long: the idle share of the machine's cores, but no more than this
-/// process's share leaves after its work other than compressing, plus
-/// the cores the compressors kept busy themselves; at most `mine`.
-/// `None` when the ticks did not move.
-pub(crate) fn free_cores(a: Sample, b: Sample, wall: Duration, cores: Cores) -> Option<f64> {
+/// process's share leaves after its work other than compressing (the
+/// spare cores), plus the cores the compressors kept busy themselves; at
+/// most `mine`. Returns (free, spare); `None` when the ticks did not move.
+pub(crate) fn free_cores(a: Sample, b: Sample, wall: Duration, cores: Cores) -> Option<(f64, f64)> {
     let total = b.total.checked_sub(a.total).filter(|t| *t > 0)? as f64;
     let idle = b.idle.saturating_sub(a.idle) as f64;
     let wall = wall.as_secs_f64();
@@ -72,8 +75,11 @@ pub(crate) fn free_cores(a: Sample, b: Sample, wall: Duration, cores: Cores) -> 
     let own = per_wall(a.own_ns, b.own_ns);
     let other_work = (per_wall(a.proc_ns, b.proc_ns) - own).max(0.0);
     let idle_cores = cores.host * (idle / total).min(1.0);
-    let free = idle_cores.min((cores.mine - other_work).max(0.0)) + own;
-    Some(free.clamp(0.0, cores.mine))
+    let spare = idle_cores.min((cores.mine - other_work).max(0.0));
+    Some((
+        (spare + own).clamp(0.0, cores.mine),
+        spare.clamp(0.0, cores.mine),
+    ))
 }
 
 /// The aggregate `cpu` line of `/proc/stat` and the number of `cpuN`
@@ -110,8 +116,8 @@ static CORES: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The looks themselves: one thread takes each.
 static LOOKS: Mutex<Looks> = Mutex::new(Looks::new());
 
-/// [`Free`]'s phases as NaN payloads, which no estimate (a finite number
-/// of cores) can be.
+/// [`Free`]'s phases as NaN payloads, which no estimate can be: an
+/// estimate is two finite `f32`s (free, spare), free in the high half.
 const SETTLING: u64 = 0x7ff8_0000_0000_0001;
 const MEASURING: u64 = 0x7ff8_0000_0000_0002;
 const UNKNOWN: u64 = 0x7ff8_0000_0000_0003;
@@ -126,8 +132,11 @@ pub(crate) fn encode(f: Free) -> u64 {
         Free::Settling => SETTLING,
         Free::Measuring => MEASURING,
         Free::Unknown => UNKNOWN,
-        Free::Cores(c) if c.is_finite() => c.max(0.0).to_bits(),
-        Free::Cores(_) => UNKNOWN,
+        Free::Cores { free, spare } if free.is_finite() && spare.is_finite() => {
+            let half = |x: f64| u64::from((x.max(0.0) as f32).to_bits());
+            half(free) << 32 | half(spare)
+        }
+        Free::Cores { .. } => UNKNOWN,
     }
 }
 
@@ -136,7 +145,10 @@ pub(crate) fn decode(bits: u64) -> Free {
         SETTLING => Free::Settling,
         MEASURING => Free::Measuring,
         UNKNOWN => Free::Unknown,
-        b => Free::Cores(f64::from_bits(b)),
+        b => Free::Cores {
+            free: f64::from(f32::from_bits((b >> 32) as u32)),
+            spare: f64::from(f32::from_bits(b as u32)),
+        },
     }
 }
 
@@ -146,13 +158,28 @@ pub(crate) fn decode(bits: u64) -> Free {
 pub(crate) struct Looks {
     last: Option<(Instant, Sample)>,
     state: Free,
+    /// The spare cores of the last [`SPARE_WINDOWS`] measured windows,
+    /// newest last.
+    spares: [f64; SPARE_WINDOWS],
+    /// How many of `spares` are measured.
+    measured: usize,
 }
+
+/// Windows over which the spare cores are reported as their most: a
+/// machine that had a core to spare in one of them is not saturated. While
+/// compressing for a link that leaves cores idle, the compressors take the
+/// idle cores, and most windows, not all, show none spare (measured at
+/// 1 Gbit/s over ssh on two cores: 0.0-0.38 a window); on a link that
+/// saturates the machine (loopback ssh), no window does.
+pub const SPARE_WINDOWS: usize = 3;
 
 impl Looks {
     pub(crate) const fn new() -> Looks {
         Looks {
             last: None,
             state: Free::Settling,
+            spares: [0.0; SPARE_WINDOWS],
+            measured: 0,
         }
     }
 
@@ -182,17 +209,34 @@ impl Looks {
             .is_some_and(|(t, _)| now.saturating_duration_since(t) >= IDLE_GAP);
         match (self.last, self.state) {
             (None, _) => {}
-            _ if idle => self.state = Free::Settling,
+            _ if idle => {
+                self.state = Free::Settling;
+                self.measured = 0;
+            }
             (Some(_), Free::Settling) => self.state = Free::Measuring,
             (Some((t, a)), _) => {
                 self.state = match free_cores(a, s, now.saturating_duration_since(t), cores) {
-                    Some(f) => Free::Cores(f),
+                    Some((free, spare)) => Free::Cores {
+                        free,
+                        spare: self.most_spare(spare),
+                    },
                     None => Free::Unknown,
                 }
             }
         }
         self.last = Some((now, s));
         self.state
+    }
+
+    /// Note a window's spare cores; the most of the last
+    /// [`SPARE_WINDOWS`].
+    fn most_spare(&mut self, spare: f64) -> f64 {
+        self.spares.rotate_left(1);
+        self.spares[SPARE_WINDOWS - 1] = spare;
+        self.measured = (self.measured + 1).min(SPARE_WINDOWS);
+        self.spares[SPARE_WINDOWS - self.measured..]
+            .iter()
+            .fold(0.0, |m, &x| x.max(m))
     }
 }
 
@@ -277,20 +321,33 @@ mod tests {
         Cores { host, mine: 2.0 }
     }
 
+    /// One core idle, none of it the compressors'.
+    fn one() -> Free {
+        Free::Cores {
+            free: 1.0,
+            spare: 1.0,
+        }
+    }
+
     #[test]
     fn idle_cores_and_the_compressors_own_use_are_free() {
         let w = Duration::from_millis(100);
         // 2 cores, 20 ticks: 10 idle (one core); this process used 60 ms,
         // 50 of them compressing: one and a half cores.
         let a = s(100, 1000, 0, 0);
-        let f = free_cores(a, s(110, 1020, 60 * MS, 50 * MS), w, two(2.0)).unwrap();
+        let (f, spare) = free_cores(a, s(110, 1020, 60 * MS, 50 * MS), w, two(2.0)).unwrap();
         assert!((f - 1.5).abs() < 1e-9, "{f}");
+        assert!((spare - 1.0).abs() < 1e-9, "{spare}");
         // A saturated machine where compression used nothing: none free.
         let f = free_cores(a, s(100, 1020, 90 * MS, 0), w, two(2.0)).unwrap();
-        assert_eq!(f, 0.0);
+        assert_eq!(f, (0.0, 0.0));
+        // Saturated while compressing: what the compressors use is free,
+        // nothing is spare.
+        let f = free_cores(a, s(100, 1020, 90 * MS, 60 * MS), w, two(2.0)).unwrap();
+        assert!((f.0 - 0.6).abs() < 1e-9 && f.1 == 0.0, "{f:?}");
         // Never more than this process's share.
         let b = s(20, 20, 900 * MS, 900 * MS);
-        assert_eq!(free_cores(s(0, 0, 0, 0), b, w, two(2.0)), Some(2.0));
+        assert_eq!(free_cores(s(0, 0, 0, 0), b, w, two(2.0)), Some((2.0, 2.0)));
         // Ticks that did not move say nothing.
         let still = s(1, 5, 9, 9);
         assert_eq!(free_cores(s(1, 5, 0, 0), still, w, two(2.0)), None);
@@ -304,10 +361,10 @@ mod tests {
         // 16 host cores, 70% busy (4.8 idle); this process may use 2 and
         // used half a core for other work: 1.5 cores are its to use.
         let a = s(0, 0, 0, 0);
-        let f = free_cores(a, s(48, 160, 50 * MS, 0), w, two(16.0)).unwrap();
+        let (f, _) = free_cores(a, s(48, 160, 50 * MS, 0), w, two(16.0)).unwrap();
         assert!((f - 1.5).abs() < 1e-9, "{f}");
         // The host is full: its idle share is all there is.
-        let f = free_cores(a, s(2, 160, 50 * MS, 0), w, two(16.0)).unwrap();
+        let (f, _) = free_cores(a, s(2, 160, 50 * MS, 0), w, two(16.0)).unwrap();
         assert!((f - 0.2).abs() < 1e-9, "{f}");
     }
 
@@ -338,7 +395,7 @@ mod tests {
         assert!(!l.due(at(150)));
         // The link drains at its own rate: one core idle.
         let f = l.look(at(200), Some(s(10, 40, 150 * MS, 0)), two(2.0));
-        assert_eq!(f, Free::Cores(1.0));
+        assert_eq!(f, one());
         assert!(l.due(at(300)));
         // Counters that stop moving: unknown from then on.
         assert_eq!(
@@ -355,10 +412,7 @@ mod tests {
         let mut l = Looks::new();
         l.look(t0, Some(s(0, 0, 0, 0)), two(2.0));
         l.look(at(100), Some(s(0, 20, 0, 0)), two(2.0));
-        assert_eq!(
-            l.look(at(200), Some(s(10, 40, 0, 0)), two(2.0)),
-            Free::Cores(1.0)
-        );
+        assert_eq!(l.look(at(200), Some(s(10, 40, 0, 0)), two(2.0)), one());
         // An hour without a block (a daemon between sessions): the next
         // look does not average the idle hour, and the burst after it
         // is not measured either.
@@ -373,7 +427,46 @@ mod tests {
             Some(s(700_010, 720_080, 0, 0)),
             two(2.0),
         );
-        assert_eq!(f, Free::Cores(1.0));
+        assert_eq!(f, one());
+    }
+
+    #[test]
+    fn the_spare_cores_are_the_most_of_the_last_windows() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Looks::new();
+        l.look(t0, Some(s(0, 0, 0, 0)), two(2.0));
+        l.look(at(100), Some(s(0, 20, 0, 0)), two(2.0));
+        // Window by window (20 ticks each): idle 12, then 0, 2, 4, 0 (the
+        // compressors took the rest), 0.
+        let mut idle = 0;
+        let mut got = Vec::new();
+        for (i, ticks) in [12, 0, 2, 4, 0, 0].into_iter().enumerate() {
+            idle += ticks;
+            let at = at(200 + 100 * i as u64);
+            let total = 20 * (i as u64 + 2);
+            match l.look(at, Some(s(idle, total, 0, 0)), two(2.0)) {
+                Free::Cores { free, spare } => {
+                    assert!((free - ticks as f64 / 10.0).abs() < 1e-9, "{free}");
+                    got.push((spare * 10.0).round() as u64);
+                }
+                f => panic!("{f:?}"),
+            }
+        }
+        assert_eq!(got, [12, 12, 12, 4, 4, 4]);
+        // After an idle gap the windows before it no longer count.
+        let later = at(800) + IDLE_GAP;
+        l.look(later, Some(s(1000, 2000, 0, 0)), two(2.0));
+        l.look(later + FIRST_WINDOW, Some(s(1000, 2020, 0, 0)), two(2.0));
+        let f = l.look(
+            later + FIRST_WINDOW + WINDOW,
+            Some(s(1001, 2040, 0, 0)),
+            two(2.0),
+        );
+        assert!(
+            matches!(f, Free::Cores { spare, .. } if (spare - 0.1).abs() < 1e-9),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -382,13 +475,25 @@ mod tests {
             Free::Settling,
             Free::Measuring,
             Free::Unknown,
-            Free::Cores(0.0),
-            Free::Cores(1.5),
+            Free::Cores {
+                free: 0.0,
+                spare: 0.0,
+            },
+            Free::Cores {
+                free: 1.5,
+                spare: 0.25,
+            },
+            Free::Cores {
+                free: 64.0,
+                spare: 0.5,
+            },
         ] {
             assert_eq!(decode(encode(f)), f);
         }
-        assert_eq!(decode(encode(Free::Cores(f64::NAN))), Free::Unknown);
-        assert_eq!(decode(encode(Free::Cores(-1.0))), Free::Cores(0.0));
+        let cores = |free, spare| Free::Cores { free, spare };
+        assert_eq!(decode(encode(cores(f64::NAN, 1.0))), Free::Unknown);
+        assert_eq!(decode(encode(cores(1.0, f64::INFINITY))), Free::Unknown);
+        assert_eq!(decode(encode(cores(-1.0, -2.0))), cores(0.0, 0.0));
     }
 
     #[test]
@@ -407,11 +512,12 @@ mod tests {
         std::thread::sleep(FIRST_WINDOW + Duration::from_millis(30));
         free();
         std::thread::sleep(WINDOW + Duration::from_millis(30));
-        let Free::Cores(f) = free() else {
+        let Free::Cores { free: f, spare } = free() else {
             panic!("no estimate from /proc/stat: {:?}", free());
         };
         let cores = my_cores();
         assert!(cores >= 1.0, "{cores}");
         assert!((0.0..=cores).contains(&f), "{f} of {cores}");
+        assert!((0.0..=f).contains(&spare), "{spare} spare of {f} free");
     }
 }

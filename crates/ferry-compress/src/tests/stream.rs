@@ -123,9 +123,15 @@ fn first_window_blocks_are_independent_and_interleave_with_the_stream() {
         Free::Settling,
         Free::Settling,
         Free::Measuring,
-        Free::Cores(1.5),
+        Free::Cores {
+            free: 1.5,
+            spare: 1.5,
+        },
         Free::Settling,
-        Free::Cores(1.5),
+        Free::Cores {
+            free: 1.5,
+            spare: 1.5,
+        },
     ];
     let packed: Vec<(u8, usize, Vec<u8>)> = blocks
         .iter()
