@@ -63,16 +63,24 @@ fn auto_prefers_ratio_on_slow_links_and_speed_on_fast_ones() {
     );
 }
 
+/// An auto compressor with two workers on a link of `link` bytes/s, on
+/// a machine of two cores with `spare` of them idle, and typical
+/// estimates.
+fn two_cores(link: f64, spare: f64) -> Compressor {
+    let mut k = Compressor::new(Mode::Auto);
+    k.set_workers(2);
+    k.set_link_rate(Some(link));
+    k.set_free_cores(Some((spare, spare)), 2.0);
+    k.assume(&TYPICAL);
+    k
+}
+
 #[test]
 fn auto_stores_raw_while_the_machine_has_no_core_to_spare() {
     // A gigabit link and compressible text: compression pays while cores
     // are free.
     let data = text(1 << 20, 11);
-    let mut k = Compressor::new(Mode::Auto);
-    k.set_workers(2);
-    k.set_link_rate(Some(100e6));
-    k.set_free_cores(Some((1.5, 1.5)), 2.0);
-    k.assume(&TYPICAL);
+    let mut k = two_cores(100e6, 1.5);
     roundtrip(&mut k, &data);
     assert_ne!(k.current(), Codec::None);
     // The machine is saturated (the link's own cipher, a peer on this
@@ -103,11 +111,7 @@ fn a_link_that_leaves_cores_idle_is_compressed_for() {
     // third of one at worst. Not starved: the model weighs the half core
     // (zstd 1 on it still outruns the link for the text it shrinks).
     let data = text(1 << 20, 15);
-    let mut k = Compressor::new(Mode::Auto);
-    k.set_workers(2);
-    k.set_link_rate(Some(125e6));
-    k.set_free_cores(Some((0.5, 0.5)), 2.0);
-    k.assume(&TYPICAL);
+    let mut k = two_cores(125e6, 0.5);
     for _ in 0..3 {
         roundtrip(&mut k, &data);
     }
@@ -124,11 +128,7 @@ fn a_link_that_leaves_cores_idle_is_compressed_for() {
     assert_eq!(roundtrip(&mut k, &data), Codec::None);
     // A loopback link (0.1 of a core spare, a link as fast as the cores
     // allow) is not.
-    let mut k = Compressor::new(Mode::Auto);
-    k.set_workers(2);
-    k.set_link_rate(Some(400e6));
-    k.set_free_cores(Some((0.1, 0.1)), 2.0);
-    k.assume(&TYPICAL);
+    let mut k = two_cores(400e6, 0.1);
     for _ in 0..3 {
         assert_eq!(roundtrip(&mut k, &data), Codec::None);
     }
@@ -137,11 +137,7 @@ fn a_link_that_leaves_cores_idle_is_compressed_for() {
 #[test]
 fn a_slow_link_is_compressed_for_even_on_a_busy_machine() {
     let data = text(1 << 20, 13);
-    let mut k = Compressor::new(Mode::Auto);
-    k.set_workers(2);
-    k.set_link_rate(Some(100e6));
-    k.set_free_cores(Some((0.1, 0.1)), 2.0);
-    k.assume(&TYPICAL);
+    let mut k = two_cores(100e6, 0.1);
     assert_eq!(roundtrip(&mut k, &data), Codec::None);
     // 80 Mbit/s: a quarter of a core outruns it.
     k.set_link_rate(Some(STARVED_LINK_MAX / 3.0));
