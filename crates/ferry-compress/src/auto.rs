@@ -168,6 +168,12 @@ impl Auto {
         }
     }
 
+    /// The cores are to be measured afresh (a first window again, after
+    /// an idle gap): the next measure is a first one.
+    pub(crate) fn unmeasured(&mut self) {
+        self.free = None;
+    }
+
     /// Record the link rate (`None` or 0: unlimited). Returns true when it
     /// moved more than [`RATE_CHANGE`] away from the rate of the last
     /// choice, so that the caller should [`Auto::choose`] again.

@@ -177,6 +177,7 @@ impl Compressor {
                 };
             }
             Free::Settling => {
+                self.auto.unmeasured();
                 let t = thread_cpu();
                 let p = self.pack_first(input, out);
                 crate::cpu::note_compressing(thread_cpu() - t);

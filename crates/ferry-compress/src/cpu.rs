@@ -75,7 +75,9 @@ pub(crate) fn free_cores(a: Sample, b: Sample, wall: Duration, cores: Cores) -> 
     let own = per_wall(a.own_ns, b.own_ns);
     let other_work = (per_wall(a.proc_ns, b.proc_ns) - own).max(0.0);
     let idle_cores = cores.host * (idle / total).min(1.0);
-    let spare = idle_cores.min((cores.mine - other_work).max(0.0));
+    // Within the process's share, what the compressors use is not spare
+    // either: a quota it fills is saturated however idle the host is.
+    let spare = idle_cores.min((cores.mine - other_work - own).max(0.0));
     Some((
         (spare + own).clamp(0.0, cores.mine),
         spare.clamp(0.0, cores.mine),
@@ -345,9 +347,10 @@ mod tests {
         // nothing is spare.
         let f = free_cores(a, s(100, 1020, 90 * MS, 60 * MS), w, two(2.0)).unwrap();
         assert!((f.0 - 0.6).abs() < 1e-9 && f.1 == 0.0, "{f:?}");
-        // Never more than this process's share.
+        // Never more than this process's share, and compressors that
+        // fill it leave none spare.
         let b = s(20, 20, 900 * MS, 900 * MS);
-        assert_eq!(free_cores(s(0, 0, 0, 0), b, w, two(2.0)), Some((2.0, 2.0)));
+        assert_eq!(free_cores(s(0, 0, 0, 0), b, w, two(2.0)), Some((2.0, 0.0)));
         // Ticks that did not move say nothing.
         let still = s(1, 5, 9, 9);
         assert_eq!(free_cores(s(1, 5, 0, 0), still, w, two(2.0)), None);
@@ -366,6 +369,10 @@ mod tests {
         // The host is full: its idle share is all there is.
         let (f, _) = free_cores(a, s(2, 160, 50 * MS, 0), w, two(16.0)).unwrap();
         assert!((f - 0.2).abs() < 1e-9, "{f}");
+        // The host is idle but the share is full (0.6 of a core of other
+        // work, 1.4 compressing): saturated, nothing spare.
+        let (f, spare) = free_cores(a, s(130, 160, 200 * MS, 140 * MS), w, two(16.0)).unwrap();
+        assert!((f - 1.4).abs() < 1e-9 && spare == 0.0, "{f} {spare}");
     }
 
     #[test]

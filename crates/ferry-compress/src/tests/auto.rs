@@ -184,3 +184,28 @@ fn auto_levels_are_capped_by_the_free_cores_not_the_workers() {
     };
     assert!(level(1.0) < level(8.0), "{} >= {}", level(1.0), level(8.0));
 }
+
+#[test]
+fn after_an_idle_gap_the_first_measure_must_show_enough_spare_again() {
+    use crate::cpu::Free;
+    let data = text(1 << 20, 16);
+    let mut k = two_cores(125e6, 0.6);
+    for _ in 0..3 {
+        roundtrip(&mut k, &data);
+    }
+    assert_ne!(k.current(), Codec::None);
+    let between = Free::Cores {
+        free: 0.35,
+        spare: 0.35,
+    };
+    let mut out = Vec::new();
+    // Within a run, a window between the limits keeps it compressing ...
+    let p = k.compress_seeing(between, &data, &mut out);
+    assert_ne!(p.codec, Codec::None);
+    // ... but after an idle gap (a first window again, then the measured
+    // one) the same window is a first measure, and does not start it.
+    k.compress_seeing(Free::Settling, &data, &mut out);
+    k.compress_seeing(Free::Measuring, &data, &mut out);
+    let p = k.compress_seeing(between, &data, &mut out);
+    assert_eq!(p.codec, Codec::None);
+}
