@@ -187,12 +187,14 @@ impl PreHash {
             if g.misses >= STOP_AFTER_MISSES {
                 return false;
             }
+            // The session is over (the requests ended): nothing more to
+            // hash for it, however far the signature came.
+            if over.load(Ordering::SeqCst) {
+                return false;
+            }
             let lead = LEAD_SEGMENTS * layout::SEGMENT / g.bs.max(1);
             if g.closed || (g.hashes.len() as u64) < g.strong.len() as u64 + lead {
                 return true;
-            }
-            if over.load(Ordering::SeqCst) {
-                return false;
             }
             g = match self.cv.wait_timeout(g, Duration::from_millis(50)) {
                 Ok((g, _)) => g,
@@ -393,12 +395,18 @@ mod tests {
             over.store(true, Ordering::SeqCst);
             assert!(!t.join().expect("join"));
         });
-        // A closed file (complete signature) is hashed to the end.
+        // A closed file (complete signature) is hashed to the end while
+        // the session lasts ...
+        let running = AtomicBool::new(false);
         p.close();
-        assert!(p.go_on(&over));
+        assert!(p.go_on(&running));
+        // ... not once it is over: the workers that would use the hashes
+        // are gone (a receiver that hangs up after its signatures does not
+        // keep the sender reading).
+        assert!(!p.go_on(&over));
         // One whose signature will never complete is not.
         p.abandon();
-        assert!(!p.go_on(&over));
+        assert!(!p.go_on(&running));
     }
 
     #[test]
