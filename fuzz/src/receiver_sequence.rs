@@ -11,7 +11,9 @@
 //! `--checksum`, 128 `--inplace`. With `pace & 1` the harness paces itself
 //! as a real sender does: a listed file's ops wait for the receiver's
 //! `Want` of it, and `SenderDone` for the receiver's `EndOfList` (at most
-//! [`GATE`] each); without, everything is sent at once.
+//! [`GATE`] each); without, everything is sent at once. With `pace & 2`
+//! the harness's `Hello` promises one walk (`features::SUBTREES`), so that
+//! `--delete` deletes during the list.
 //!
 //! Each session runs in a fresh directory `d` holding `d/dst` (with an old
 //! file `old` and `sub/x`) and `d/outside/canary`. Asserted:
@@ -77,7 +79,8 @@ pub fn run(data: &[u8]) {
     if flags & 8 == 0 {
         msgs.push(Message::Hello {
             version: ferry_link::PROTOCOL_VERSION,
-            features: ferry_link::features::ALL,
+            features: ferry_link::features::ALL
+                | if pace & 2 != 0 { ferry_link::features::SUBTREES } else { 0 },
         });
     }
     msgs.extend(

@@ -137,7 +137,7 @@ pub fn advice(flag: &str) -> Option<&'static str> {
         }
         "--out-format" => "use -i (rsync's %i %n%L) or -v to list each change",
         "--delete-after" | "--delete-before" | "--delete-during" | "--delete-delay" => {
-            "use --delete: ferry deletes only after the whole list has arrived"
+            "use --delete: ferry deletes in a directory once the list has left it, as rsync's default"
         }
         "-W" => default,
         "--append" | "--append-verify" => {

@@ -187,6 +187,17 @@ pub fn is_reserved(name: &[u8]) -> bool {
         && (name.ends_with(b".ferry-partial") || name.ends_with(b".ferry-journal"))
 }
 
+/// The file name whose partial state the reserved `name` holds
+/// (`.NAME.ferry-partial` and `.NAME.ferry-journal` give `NAME`).
+pub fn reserved_base(name: &[u8]) -> Option<&[u8]> {
+    if !is_reserved(name) {
+        return None;
+    }
+    let stem = &name[1..];
+    stem.strip_suffix(b".ferry-partial".as_slice())
+        .or_else(|| stem.strip_suffix(b".ferry-journal".as_slice()))
+}
+
 /// Segments complete since the last journal append, waiting for the next
 /// `fdatasync`: appended once this many bytes of them have gathered (a
 /// kill costs at most about this much again, plus what was in flight).
@@ -300,6 +311,10 @@ mod tests {
         assert!(is_reserved(b"._dev_sdb.ferry-journal"));
         assert!(!is_reserved(b"big.ferry-partial"), "not hidden");
         assert!(!is_reserved(b".big.ferry-partial.txt"));
+        assert_eq!(reserved_base(b".big.ferry-partial"), Some(&b"big"[..]));
+        assert_eq!(reserved_base(b".a.b.ferry-journal"), Some(&b"a.b"[..]));
+        assert_eq!(reserved_base(b"big.ferry-partial"), None);
+        assert_eq!(reserved_base(b".big"), None);
         assert!(!is_reserved(b".big.ferry-123-4"));
         assert!(!is_reserved(b"."));
     }

@@ -380,18 +380,20 @@ pub(crate) fn finished(stats: &Stats, start: Instant) -> Result<Report> {
     Ok(report)
 }
 
-/// Both sides open a session the same way: say Hello, check the peer's
-/// (within `wait`, when given: keepalives alone do not count). A version
-/// mismatch is fatal and is told to the peer.
+/// Both sides open a session the same way: say Hello with `features`,
+/// check the peer's (within `wait`, when given: keepalives alone do not
+/// count) and return the features it announced. A version mismatch is
+/// fatal and is told to the peer.
 pub(crate) fn hello(
     tx: &ferry_link::MsgTx,
     rx: &ferry_link::MsgRx,
     wait: Option<std::time::Duration>,
-) -> Result<()> {
+    features: u64,
+) -> Result<u64> {
     use ferry_link::Message;
     tx.send(Message::Hello {
         version: ferry_link::announced_version(),
-        features: ferry_link::features::ALL,
+        features,
     })?;
     let first = match wait {
         None => rx.recv()?,
@@ -406,7 +408,9 @@ pub(crate) fn hello(
         }
     };
     match first {
-        Message::Hello { version, .. } if version == ferry_link::PROTOCOL_VERSION => Ok(()),
+        Message::Hello { version, features } if version == ferry_link::PROTOCOL_VERSION => {
+            Ok(features)
+        }
         Message::Hello { version, .. } => {
             let e = Error::PeerVersion { peer: version };
             let _ = tx.send(error::fatal(&e));

@@ -29,7 +29,7 @@ pub const NO_FILE: u32 = u32::MAX;
 
 /// Protocol version spoken by this build. Peers must agree exactly on the
 /// major version; see `docs/PROTOCOL.md`.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 /// The version this process announces in `Hello`: [`PROTOCOL_VERSION`].
 /// With the `test-hooks` feature (test builds only), the environment
 /// variable `FERRY_TEST_PROTOCOL_VERSION` may say otherwise, to exercise

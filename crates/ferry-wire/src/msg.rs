@@ -80,6 +80,11 @@ pub mod features {
     pub const XATTRS: u64 = 1 << 1;
     pub const COMPRESS_ZSTD: u64 = 1 << 2;
     pub const COMPRESS_LZ4: u64 = 1 << 3;
+    /// Sent by a sender (version 13) whose list is one walk: every
+    /// directory's entries and subtree come together, so a directory is
+    /// complete once an entry outside it comes, and the receiver may
+    /// delete in it then (see docs/PROTOCOL.md, "Streamed deletion").
+    pub const SUBTREES: u64 = 1 << 4;
     pub const ALL: u64 = DELTA | XATTRS;
 }
 

@@ -41,6 +41,7 @@ impl Dispatcher<'_, '_> {
         self.check
             .admit(&e)
             .map_err(|r| Error::Protocol(r.to_string()))?;
+        self.subtree(&e.path, e.kind() == EntryKind::Dir)?;
         self.warm_at(&e);
         if !self.sh.opts.meta_xattrs() {
             // Not asked for: not kept (a directory's entry lives until the

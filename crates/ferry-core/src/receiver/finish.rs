@@ -5,6 +5,8 @@ use std::os::fd::OwnedFd;
 
 use crate::listcheck::child_path;
 
+use super::deletes::DeleteBudget;
+
 impl Dispatcher<'_, '_> {
     /// After all data: hard links, deletions, directory metadata.
     pub(super) fn finish(&mut self) {
@@ -26,34 +28,27 @@ impl Dispatcher<'_, '_> {
                 );
             }
             decide::Deletion::Run => {
-                let mut budget = DeleteBudget {
-                    left: opts.max_delete,
-                    skipped: 0,
-                };
-                let progress = unlink::Progress::default();
-                std::thread::scope(|s| {
-                    let (unlinks, rx) = unlink::Unlinks::new(&progress);
-                    for _ in 0..unlink::THREADS {
-                        let (p, rx) = (&progress, rx.clone());
-                        s.spawn(move || p.work(rx, stats));
-                    }
-                    // Only the workers hold the queue: were they all gone, a
-                    // send would fail (and the caller unlink) instead of
-                    // waiting for room.
-                    drop(rx);
+                // What was not deleted as its entries ended (see
+                // `super::deletes`), in list order.
+                if let Some(mut d) = self.deletes.take() {
                     for e in &self.dirs {
-                        self.delete_extras(&e.path, &mut budget, &unlinks);
+                        if !d.done.contains(&e.path) {
+                            self.delete_extras(&e.path, &mut d.budget, &d.unlinks);
+                        }
                     }
-                    unlinks.settle();
-                });
-                if budget.skipped > 0 && opts.max_delete.is_some() {
-                    Stats::add(&stats.deletes_held, budget.skipped);
-                    stats.error(format!(
-                        "deletions stopped at the --max-delete limit of {}: {} skipped",
-                        opts.max_delete.unwrap_or(0),
-                        budget.skipped
-                    ));
+                    d.unlinks.settle();
+                    self.deletes = Some(d);
                 }
+            }
+        }
+        if let Some(d) = &self.deletes {
+            if d.budget.skipped > 0 && opts.max_delete.is_some() {
+                Stats::add(&stats.deletes_held, d.budget.skipped);
+                stats.error(format!(
+                    "deletions stopped at the --max-delete limit of {}: {} skipped",
+                    opts.max_delete.unwrap_or(0),
+                    d.budget.skipped
+                ));
             }
         }
         if opts.dry_run {
@@ -228,7 +223,7 @@ impl Dispatcher<'_, '_> {
         &self,
         rel: &[u8],
         budget: &mut DeleteBudget,
-        unlinks: &unlink::Unlinks<'_>,
+        unlinks: &unlink::Unlinks,
     ) {
         let dir = match self.tree.loc(rel, false).and_then(|l| l.open_dir()) {
             Ok(d) => Arc::new(d),
@@ -266,7 +261,7 @@ impl Dispatcher<'_, '_> {
         name: &OsStr,
         rel: Vec<u8>,
         is_dir: bool,
-        (budget, unlinks): (&mut DeleteBudget, &unlink::Unlinks<'_>),
+        (budget, unlinks): (&mut DeleteBudget, &unlink::Unlinks),
     ) -> bool {
         let stats = self.sh.stats;
         let opts = self.sh.opts;
@@ -349,28 +344,6 @@ impl Dispatcher<'_, '_> {
                     describe(&err)
                 ));
                 false
-            }
-        }
-    }
-}
-
-/// What `--max-delete` still allows.
-pub(super) struct DeleteBudget {
-    /// Deletions left (`None`: no limit).
-    left: Option<u64>,
-    /// Entries not deleted because the limit was reached.
-    skipped: u64,
-}
-
-impl DeleteBudget {
-    /// Spend one deletion; `false` when none is left.
-    fn take(&mut self) -> bool {
-        match &mut self.left {
-            None => true,
-            Some(0) => false,
-            Some(n) => {
-                *n -= 1;
-                true
             }
         }
     }

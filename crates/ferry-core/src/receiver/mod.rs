@@ -35,6 +35,7 @@ mod backup;
 mod check;
 mod commit;
 mod decide;
+mod deletes;
 mod entries;
 mod file;
 mod finish;
@@ -149,7 +150,7 @@ pub fn run_receiver(
     let Endpoint {
         tx, rx, received, ..
     } = ep;
-    crate::hello(&tx, &rx, opts.hello_wait)?;
+    let peer = crate::hello(&tx, &rx, opts.hello_wait, ferry_link::features::ALL)?;
     Stats::add(&stats.sessions, 1);
     // A remote receiver's changes go to the client that lists them, until
     // the session ends (the link's writer ends with its last sender).
@@ -240,7 +241,12 @@ pub fn run_receiver(
             let tx = tx.clone();
             handles.push(s.spawn(move || signer(sign_rx, sh, tx)));
         }
+        let one_walk = peer & ferry_link::features::SUBTREES != 0;
+        let deletes = opts
+            .delete
+            .then(|| deletes::start(s, stats, opts.max_delete, one_walk));
         let mut d = Dispatcher {
+            deletes,
             warm: entries::Warm::NotYet,
             tree: setup.tree,
             root_created: setup.root_created,
@@ -332,6 +338,8 @@ struct Dispatcher<'a, 'b> {
     files: HashMap<u32, Arc<DstFile>>,
     /// Files asked for with [`WantMode::Check`], waiting for the answer.
     checks: HashMap<u32, check::Checking>,
+    /// `--delete`: its workers, limit and progress (see [`deletes`]).
+    deletes: Option<deletes::Deletes>,
     /// The digesters' queue (see [`check::digester`]).
     digesters: Option<Sender<check::CheckJob>>,
     /// What they digested, for [`Self::digested`].

@@ -4,12 +4,14 @@
 //! files took 0.9 s here, most of it waiting. The decisions (what goes,
 //! in which order, `--max-delete`) stay on the calling thread; only the
 //! `unlinkat` calls run in parallel, and a directory is removed only
-//! after the unlinks in it have finished ([`Unlinks::settle`]).
+//! after the unlinks in it have finished ([`Unlinks::settle`]). The
+//! workers live as long as the receiver's session, so that deletions
+//! streamed while the list arrives (see `super::subtree`) run beside it.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
@@ -74,15 +76,15 @@ impl Drop for Done<'_> {
 
 /// The calling thread's side: queue unlinks, wait for them. Dropped, it
 /// closes the queue, and the workers end once it is empty.
-pub(super) struct Unlinks<'p> {
+pub(super) struct Unlinks {
     tx: Sender<Job>,
-    progress: &'p Progress,
+    progress: Arc<Progress>,
 }
 
-impl<'p> Unlinks<'p> {
+impl Unlinks {
     /// A queue for workers that each run [`Progress::work`] on the
     /// receiver given back.
-    pub(super) fn new(progress: &'p Progress) -> (Unlinks<'p>, Receiver<Job>) {
+    pub(super) fn new(progress: Arc<Progress>) -> (Unlinks, Receiver<Job>) {
         let (tx, rx) = bounded(1024);
         (Unlinks { tx, progress }, rx)
     }
@@ -135,7 +137,6 @@ pub(super) fn unlink(dir: &OwnedFd, name: &OsString, shown: &Path, stats: &Stats
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn unlinks_run_on_workers_and_settle_counts_failures() {
@@ -145,11 +146,11 @@ mod tests {
         }
         let dir = Arc::new(OwnedFd::from(std::fs::File::open(d.path()).unwrap()));
         let stats = Stats::default();
-        let progress = Progress::default();
-        let (u, rx) = Unlinks::new(&progress);
+        let progress = Arc::new(Progress::default());
+        let (u, rx) = Unlinks::new(progress.clone());
         std::thread::scope(|s| {
             for _ in 0..3 {
-                let (p, rx, stats) = (&progress, rx.clone(), &stats);
+                let (p, rx, stats) = (&*progress, rx.clone(), &stats);
                 s.spawn(move || p.work(rx, stats));
             }
             // 50 that exist and 2 that do not.

@@ -130,7 +130,7 @@ pub fn run_sender(
 ) -> Result<ReceiverReport> {
     let progress = progress.then_some(stats);
     let Endpoint { tx, rx, .. } = ep;
-    crate::hello(&tx, &rx, opts.hello_wait)?;
+    crate::hello(&tx, &rx, opts.hello_wait, hello_features(sources))?;
     Stats::add(&stats.sessions, 1);
     // From here on a silent peer is a dead one (not during an ssh login).
     rx.set_idle_timeout(opts.timeout);
@@ -196,4 +196,18 @@ pub fn run_sender(
         walked?;
         Ok(report)
     })
+}
+
+/// What the sender announces: [`ferry_link::features::SUBTREES`] when its
+/// list is one walk, a single source listed under a single name (several
+/// sources may merge directories; a name with a `/` comes with the
+/// directories leading to it).
+fn hello_features(sources: &[SourceSpec]) -> u64 {
+    let one_walk = matches!(sources, [s] if !s.name.contains(&b'/'));
+    ferry_link::features::ALL
+        | if one_walk {
+            ferry_link::features::SUBTREES
+        } else {
+            0
+        }
 }

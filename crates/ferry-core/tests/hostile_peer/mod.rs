@@ -93,6 +93,9 @@ pub struct Peer {
     /// Announced size of each file entry sent.
     pub sizes: HashMap<u32, u64>,
     pub real_digests: bool,
+    /// What `start` announces in `Hello` (`features::ALL` unless a
+    /// script says otherwise).
+    pub features: u64,
     pub eol: bool,
     pub sender_done: bool,
     pub ended: bool,
@@ -128,18 +131,23 @@ impl Peer {
     pub fn start(&mut self, list: Vec<Entry>) {
         self.send(Message::Hello {
             version: ferry_link::PROTOCOL_VERSION,
-            features: ferry_link::features::ALL,
+            features: self.features,
         });
         if !matches!(self.recv(), Some(Message::Hello { .. })) {
             return;
         }
+        self.list(list);
+        self.send(Message::EndOfList);
+    }
+
+    /// Send `list`'s entries (after `Hello`).
+    pub fn list(&mut self, list: Vec<Entry>) {
         for e in list {
             if e.kind() == EntryKind::File {
                 self.sizes.insert(e.id, e.size);
             }
             self.send(Message::Entry(Box::new(e)));
         }
-        self.send(Message::EndOfList);
     }
 
     /// Wait for the next `Want`; `None` if the session ended first.
@@ -337,6 +345,7 @@ pub fn session_opts(label: &str, dest: Dest, opts: SyncOptions, script: Script) 
         log: log.clone(),
         sizes: HashMap::new(),
         real_digests,
+        features: ferry_link::features::ALL,
         eol: false,
         sender_done: false,
         ended: false,

@@ -1,6 +1,8 @@
 //! Before and after the data: how the destination root is prepared
-//! ([`root_at`], [`late_root`]), whether `--delete` runs ([`deletion`])
-//! and which destination entries it removes ([`extras`]).
+//! ([`root_at`], [`late_root`]), whether `--delete` runs ([`deletion`]),
+//! which destination entries it removes ([`extras`]) and, with a sender
+//! that lists one walk, when a directory's entries have all come
+//! ([`subtree_step`]).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -112,10 +114,23 @@ pub(crate) struct Extra {
     pub(crate) is_dir: bool,
 }
 
+/// Whether the destination entry `name` in the directory `parent` is
+/// work of this run in progress, which `--delete` leaves alone although
+/// the list does not name it: a temporary file of this process (`pid`),
+/// or the partial file or journal of a file the list names (`seen`),
+/// kept for the next run to resume when this one fails it. (A partial
+/// file of a name the list lacks is stale: it goes.)
+pub(crate) fn in_use(parent: &[u8], name: &[u8], seen: &crate::pathset::PathSet, pid: u32) -> bool {
+    crate::fsutil::temp_owner(name) == Some(pid)
+        || crate::journal::reserved_base(name)
+            .is_some_and(|b| seen.contains(&child_path(parent, b)))
+}
+
 /// Of the entries (name, is a directory) of the destination directory
 /// `parent`, those to delete: not in the source list (`seen`, by path,
-/// whatever its kind there) and not protected by the excludes (`None`:
-/// nothing is protected, `--delete-excluded`), in listing order.
+/// whatever its kind there), not work in progress ([`in_use`]) and not
+/// protected by the excludes (`None`: nothing is protected,
+/// `--delete-excluded`), in listing order.
 pub(crate) fn extras(
     parent: &[u8],
     listing: Vec<(OsString, bool)>,
@@ -127,10 +142,48 @@ pub(crate) fn extras(
         .filter_map(|(name, is_dir)| {
             let rel = child_path(parent, name.as_bytes());
             let keep = seen.contains(&rel)
+                || (!is_dir && in_use(parent, name.as_bytes(), seen, std::process::id()))
                 || excludes.is_some_and(|x| x.excluded(Path::new(OsStr::from_bytes(&rel)), is_dir));
             (!keep).then_some(Extra { name, rel, is_dir })
         })
         .collect()
+}
+
+/// A sender that announced one walk ([`ferry_link::features::SUBTREES`])
+/// lists the entry `path` (`is_dir`: a directory); `open` holds the
+/// directories the list is in, outermost first (the root, `""`, is never
+/// among them: it ends with the list). Returns the directories whose
+/// subtree this entry ends, innermost first, and updates `open`; or,
+/// when the entry's directory is not open (its subtree ended before, so
+/// the sender broke its promise), why, and `open` is left as it was.
+pub(crate) fn subtree_step(
+    open: &mut Vec<Vec<u8>>,
+    path: &[u8],
+    is_dir: bool,
+) -> std::result::Result<Vec<Vec<u8>>, String> {
+    if path.is_empty() {
+        return Ok(Vec::new());
+    }
+    let parent = crate::listcheck::parent_of(path);
+    let keep = if parent.is_empty() {
+        0
+    } else {
+        match open.iter().rposition(|d| d.as_slice() == parent) {
+            Some(i) => i + 1,
+            None => {
+                return Err(format!(
+                    "{}: listed after the entries of its directory ended (the sender announced one walk)",
+                    crate::listcheck::shown(path)
+                ))
+            }
+        }
+    };
+    let mut ended = open.split_off(keep);
+    ended.reverse();
+    if is_dir {
+        open.push(path.to_vec());
+    }
+    Ok(ended)
 }
 
 /// The order rsync deletes the entries of one directory in, which decides
@@ -317,5 +370,81 @@ mod tests {
         assert!(!sync_whole_fs(SYNCFS_DIRS - 1));
         assert!(sync_whole_fs(SYNCFS_DIRS));
         assert!(sync_whole_fs(10_000));
+    }
+
+    fn step(open: &mut Vec<Vec<u8>>, p: &str, dir: bool) -> Vec<String> {
+        subtree_step(open, p.as_bytes(), dir)
+            .unwrap()
+            .into_iter()
+            .map(|d| String::from_utf8(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_directory_ends_when_the_walk_leaves_its_subtree() {
+        let mut open = Vec::new();
+        assert!(
+            step(&mut open, "", true).is_empty(),
+            "the root is never open"
+        );
+        assert!(step(&mut open, "a", true).is_empty());
+        assert!(step(&mut open, "a/f", false).is_empty());
+        assert!(step(&mut open, "a/b", true).is_empty());
+        assert!(step(&mut open, "a/b/c", true).is_empty());
+        assert!(step(&mut open, "a/b/c/f", false).is_empty());
+        // Back in a: b and c ended, innermost first.
+        assert_eq!(step(&mut open, "a/g", false), ["a/b/c", "a/b"]);
+        assert_eq!(step(&mut open, "d", true), ["a"]);
+        assert_eq!(open, vec![b"d".to_vec()]);
+        // A file at the top ends d; nothing is left open.
+        assert_eq!(step(&mut open, "z", false), ["d"]);
+        assert!(open.is_empty());
+    }
+
+    #[test]
+    fn an_entry_in_an_ended_directory_breaks_the_promise() {
+        let mut open = Vec::new();
+        step(&mut open, "a", true);
+        step(&mut open, "a/x", true);
+        step(&mut open, "b", true);
+        let before = open.clone();
+        let err = subtree_step(&mut open, b"a/y", false).unwrap_err();
+        assert!(err.contains("a/y") && err.contains("one walk"), "{err}");
+        assert_eq!(open, before, "nothing ended by a refused entry");
+        assert!(subtree_step(&mut open, b"a/x/deep", false).is_err());
+    }
+
+    #[test]
+    fn work_in_progress_is_never_an_extra() {
+        let seen: crate::pathset::PathSet = [&b"d/big"[..], b"d"].into_iter().collect();
+        let me = std::process::id();
+        let mine = crate::fsutil::temp_name_for(OsStr::new("new"));
+        assert!(in_use(b"d", mine.as_bytes(), &seen, me));
+        // Another process's temporary file is not this run's.
+        assert!(!in_use(b"d", mine.as_bytes(), &seen, me.wrapping_add(1)));
+        // The partial state of a listed file stays for a resume; of a
+        // name the list lacks, it is stale.
+        assert!(in_use(b"d", b".big.ferry-partial", &seen, me));
+        assert!(in_use(b"d", b".big.ferry-journal", &seen, me));
+        assert!(!in_use(b"d", b".gone.ferry-partial", &seen, me));
+        assert!(
+            !in_use(b"", b".big.ferry-partial", &seen, me),
+            "another directory's name"
+        );
+        assert!(!in_use(b"d", b"plain", &seen, me));
+        let listing = vec![
+            (mine.clone(), false),
+            (OsString::from(".big.ferry-partial"), false),
+            (OsString::from(".gone.ferry-journal"), false),
+            (OsString::from("extra"), false),
+        ];
+        let got: Vec<_> = extras(b"d", listing, &seen, None)
+            .into_iter()
+            .map(|x| x.rel)
+            .collect();
+        assert_eq!(
+            got,
+            vec![b"d/.gone.ferry-journal".to_vec(), b"d/extra".to_vec()]
+        );
     }
 }
