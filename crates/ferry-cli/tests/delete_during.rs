@@ -48,6 +48,13 @@ fn extras_go_while_the_files_beside_them_arrive() {
     let again = ferry_ok(&["sync", "--delete", &slash(&src), p(&dst)]);
     assert_eq!(again["files_deleted"], 0, "{again}");
     assert_eq!(again["files_transferred"], 0, "{again}");
+    // The partial state of a listed file that is up to date is held back
+    // while the list streams, and goes at the end.
+    fs::write(dst.join("a/.small.ferry-partial"), b"stale").unwrap();
+    fs::write(dst.join("a/.small.ferry-journal"), b"stale").unwrap();
+    let late = ferry_ok(&["sync", "--delete", &slash(&src), p(&dst)]);
+    assert_eq!(late["files_deleted"], 2, "{late}");
+    assert_same_tree(&src, &dst);
 }
 
 /// `ferry sync a/ b/ dst/`: both sources bring `d/`; `b` alone has `d/y`,

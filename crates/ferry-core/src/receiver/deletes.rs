@@ -5,17 +5,22 @@
 //! transfers, as rsync's `--delete-during` does. The [`unlink`] workers
 //! live for the session. What is left (the root, what was still open at
 //! the end of the list, every directory when the sender made no such
-//! promise or `--max-delete` must spend its limit in rsync's order) is
-//! deleted at the end ([`Dispatcher::finish`]).
+//! promise or `--max-delete` must spend its limit in rsync's order, and
+//! the directories where work in progress was held back) is deleted at the
+//! end ([`Dispatcher::finish`]).
 //!
-//! Safe as deleting at the end: the sender reports an entry it cannot
-//! list or read before it lists anything after it, so a directory whose
-//! listing was incomplete ends after that report, and from then on
-//! nothing more is deleted (unless `--ignore-errors`). Work in progress
-//! in an ended directory (this run's temporary files, the partial file of
-//! a file still arriving) is never an extra ([`decide::in_use`]). A sender
-//! that lists an entry in a directory it has already left breaks its
-//! promise: a protocol error.
+//! A directory whose listing was cut short is never cleared: the sender
+//! reports an entry it cannot list before it lists anything after it, so
+//! that directory ends after the report, and from a report on nothing
+//! more is deleted (unless `--ignore-errors`). A file that is listed but
+//! cannot be read is reported later, when it is read: the directories the
+//! list had left by then have lost their extras (what the source does not
+//! have; the unreadable file's own copy stays), as with rsync's
+//! `--delete-during`. Work in progress in an ended directory (this run's
+//! temporary files, the partial file of a listed file that may still be
+//! arriving) is held back ([`decide::in_use`]). A sender that lists an
+//! entry in a directory it has already left, or a directory twice, breaks
+//! its promise: a protocol error.
 
 use super::*;
 
@@ -48,7 +53,10 @@ pub(super) struct Deletes {
     /// While streaming: the directories the list is in, outermost first.
     open: Option<Vec<Vec<u8>>>,
     /// Directories whose extras were deleted when their entries ended.
-    pub(super) done: crate::pathset::PathSet,
+    done: crate::pathset::PathSet,
+    /// Of those, the ones where work in progress was held back: the end
+    /// of the run looks again.
+    again: crate::pathset::PathSet,
 }
 
 impl Deletes {
@@ -63,7 +71,18 @@ impl Deletes {
             unlinks,
             open: (streaming && max_delete.is_none()).then(Vec::new),
             done: Default::default(),
+            again: Default::default(),
         }
+    }
+
+    /// Whether any directory's extras went during the list.
+    pub(super) fn streamed(&self) -> bool {
+        !self.done.is_empty()
+    }
+
+    /// Whether the end of the run deletes in the directory `rel`.
+    pub(super) fn left_for_end(&self, rel: &[u8]) -> bool {
+        !self.done.contains(rel) || self.again.contains(rel)
     }
 }
 
@@ -100,7 +119,9 @@ impl Dispatcher<'_, '_> {
                 continue;
             }
             d.done.insert(&dir);
-            self.delete_extras(&dir, &mut d.budget, &d.unlinks);
+            if self.delete_extras(&dir, &mut d.budget, &d.unlinks, true) {
+                d.again.insert(&dir);
+            }
         }
         Ok(())
     }

@@ -22,26 +22,33 @@ impl Dispatcher<'_, '_> {
             decide::Deletion::Off => {}
             decide::Deletion::Skipped => {
                 Stats::add(&stats.delete_skipped, 1);
-                stats.error_line(
-                    "I/O error on the sending side: skipping deletion (--ignore-errors deletes anyway)"
-                        .into(),
-                );
+                // Directories the list had left before the error may have
+                // lost their extras already (as with rsync's default).
+                let when = match self.deletes.as_ref().is_some_and(|d| d.streamed()) {
+                    true => "skipping deletion from there on",
+                    false => "skipping deletion",
+                };
+                stats.error_line(format!(
+                    "I/O error on the sending side: {when} (--ignore-errors deletes anyway)"
+                ));
             }
             decide::Deletion::Run => {
                 // What was not deleted as its entries ended (see
                 // `super::deletes`), in list order.
                 if let Some(mut d) = self.deletes.take() {
                     for e in &self.dirs {
-                        if !d.done.contains(&e.path) {
-                            self.delete_extras(&e.path, &mut d.budget, &d.unlinks);
+                        if d.left_for_end(&e.path) {
+                            self.delete_extras(&e.path, &mut d.budget, &d.unlinks, false);
                         }
                     }
-                    d.unlinks.settle();
                     self.deletes = Some(d);
                 }
             }
         }
         if let Some(d) = &self.deletes {
+            // Whatever was queued, during the list or now, is done before
+            // the directories are synced.
+            d.unlinks.settle();
             if d.budget.skipped > 0 && opts.max_delete.is_some() {
                 Stats::add(&stats.deletes_held, d.budget.skipped);
                 stats.error(format!(
@@ -218,24 +225,27 @@ impl Dispatcher<'_, '_> {
     }
 
     /// `--delete`: remove what the directory `rel` holds that the list
-    /// does not (and the excludes do not protect).
+    /// does not (and the excludes do not protect); `during` the list, not
+    /// what may be work in progress ([`decide::in_use`]). Whether such
+    /// work was held back (the end of the run looks again).
     pub(super) fn delete_extras(
         &self,
         rel: &[u8],
         budget: &mut DeleteBudget,
         unlinks: &unlink::Unlinks,
-    ) {
+        during: bool,
+    ) -> bool {
         let dir = match self.tree.loc(rel, false).and_then(|l| l.open_dir()) {
             Ok(d) => Arc::new(d),
             // Not there (a dry run) or not a directory: nothing to delete.
-            Err(_) => return,
+            Err(_) => return false,
         };
         let Ok(entries) = crate::destdir::list(&dir) else {
-            return;
+            return false;
         };
         let opts = self.sh.opts;
         let protect = (!opts.delete_excluded).then_some(&opts.excludes);
-        let mut extras = decide::extras(rel, entries, &self.seen, protect);
+        let (mut extras, held) = decide::extras(rel, entries, &self.seen, protect, during);
         extras.retain(|x| !super::backup::is_backup(opts, &x.name));
         // In rsync's order: which entries a --max-delete limit spares is
         // then the same (and does not depend on the directory's hash order).
@@ -244,6 +254,7 @@ impl Dispatcher<'_, '_> {
             self.tree.forget(&x.rel);
             self.delete_tree(&dir, &x.name, x.rel, x.is_dir, (budget, unlinks));
         }
+        held
     }
 
     /// Delete `name` in `dir` and all it holds: every entry removed is

@@ -114,12 +114,13 @@ pub(crate) struct Extra {
     pub(crate) is_dir: bool,
 }
 
-/// Whether the destination entry `name` in the directory `parent` is
-/// work of this run in progress, which `--delete` leaves alone although
-/// the list does not name it: a temporary file of this process (`pid`),
-/// or the partial file or journal of a file the list names (`seen`),
-/// kept for the next run to resume when this one fails it. (A partial
-/// file of a name the list lacks is stale: it goes.)
+/// Whether the destination entry `name` in the directory `parent` may be
+/// work of this run in progress while the list streams, which `--delete`
+/// leaves alone then although the list does not name it: a temporary file
+/// of this process (`pid`), or the partial file or journal of a file the
+/// list names (`seen`), which may still be arriving (or waiting to be
+/// resumed). Once every transfer is over, the end of the run deletes what
+/// was held back so as rsync's `--partial` would (see [`extras`]).
 pub(crate) fn in_use(parent: &[u8], name: &[u8], seen: &crate::pathset::PathSet, pid: u32) -> bool {
     crate::fsutil::temp_owner(name) == Some(pid)
         || crate::journal::reserved_base(name)
@@ -128,25 +129,33 @@ pub(crate) fn in_use(parent: &[u8], name: &[u8], seen: &crate::pathset::PathSet,
 
 /// Of the entries (name, is a directory) of the destination directory
 /// `parent`, those to delete: not in the source list (`seen`, by path,
-/// whatever its kind there), not work in progress ([`in_use`]) and not
-/// protected by the excludes (`None`: nothing is protected,
-/// `--delete-excluded`), in listing order.
+/// whatever its kind there), not protected by the excludes (`None`:
+/// nothing is protected, `--delete-excluded`) and, `during` the list, not
+/// work in progress ([`in_use`]), in listing order; and whether work in
+/// progress was held back (the end of the run looks again).
 pub(crate) fn extras(
     parent: &[u8],
     listing: Vec<(OsString, bool)>,
     seen: &crate::pathset::PathSet,
     excludes: Option<&Excludes>,
-) -> Vec<Extra> {
-    listing
+    during: bool,
+) -> (Vec<Extra>, bool) {
+    let mut held = false;
+    let extras = listing
         .into_iter()
         .filter_map(|(name, is_dir)| {
             let rel = child_path(parent, name.as_bytes());
             let keep = seen.contains(&rel)
-                || (!is_dir && in_use(parent, name.as_bytes(), seen, std::process::id()))
                 || excludes.is_some_and(|x| x.excluded(Path::new(OsStr::from_bytes(&rel)), is_dir));
-            (!keep).then_some(Extra { name, rel, is_dir })
+            let busy = !keep
+                && during
+                && !is_dir
+                && in_use(parent, name.as_bytes(), seen, std::process::id());
+            held |= busy;
+            (!keep && !busy).then_some(Extra { name, rel, is_dir })
         })
-        .collect()
+        .collect();
+    (extras, held)
 }
 
 /// A sender that announced one walk ([`ferry_link::features::SUBTREES`])
@@ -163,6 +172,12 @@ pub(crate) fn subtree_step(
 ) -> std::result::Result<Vec<Vec<u8>>, String> {
     if path.is_empty() {
         return Ok(Vec::new());
+    }
+    if is_dir && open.iter().any(|d| d.as_slice() == path) {
+        return Err(format!(
+            "{}: directory listed again (the sender announced one walk)",
+            crate::listcheck::shown(path)
+        ));
     }
     let parent = crate::listcheck::parent_of(path);
     let keep = if parent.is_empty() {
@@ -319,7 +334,9 @@ mod tests {
             listing(&[("zz", false), ("keep", false), ("sub", true), ("old", true)]),
             &seen,
             Some(&none),
-        );
+            false,
+        )
+        .0;
         assert_eq!(rels(&got), [&b"d/zz"[..], b"d/old"]);
         assert_eq!(got[1].name, OsString::from("old"));
         assert!(got[1].is_dir && !got[0].is_dir);
@@ -331,10 +348,14 @@ mod tests {
         let seen: PathSet = [&b"a/x"[..]].into_iter().collect();
         let none = Excludes::new(&[]).unwrap();
         assert_eq!(
-            rels(&extras(b"b", listing(&[("x", false)]), &seen, Some(&none))),
+            rels(&extras(b"b", listing(&[("x", false)]), &seen, Some(&none), false).0),
             [b"b/x"]
         );
-        assert!(extras(b"a", listing(&[("x", false)]), &seen, Some(&none)).is_empty());
+        assert!(
+            extras(b"a", listing(&[("x", false)]), &seen, Some(&none), false)
+                .0
+                .is_empty()
+        );
     }
 
     #[test]
@@ -350,7 +371,9 @@ mod tests {
             ]),
             &PathSet::default(),
             Some(&ex),
-        );
+            false,
+        )
+        .0;
         // "cache/" protects a directory only; a file of that name goes.
         assert_eq!(rels(&got), [&b"cache"[..], b"b"]);
         assert!(!got[0].is_dir);
@@ -360,7 +383,9 @@ mod tests {
             listing(&[("a.tmp", false), ("b", false)]),
             &PathSet::default(),
             None,
-        );
+            false,
+        )
+        .0;
         assert_eq!(rels(&all), [&b"a.tmp"[..], b"b"]);
     }
 
@@ -412,6 +437,11 @@ mod tests {
         assert!(err.contains("a/y") && err.contains("one walk"), "{err}");
         assert_eq!(open, before, "nothing ended by a refused entry");
         assert!(subtree_step(&mut open, b"a/x/deep", false).is_err());
+        // A directory still open, listed again.
+        step(&mut open, "c", true);
+        let err = subtree_step(&mut open, b"c", true).unwrap_err();
+        assert!(err.contains("listed again"), "{err}");
+        assert_eq!(open, vec![b"c".to_vec()]);
     }
 
     #[test]
@@ -438,13 +468,16 @@ mod tests {
             (OsString::from(".gone.ferry-journal"), false),
             (OsString::from("extra"), false),
         ];
-        let got: Vec<_> = extras(b"d", listing, &seen, None)
-            .into_iter()
-            .map(|x| x.rel)
-            .collect();
+        let (during, held) = extras(b"d", listing.clone(), &seen, None, true);
+        let got: Vec<_> = during.into_iter().map(|x| x.rel).collect();
         assert_eq!(
             got,
             vec![b"d/.gone.ferry-journal".to_vec(), b"d/extra".to_vec()]
         );
+        assert!(held);
+        // At the end, no transfer is left: all four go.
+        let (after, held) = extras(b"d", listing, &seen, None, false);
+        assert_eq!(after.len(), 4);
+        assert!(!held);
     }
 }
