@@ -106,6 +106,16 @@ impl PreHash {
         self.st.lock().ok()
     }
 
+    /// The state even after a thread panicked holding it: for the calls
+    /// that only stop things (close, abandon, finish). Were they no-ops
+    /// then, the sink (a clone of the workers' job queue) would outlive
+    /// the session and the workers would wait on it for ever.
+    fn lock_to_stop(&self) -> MutexGuard<'_, Pre> {
+        self.st
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Start pre-hashing a file of `size` bytes on delta blocks of `bs`;
     /// early segments go to `sink`.
     pub fn start(&self, size: u64, bs: u64, sink: Sink) {
@@ -147,13 +157,11 @@ impl PreHash {
     /// The signature is complete (or will not be): no more early segments.
     /// Returns which segments went early.
     pub fn close(&self) -> Vec<bool> {
-        let early = match self.lock() {
-            Some(mut g) => {
-                g.closed = true;
-                g.sink = None;
-                g.early.clone()
-            }
-            None => Vec::new(),
+        let early = {
+            let mut g = self.lock_to_stop();
+            g.closed = true;
+            g.sink = None;
+            g.early.clone()
         };
         self.cv.notify_all();
         early
@@ -162,17 +170,13 @@ impl PreHash {
     /// The signature will not complete (the receiver could not read its
     /// old copy): no more early segments, and the pre-hash stops.
     pub fn abandon(&self) {
-        if let Some(mut g) = self.lock() {
-            g.misses = STOP_AFTER_MISSES;
-        }
+        self.lock_to_stop().misses = STOP_AFTER_MISSES;
         self.close();
     }
 
     /// The pre-hash stopped: `ok` if what it hashed can be used.
     pub fn finish(&self, ok: bool) {
-        if let Some(mut g) = self.lock() {
-            g.phase = if ok { Phase::Done } else { Phase::Failed };
-        }
+        self.lock_to_stop().phase = if ok { Phase::Done } else { Phase::Failed };
         self.cv.notify_all();
     }
 
@@ -422,5 +426,21 @@ mod tests {
         let e = rx.try_recv().expect("early");
         assert!(e.same[..10].iter().all(|s| !s));
         assert!(e.same[10..].iter().all(|s| *s));
+    }
+
+    #[test]
+    fn a_panic_under_the_lock_still_lets_close_drop_the_sink() {
+        let (p, rx) = started(4 * layout::SEGMENT);
+        let poison = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _g = p.st.lock().unwrap();
+            panic!("a panic while the state is held");
+        }));
+        assert!(poison.is_err() && p.st.is_poisoned());
+        p.abandon();
+        // The sink, and the queue it held, are gone.
+        let got = rx.recv_timeout(Duration::from_secs(5));
+        assert!(matches!(got, Err(mpsc::RecvTimeoutError::Disconnected)));
+        p.finish(false);
+        assert!(p.hashes_for(0, 1).is_none());
     }
 }
