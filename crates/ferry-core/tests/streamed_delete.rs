@@ -106,11 +106,7 @@ fn nothing_is_deleted_once_the_sender_could_not_read_an_entry() {
     let rest = list.split_off(4); // D:c and c/f: after the report
     let script: Script = Box::new(move |p| {
         p.features = ALL | SUBTREES;
-        p.send(Message::Hello {
-            version: ferry_link::PROTOCOL_VERSION,
-            features: p.features,
-        });
-        if !matches!(p.recv(), Some(Message::Hello { .. })) {
+        if !p.hello() {
             return;
         }
         p.list(list);

@@ -129,15 +129,20 @@ impl Peer {
 
     /// Hello both ways, the list, `EndOfList`.
     pub fn start(&mut self, list: Vec<Entry>) {
-        self.send(Message::Hello {
-            version: ferry_link::PROTOCOL_VERSION,
-            features: self.features,
-        });
-        if !matches!(self.recv(), Some(Message::Hello { .. })) {
+        if !self.hello() {
             return;
         }
         self.list(list);
         self.send(Message::EndOfList);
+    }
+
+    /// `Hello` with [`Peer::features`]; whether the receiver answered one.
+    pub fn hello(&mut self) -> bool {
+        self.send(Message::Hello {
+            version: ferry_link::PROTOCOL_VERSION,
+            features: self.features,
+        });
+        matches!(self.recv(), Some(Message::Hello { .. }))
     }
 
     /// Send `list`'s entries (after `Hello`).
