@@ -5,7 +5,9 @@
 //!
 //! * [`rsh`]: the remote side as a child process: the one ssh (`-e`)
 //!   command line with its shell quoting, spawning it with pipes, and
-//!   waiting for it (sync's `serve --stdio` and `pipe`'s `recv`);
+//!   waiting for it (sync's `serve --stdio` and `pipe`'s `recv`), with
+//!   AES-GCM preferred where ssh's ciphers are its defaults and the CPU
+//!   has AES (`ssh_cipher`);
 //! * [`direct`]: the one direct-TCP bootstrap (the offer of a port and a
 //!   key over ssh, connecting, falling back to ssh, the accept loop that
 //!   waits for the client that proves the key, the channel handshake);
@@ -27,6 +29,7 @@ mod framing;
 pub mod liveness;
 mod ratelimit;
 pub mod rsh;
+mod ssh_cipher;
 pub mod stripe;
 pub mod transport;
 
