@@ -12,21 +12,40 @@ use std::time::{Duration, Instant};
 /// The command that runs `words` (the remote ferry and its arguments) on
 /// `host`: the `-e`/`--rsh` command split on spaces (as rsync does), the
 /// host, then the words as one shell-quoted line (ssh hands it to the
-/// remote shell). `None` when `rsh` is empty. [`spawn`] sets up the pipes.
-/// Where that is OpenSSH with its default ciphers, on a CPU with AES, it
-/// prefers AES-GCM (see `ssh_cipher`).
-pub fn rsh_command<S: AsRef<str>>(rsh: &str, host: &str, words: &[S]) -> Option<Command> {
+/// remote shell). [`spawn`] sets up the pipes. Where that is OpenSSH with
+/// its default ciphers, on a CPU with AES, it prefers AES-GCM: finding out
+/// runs `ssh -V` and `ssh -G` (once per command line; see `ssh_cipher`).
+pub fn rsh_command<S: AsRef<str>>(
+    rsh: &str,
+    host: &str,
+    words: &[S],
+) -> Result<Command, CommandError> {
     let mut rsh = rsh.split_whitespace();
-    let prog = rsh.next()?;
+    let prog = rsh.next().ok_or(CommandError::EmptyRsh)?;
+    // ssh (and most remote shells) would take it for an option:
+    // `-oProxyCommand=...` runs a command here.
+    if host.starts_with('-') {
+        return Err(CommandError::HostLikeOption(host.to_string()));
+    }
     let args: Vec<&str> = rsh.collect();
     let mut c = Command::new(prog);
     let line: Vec<String> = words.iter().map(|w| shell_quote(w.as_ref())).collect();
+    let line = line.join(" ");
     c.args(&args);
-    if let Some(cipher) = crate::ssh_cipher::cipher_args(prog, &args, host) {
+    if let Some(cipher) = crate::ssh_cipher::cipher_args(prog, &args, host, &line) {
         c.args(cipher);
     }
-    c.arg(host).arg(line.join(" "));
-    Some(c)
+    c.arg(host).arg(line);
+    Ok(c)
+}
+
+/// Why there is no command line for the remote side.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CommandError {
+    #[error("--rsh is empty")]
+    EmptyRsh,
+    #[error("host {0:?} begins with '-': the remote shell would read it as an option")]
+    HostLikeOption(String),
 }
 
 /// Quote one word for a POSIX shell (ssh runs the command through one).
@@ -220,7 +239,12 @@ mod tests {
         assert_eq!(c.get_program(), "rsh");
         let args: Vec<_> = c.get_args().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(args, ["-p", "2222", "u@h", "ferry recv -- 'a b'"]);
-        assert!(rsh_command("  ", "h", &["x"]).is_none());
+        assert_eq!(
+            rsh_command("  ", "h", &["x"]).err(),
+            Some(CommandError::EmptyRsh)
+        );
+        let e = rsh_command("ssh", "-oProxyCommand=touch x", &["x"]).unwrap_err();
+        assert!(matches!(e, CommandError::HostLikeOption(_)), "{e}");
         assert_eq!(shell_quote("pool/ds@snap"), "pool/ds@snap");
         assert_eq!(shell_quote("a b"), "'a b'");
     }

@@ -118,8 +118,10 @@ pub struct PipeArgs {
     /// nor an ssh_config chooses the ciphers, and this CPU has AES
     /// instructions, ferry passes ssh its default cipher list with AES-GCM
     /// first (nothing added or removed; the server still picks what it
-    /// allows): faster than the default ChaCha20-Poly1305 there. For a
-    /// server without AES instructions, choose with `-c`.
+    /// allows): faster than the default ChaCha20-Poly1305 there. It finds
+    /// out with `ssh -V` and `ssh -G` (which run ssh_config's `Match exec`
+    /// tests once more), and only when every word after `ssh` is an ssh
+    /// option. For a server without AES instructions, choose with `-c`.
     #[arg(short = 'e', long, default_value = "ssh", value_name = "COMMAND")]
     pub rsh: String,
     /// Path of ferry on the remote host.

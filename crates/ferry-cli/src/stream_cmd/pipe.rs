@@ -37,8 +37,9 @@ pub fn run_pipe(a: PipeArgs) -> i32 {
         Ok(f) => f,
         Err(c) => return c,
     };
-    let Some(cmd) = rsh::rsh_command(&a.rsh, &a.target, &remote_recv_words(&a, &ferry)) else {
-        return super::usage("--rsh is empty");
+    let cmd = match rsh::rsh_command(&a.rsh, &a.target, &remote_recv_words(&a, &ferry)) {
+        Ok(cmd) => cmd,
+        Err(e) => return super::usage(&e.to_string()),
     };
     let rsh = cmd.get_program().to_string_lossy().into_owned();
     let (mut child, mut ssh_in, mut ssh_out) = match rsh::spawn(cmd, Stderr::Inherit) {

@@ -160,8 +160,7 @@ fn run_remote(
         .into_iter()
         .chain(args.iter().copied())
         .collect();
-    let cmd = rsh::rsh_command(rsh_cmd, host, &words)
-        .ok_or_else(|| Error::Usage("empty --rsh command".into()))?;
+    let cmd = rsh::rsh_command(rsh_cmd, host, &words).map_err(|e| Error::Usage(e.to_string()))?;
     let (mut child, mut stdin, stdout) = rsh::spawn(cmd, Stderr::Tail).map_err(|e| {
         Error::Link(LinkError::Io(format!(
             "cannot run {}: {}",

@@ -37,8 +37,8 @@ pub(super) fn spawn(
     let words: Vec<&str> = std::iter::once(ropts.remote_ferry.as_str())
         .chain(args.iter().map(String::as_str))
         .collect();
-    let cmd = rsh::rsh_command(&ropts.rsh, host, &words)
-        .ok_or_else(|| Error::Usage("empty --rsh command".into()))?;
+    let cmd =
+        rsh::rsh_command(&ropts.rsh, host, &words).map_err(|e| Error::Usage(e.to_string()))?;
     let (child, mut stdin, mut stdout) = rsh::spawn(cmd, Stderr::Tail).map_err(|e| {
         Error::Link(LinkError::Io(format!(
             "cannot run {}: {}",
