@@ -65,7 +65,7 @@ impl Setup {
     fn victim(&self, target: Target, ferry: i32) -> Option<i32> {
         match target {
             Target::Sender | Target::Local => Some(ferry),
-            Target::Ssh => procs::child_named(ferry, "ssh"),
+            Target::Ssh => procs::child_with(ferry, "ssh", " serve "),
             Target::Receiver => {
                 let sshd = self.srv.as_ref().unwrap().pid() as i32;
                 procs::serves(&self.bin, p(&self.dst))
