@@ -65,7 +65,11 @@ impl Setup {
     fn victim(&self, target: Target, ferry: i32) -> Option<i32> {
         match target {
             Target::Sender | Target::Local => Some(ferry),
-            Target::Ssh => procs::child_with(ferry, "ssh", " serve "),
+            // The ssh that carries the session: not ferry's `ssh -V` and
+            // `ssh -G` probes of the cipher, which come first.
+            Target::Ssh => procs::child_with(ferry, "ssh", |a| {
+                !a.iter().any(|w| w == "-G" || w == "-V") && a.iter().any(|w| w.contains(" serve "))
+            }),
             Target::Receiver => {
                 let sshd = self.srv.as_ref().unwrap().pid() as i32;
                 procs::serves(&self.bin, p(&self.dst))

@@ -33,16 +33,17 @@ pub fn alive(pid: i32) -> bool {
     stat(pid).is_some_and(|(_, state, _)| state != 'Z')
 }
 
-/// The live child of `parent` whose command name is `comm`, and
-/// with `word` in one of its arguments: the `ssh` that carries a session
-/// runs `ferry serve` (ferry's `ssh -V` and `ssh -G` probes, which come
-/// first, do not).
-pub fn child_with(parent: i32, comm: &str, word: &str) -> Option<i32> {
+/// The live child of `parent` whose command name is `comm`, and whose
+/// arguments pass `args`.
+pub fn child_with(parent: i32, comm: &str, args: impl Fn(&[String]) -> bool) -> Option<i32> {
     pids().into_iter().find(|&p| {
         stat(p).is_some_and(|(c, state, ppid)| ppid == parent && c == comm && state != 'Z')
             && std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|raw| {
-                raw.split(|&b| b == 0)
-                    .any(|a| String::from_utf8_lossy(a).contains(word))
+                let v: Vec<String> = raw
+                    .split(|&b| b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                args(&v)
             })
     })
 }
