@@ -186,6 +186,8 @@ pub struct Reader {
     file: File,
     direct: Option<File>,
     direct_ok: AtomicBool,
+    /// Known to hold no holes (see [`Reader::listed`]): no extent query.
+    dense: bool,
 }
 
 /// The first `len` bytes of `mem` from a 4 KiB boundary (growing `mem`),
@@ -198,6 +200,18 @@ pub fn aligned(mem: &mut Vec<u8>, len: usize) -> &mut [u8] {
     &mut mem[start..start + len]
 }
 
+/// Largest file [`dense`] takes at its block count's word.
+pub const DENSE_MAX: u64 = 1 << 20;
+
+/// Whether a regular file of `size` bytes with `blocks` 512-byte blocks
+/// allocated can be read without asking where its data is: small, and
+/// every byte backed. A large file so backed may still hold preallocated
+/// (unwritten) extents that read as holes, which are worth finding; a
+/// small one costs at most [`DENSE_MAX`] bytes read as zeros.
+pub fn dense(blocks: u64, size: u64) -> bool {
+    size <= DENSE_MAX && blocks.saturating_mul(512) >= size
+}
+
 /// Reads smaller than this go through the page cache.
 const READ_MIN: usize = 64 << 10;
 /// Largest bounce-buffer read.
@@ -207,20 +221,33 @@ impl Reader {
     /// Wrap `file`, opened from `path`, adding a direct descriptor when
     /// `on` and the file is large and mostly not in the page cache.
     pub fn new(file: File, on: bool) -> Reader {
-        let size = file
-            .metadata()
-            .map(|m| if m.is_file() { m.len() } else { 0 })
-            .unwrap_or(0);
-        let direct = on && size >= MIN_SIZE && !mostly_cached(&file, size);
-        Reader::build(file, direct)
+        let size = match on {
+            true => file
+                .metadata()
+                .map(|m| if m.is_file() { m.len() } else { 0 })
+                .unwrap_or(0),
+            false => 0,
+        };
+        Reader::listed(file, on, size, false)
     }
 
-    fn build(file: File, direct: bool) -> Reader {
+    /// [`Reader::new`] for a file whose size the walk has just read (no
+    /// second `stat`). `dense` says it is small and has every block
+    /// allocated (see [`dense`]): its data is asked for without a
+    /// `SEEK_DATA`/`SEEK_HOLE` pair. Should it have gained holes since,
+    /// they read as zeros, which are found and sent as zeros all the same.
+    pub fn listed(file: File, on: bool, size: u64, dense: bool) -> Reader {
+        let direct = on && size >= MIN_SIZE && !mostly_cached(&file, size);
+        Reader::build(file, direct, dense)
+    }
+
+    fn build(file: File, direct: bool, dense: bool) -> Reader {
         let direct = direct.then(|| reopen_direct(&file, false)).flatten();
         Reader {
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
             file,
+            dense,
         }
     }
 
@@ -357,7 +384,10 @@ impl ferry_delta::Basis for Reader {
 
 impl Source for Reader {
     fn next_data(&self, pos: u64, end: u64) -> io::Result<Option<(u64, u64)>> {
-        crate::fsutil::next_data(&self.file, pos, end)
+        match self.dense {
+            true => Ok((pos < end).then_some((pos, end))),
+            false => crate::fsutil::next_data(&self.file, pos, end),
+        }
     }
     fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         Reader::read_exact_at(self, buf, off)
@@ -473,7 +503,7 @@ mod tests {
         let size = (1 << 20) + 4321;
         let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4096) as u8).collect();
         std::fs::write(&p, &data).expect("write");
-        let r = Reader::build(File::open(&p).expect("open"), true);
+        let r = Reader::build(File::open(&p).expect("open"), true, false);
         let mut pool = Pool::default();
         let mut aligned = pool.take(1 << 19);
         let slot = aligned.data_mut(0, 1 << 19).expect("slot");

@@ -307,6 +307,22 @@ pub fn remove_temp_files() {
     }
 }
 
+/// The device (`st_dev`) and group (`st_gid`) of what `fd` is open on,
+/// and its filesystem's magic (`f_type`).
+pub fn fs_of(fd: &OwnedFd) -> io::Result<(u64, u32, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    let f_type = rustix::fs::fstatfs(fd)?.f_type;
+    Ok((st.st_dev as u64, st.st_gid, f_type as u64))
+}
+
+/// This process's id, asked of the kernel once: a temporary file's name
+/// carries it, and a run names one per file. (ferry never forks without
+/// exec, so the id cannot change under it.)
+pub fn own_pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
 /// Name for a temporary file beside the file `name`: hidden, and
 /// recognisable by [`temp_owner`].
 pub fn temp_name_for(name: &OsStr) -> OsString {
@@ -319,7 +335,7 @@ pub fn temp_name_for(name: &OsStr) -> OsString {
     t.extend_from_slice(
         format!(
             ".ferry-{}-{}",
-            std::process::id(),
+            own_pid(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         )
         .as_bytes(),
@@ -356,7 +372,7 @@ pub fn remove_stale_temps(dir: &OwnedFd) -> u64 {
         let Some(pid) = temp_owner(name.as_bytes()) else {
             continue;
         };
-        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+        let alive = pid == own_pid() || Path::new(&format!("/proc/{pid}")).exists();
         if !alive
             && !is_dir
             && rustix::fs::unlinkat(dir, &name, rustix::fs::AtFlags::empty()).is_ok()

@@ -229,7 +229,11 @@ fn commit_batch(files: Vec<Arc<DstFile>>, sh: &Shared<'_>) {
         let Some(file) = f.file.as_file() else {
             continue;
         };
-        let ok = match rustix::fs::fstat(file).map(|st| st.st_dev) {
+        let dev = match f.fs {
+            Some(fs) => Ok(fs.dev),
+            None => rustix::fs::fstat(file).map(|st| st.st_dev),
+        };
+        let ok = match dev {
             Err(_) => false,
             Ok(dev) => match synced.iter().find(|(d, _)| *d == dev) {
                 Some(&(_, ok)) => ok,

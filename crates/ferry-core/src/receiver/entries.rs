@@ -188,6 +188,7 @@ impl Dispatcher<'_, '_> {
             failed: Mutex::new(None),
             loc,
             tmp: None,
+            fs: None,
             file: Box::new(sink),
             direct: None,
             direct_ok: AtomicBool::new(false),
@@ -437,6 +438,12 @@ impl Dispatcher<'_, '_> {
                 (file, tmp, device_journal)
             }
         };
+        // A temporary file made now (not a resumed one, which an earlier
+        // run made): its directory was visited as it was created.
+        let fs = match (&tmp, &partial) {
+            (Some(_), None) => self.scanned.get(parent_of(&dest.rel)).copied().flatten(),
+            _ => None,
+        };
         let direct = if decide::use_direct(write, opts.direct_io, e.size) {
             direct::open(&file)
         } else {
@@ -485,6 +492,7 @@ impl Dispatcher<'_, '_> {
             failed: Mutex::new(None),
             loc: dest.clone(),
             tmp,
+            fs,
             file,
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
@@ -585,10 +593,18 @@ impl Dispatcher<'_, '_> {
     /// Before the first temporary file of this run in a directory, remove
     /// what killed runs left there (the files they were writing are
     /// written again now, so this is where their temporary files are).
-    pub(super) fn clean_stale_temps(&mut self, dest: &Loc) {
+    /// Returns the directory's filesystem (see [`DstFile::fs`]), learnt
+    /// at the same first visit.
+    pub(super) fn clean_stale_temps(&mut self, dest: &Loc) -> Option<DirFs> {
         let dir = parent_of(&dest.rel);
-        if self.scanned.insert(dir.to_vec()) {
-            let n = dest.parent_fd().map_or(0, fsutil::remove_stale_temps);
+        if let Some(fs) = self.scanned.get(dir) {
+            return *fs;
+        }
+        let parent = dest.parent_fd().ok();
+        let fs = parent.and_then(DirFs::of);
+        self.scanned.insert(dir.to_vec(), fs);
+        {
+            let n = parent.map_or(0, fsutil::remove_stale_temps);
             if n > 0 {
                 self.sh.changed(dest);
                 self.sh.stats.notice(format!(
@@ -597,6 +613,7 @@ impl Dispatcher<'_, '_> {
                 ));
             }
         }
+        fs
     }
 
     /// Whether to send this changed file as a delta, and at what cost

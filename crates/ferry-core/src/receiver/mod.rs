@@ -280,7 +280,7 @@ pub fn run_receiver(
                 c
             },
             source_unread: false,
-            scanned: HashSet::new(),
+            scanned: HashMap::new(),
             whole_only: HashSet::new(),
             link_dests: None,
             ids: Default::default(),
@@ -384,8 +384,9 @@ struct Dispatcher<'a, 'b> {
     budget: decide::FileBudget,
     /// The rules a sender's list must keep (see [`crate::listcheck`]).
     check: ListCheck,
-    /// Directories already cleared of stale temporary files.
-    scanned: HashSet<Vec<u8>>,
+    /// Directories already cleared of stale temporary files, with their
+    /// filesystem (one `fstat` and one `fstatfs` a directory, not a file).
+    scanned: HashMap<Vec<u8>, Option<DirFs>>,
     /// The sender reported a source entry it could not list or read:
     /// `--delete` is off for the run (unless `--ignore-errors`).
     source_unread: bool,

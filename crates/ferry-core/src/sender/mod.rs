@@ -66,6 +66,9 @@ struct SrcFile {
     /// It may have holes (fewer blocks allocated than its size, or an NBD
     /// export): its extents are looked up as it is queued.
     holey: bool,
+    /// Small, with every block allocated when listed: read without
+    /// extent queries (see [`crate::direct::dense`]).
+    dense: bool,
 }
 
 /// The listed files by id, shared by the walk and the request thread.

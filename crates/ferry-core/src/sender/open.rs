@@ -65,6 +65,7 @@ impl SrcFile {
             ident,
             follow,
             holey: false,
+            dense: false,
         }
     }
 
@@ -89,6 +90,7 @@ impl SrcFile {
             ident: (0, 0),
             follow: true,
             holey: true,
+            dense: false,
         }
     }
 
@@ -108,7 +110,8 @@ impl SrcFile {
             Some(h) => Ok(Some(h.clone())),
             None if self.failed.load(Ordering::SeqCst) => Ok(None),
             None => open_listed(&self.path, self.ident, self.follow).map(|h| {
-                let h: Arc<dyn Source> = Arc::new(crate::direct::Reader::new(h, direct_io));
+                let r = crate::direct::Reader::listed(h, direct_io, self.size, self.dense);
+                let h: Arc<dyn Source> = Arc::new(r);
                 *g = Some(h.clone());
                 Some(h)
             }),

@@ -44,7 +44,8 @@ fn prehash_file(
     mems: &mut Vec<Vec<u8>>,
     over: &AtomicBool,
 ) -> std::io::Result<()> {
-    let r = crate::direct::Reader::new(open_listed(&f.path, f.ident, f.follow)?, direct_io);
+    let h = open_listed(&f.path, f.ident, f.follow)?;
+    let r = crate::direct::Reader::listed(h, direct_io, f.size, f.dense);
     let bs = layout::delta_block(f.size);
     let (full_tx, full_rx) = crossbeam_channel::bounded::<std::io::Result<(Vec<u8>, usize)>>(1);
     let (empty_tx, empty_rx) = crossbeam_channel::unbounded::<Vec<u8>>();

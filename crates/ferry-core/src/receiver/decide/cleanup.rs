@@ -150,7 +150,7 @@ pub(crate) fn extras(
             let busy = !keep
                 && during
                 && !is_dir
-                && in_use(parent, name.as_bytes(), seen, std::process::id());
+                && in_use(parent, name.as_bytes(), seen, crate::fsutil::own_pid());
             held |= busy;
             (!keep && !busy).then_some(Extra { name, rel, is_dir })
         })
