@@ -534,4 +534,46 @@ mod tests {
         assert!(b.data_mut(usize::MAX, 2).is_none());
         assert!(b.data_mut(8000, 192).is_some());
     }
+
+    #[test]
+    fn dense_means_small_and_fully_backed() {
+        assert!(dense(0, 0));
+        assert!(dense(8, 4096));
+        assert!(dense(16, 4097));
+        assert!(!dense(8, 4097), "a block short");
+        assert!(!dense(0, 100), "no blocks: inline data or a hole");
+        assert!(dense(DENSE_MAX / 512, DENSE_MAX));
+        assert!(!dense(DENSE_MAX / 512 + 1, DENSE_MAX + 1), "past the cap");
+        assert!(!dense(u64::MAX, 1 << 40), "fully allocated but large");
+    }
+
+    /// A file listed dense and holed since reads whole: its hole comes
+    /// back as zeros (which the scan then finds and sends as zeros), where
+    /// a reader that asks finds only the data.
+    #[test]
+    fn a_dense_reader_asks_nothing_and_reads_holes_as_zeros() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("f");
+        let f = File::create(&p).expect("create");
+        f.set_len(256 << 10).expect("size");
+        f.write_all_at(&[7u8; 4096], 0).expect("write");
+        f.sync_all().expect("sync");
+        let size = 256 << 10;
+        let asks = Reader::listed(File::open(&p).expect("open"), false, size, false);
+        let data = Source::next_data(&asks, 0, size).expect("next_data");
+        // A filesystem without SEEK_DATA reports it all as data.
+        assert!(
+            matches!(data, Some((0, e)) if e == 4096 || e == size),
+            "{data:?}"
+        );
+        let dense = Reader::listed(File::open(&p).expect("open"), false, size, true);
+        assert_eq!(
+            Source::next_data(&dense, 0, size).expect("next"),
+            Some((0, size))
+        );
+        assert_eq!(Source::next_data(&dense, size, size).expect("next"), None);
+        let mut buf = vec![1u8; 8192];
+        Source::read_exact_at(&dense, &mut buf, 0).expect("read");
+        assert!(buf[..4096].iter().all(|&b| b == 7) && buf[4096..].iter().all(|&b| b == 0));
+    }
 }

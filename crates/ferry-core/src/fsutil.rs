@@ -307,14 +307,6 @@ pub fn remove_temp_files() {
     }
 }
 
-/// The device (`st_dev`) and group (`st_gid`) of what `fd` is open on,
-/// and its filesystem's magic (`f_type`).
-pub fn fs_of(fd: &OwnedFd) -> io::Result<(u64, u32, u64)> {
-    let st = rustix::fs::fstat(fd)?;
-    let f_type = rustix::fs::fstatfs(fd)?.f_type;
-    Ok((st.st_dev as u64, st.st_gid, f_type as u64))
-}
-
 /// This process's id, asked of the kernel once: a temporary file's name
 /// carries it, and a run names one per file. (ferry never forks without
 /// exec, so the id cannot change under it.)

@@ -229,11 +229,7 @@ fn commit_batch(files: Vec<Arc<DstFile>>, sh: &Shared<'_>) {
         let Some(file) = f.file.as_file() else {
             continue;
         };
-        let dev = match f.fs {
-            Some(fs) => Ok(fs.dev),
-            None => rustix::fs::fstat(file).map(|st| st.st_dev),
-        };
-        let ok = match dev {
+        let ok = match rustix::fs::fstat(file).map(|st| st.st_dev) {
             Err(_) => false,
             Ok(dev) => match synced.iter().find(|(d, _)| *d == dev) {
                 Some(&(_, ok)) => ok,

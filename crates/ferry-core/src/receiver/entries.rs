@@ -188,7 +188,7 @@ impl Dispatcher<'_, '_> {
             failed: Mutex::new(None),
             loc,
             tmp: None,
-            fs: None,
+            batch_fs: None,
             file: Box::new(sink),
             direct: None,
             direct_ok: AtomicBool::new(false),
@@ -438,9 +438,12 @@ impl Dispatcher<'_, '_> {
                 (file, tmp, device_journal)
             }
         };
-        // A temporary file made now (not a resumed one, which an earlier
-        // run made): its directory was visited as it was created.
-        let fs = match (&tmp, &partial) {
+        // A temporary file made now (not a partial file): its directory
+        // was visited at the first temporary file made there. (Only the
+        // choice of batch commit is taken from that visit, never what
+        // makes the file durable: the batch's `syncfs` goes to each file's
+        // own filesystem, see [`super::commit`].)
+        let batch_fs = match (&tmp, &partial) {
             (Some(_), None) => self.scanned.get(parent_of(&dest.rel)).copied().flatten(),
             _ => None,
         };
@@ -492,7 +495,7 @@ impl Dispatcher<'_, '_> {
             failed: Mutex::new(None),
             loc: dest.clone(),
             tmp,
-            fs,
+            batch_fs,
             file,
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
@@ -593,16 +596,17 @@ impl Dispatcher<'_, '_> {
     /// Before the first temporary file of this run in a directory, remove
     /// what killed runs left there (the files they were writing are
     /// written again now, so this is where their temporary files are).
-    /// Returns the directory's filesystem (see [`DstFile::fs`]), learnt
-    /// at the same first visit.
-    pub(super) fn clean_stale_temps(&mut self, dest: &Loc) -> Option<DirFs> {
+    /// At the same first visit, learn whether the directory's filesystem
+    /// takes batch commits (see [`DstFile::batch_fs`]).
+    pub(super) fn clean_stale_temps(&mut self, dest: &Loc) {
         let dir = parent_of(&dest.rel);
-        if let Some(fs) = self.scanned.get(dir) {
-            return *fs;
+        if self.scanned.contains_key(dir) {
+            return;
         }
         let parent = dest.parent_fd().ok();
-        let fs = parent.and_then(DirFs::of);
-        self.scanned.insert(dir.to_vec(), fs);
+        let batch = parent.and_then(|d| rustix::fs::fstatfs(d).ok());
+        let batch = batch.map(|s| decide::batch_fs(s.f_type as u64));
+        self.scanned.insert(dir.to_vec(), batch);
         {
             let n = parent.map_or(0, fsutil::remove_stale_temps);
             if n > 0 {
@@ -613,7 +617,6 @@ impl Dispatcher<'_, '_> {
                 ));
             }
         }
-        fs
     }
 
     /// Whether to send this changed file as a delta, and at what cost

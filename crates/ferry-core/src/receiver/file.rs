@@ -70,9 +70,10 @@ pub(super) struct DstFile {
     /// Temporary file renamed over `final_path` at the end; `None` when
     /// writing in place.
     pub(super) tmp: Option<Loc>,
-    /// The filesystem of the temporary file's directory, when known: its
-    /// batch commit needs no `fstat`/`fstatfs` of the file itself.
-    pub(super) fs: Option<DirFs>,
+    /// Whether the filesystem of the temporary file's directory takes
+    /// batch commits ([`decide::batch_fs`]), when known: then the file's
+    /// own `fstatfs` is not needed.
+    pub(super) batch_fs: Option<bool>,
     pub(super) file: Box<dyn Sink>,
     /// The temp file opened again with `O_DIRECT` (see [`direct`]), while
     /// direct writes work.
@@ -127,35 +128,6 @@ pub(super) struct DstFile {
 
 /// Unused ranges a file may leave as they were (16 bytes each).
 pub(super) const MAX_LEFT: usize = 1 << 20;
-
-/// A directory's filesystem, as a batch commit needs it.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct DirFs {
-    /// Its device (`st_dev`): one `syncfs` a device.
-    pub(super) dev: u64,
-    /// Whether its kind takes batch commits ([`decide::batch_fs`]).
-    pub(super) batch: bool,
-    /// The owner a file created there gets, where sure
-    /// ([`decide::created_owner`]).
-    pub(super) created: Option<(u32, u32)>,
-}
-
-impl DirFs {
-    /// The filesystem of directory `dir`; `None` when it cannot be asked.
-    pub(super) fn of(dir: &std::os::fd::OwnedFd) -> Option<DirFs> {
-        let (dev, gid, f_type) = fsutil::fs_of(dir).ok()?;
-        let batch = decide::batch_fs(f_type);
-        let me = (
-            rustix::process::geteuid().as_raw(),
-            rustix::process::getegid().as_raw(),
-        );
-        Some(DirFs {
-            dev,
-            batch,
-            created: decide::created_owner(me, gid, batch),
-        })
-    }
-}
 
 impl DstFile {
     /// Leave `[off, off + len)` as it is, unused by the source's guest:
@@ -406,9 +378,7 @@ fn finalize_inner(f: &Arc<DstFile>, sh: &Shared<'_>) -> io::Result<()> {
             file.set_len(e.size)?;
         }
         let steps = decide::meta_for_new(EntryKind::File, sh.keep, sh.opts.meta_xattrs());
-        // A new temporary file may already be owned as asked.
-        let created = f.fs.and_then(|fs| fs.created);
-        if steps.owner && !(f.tmp.is_some() && decide::owner_already(sh.keep.ids(e), created)) {
+        if steps.owner {
             let (u, g) = sh.keep.ids(e);
             fsutil::fchown(file, u, g).op("set owner of")?;
         }
@@ -424,8 +394,8 @@ fn finalize_inner(f: &Arc<DstFile>, sh: &Shared<'_>) -> io::Result<()> {
         }
         if decide::fsync_before_rename(sh.opts.fsync, f.readback.is_some()) {
             let temp = f.tmp.is_some();
-            let local = || match f.fs {
-                Some(fs) => fs.batch,
+            let local = || match f.batch_fs {
+                Some(b) => b,
                 None => rustix::fs::fstatfs(file).is_ok_and(|s| decide::batch_fs(s.f_type as u64)),
             };
             if decide::batch_commit(

@@ -384,9 +384,10 @@ struct Dispatcher<'a, 'b> {
     budget: decide::FileBudget,
     /// The rules a sender's list must keep (see [`crate::listcheck`]).
     check: ListCheck,
-    /// Directories already cleared of stale temporary files, with their
-    /// filesystem (one `fstat` and one `fstatfs` a directory, not a file).
-    scanned: HashMap<Vec<u8>, Option<DirFs>>,
+    /// Directories already cleared of stale temporary files, with whether
+    /// their filesystem takes batch commits (one `fstatfs` a directory,
+    /// not one a file).
+    scanned: HashMap<Vec<u8>, Option<bool>>,
     /// The sender reported a source entry it could not list or read:
     /// `--delete` is off for the run (unless `--ignore-errors`).
     source_unread: bool,

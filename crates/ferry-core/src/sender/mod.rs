@@ -69,6 +69,8 @@ struct SrcFile {
     /// Small, with every block allocated when listed: read without
     /// extent queries (see [`crate::direct::dense`]).
     dense: bool,
+    /// A block device: read through the page cache, never `O_DIRECT`.
+    device: bool,
 }
 
 /// The listed files by id, shared by the walk and the request thread.

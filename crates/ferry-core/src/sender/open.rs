@@ -66,6 +66,7 @@ impl SrcFile {
             follow,
             holey: false,
             dense: false,
+            device: false,
         }
     }
 
@@ -91,6 +92,7 @@ impl SrcFile {
             follow: true,
             holey: true,
             dense: false,
+            device: false,
         }
     }
 
@@ -110,7 +112,8 @@ impl SrcFile {
             Some(h) => Ok(Some(h.clone())),
             None if self.failed.load(Ordering::SeqCst) => Ok(None),
             None => open_listed(&self.path, self.ident, self.follow).map(|h| {
-                let r = crate::direct::Reader::listed(h, direct_io, self.size, self.dense);
+                let direct = direct_io && !self.device;
+                let r = crate::direct::Reader::listed(h, direct, self.size, self.dense);
                 let h: Arc<dyn Source> = Arc::new(r);
                 *g = Some(h.clone());
                 Some(h)

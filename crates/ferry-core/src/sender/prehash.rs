@@ -45,7 +45,7 @@ fn prehash_file(
     over: &AtomicBool,
 ) -> std::io::Result<()> {
     let h = open_listed(&f.path, f.ident, f.follow)?;
-    let r = crate::direct::Reader::listed(h, direct_io, f.size, f.dense);
+    let r = crate::direct::Reader::listed(h, direct_io && !f.device, f.size, f.dense);
     let bs = layout::delta_block(f.size);
     let (full_tx, full_rx) = crossbeam_channel::bounded::<std::io::Result<(Vec<u8>, usize)>>(1);
     let (empty_tx, empty_rx) = crossbeam_channel::unbounded::<Vec<u8>>();

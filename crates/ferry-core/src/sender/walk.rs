@@ -481,6 +481,7 @@ impl Walker<'_> {
         // Fewer blocks than its size: it may have holes worth finding.
         f.holey = ft.is_file() && meta.blocks().saturating_mul(512) < size;
         f.dense = ft.is_file() && crate::direct::dense(meta.blocks(), size);
+        f.device = ft.is_block_device();
         self.pending_files.push((e.id, Arc::new(f)));
         self.send(e)?;
         if let Some((ident, first)) = first_name {

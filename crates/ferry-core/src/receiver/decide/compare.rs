@@ -290,21 +290,6 @@ impl Keep {
     }
 }
 
-/// The owner and group a file created by `me` (effective uid, gid) gets
-/// in a directory of group `dir_gid`, where that is sure: on a local
-/// filesystem (see [`batch_fs`]), in a directory whose group is `me`'s
-/// own, so that a new file has it whether it takes the directory's group
-/// (set-group-ID, `grpid`) or its creator's.
-pub(crate) fn created_owner(me: (u32, u32), dir_gid: u32, local: bool) -> Option<(u32, u32)> {
-    (local && dir_gid == me.1).then_some(me)
-}
-
-/// Whether a file created with owner `created` (see [`created_owner`])
-/// already has the ids `want` ([`Keep::ids`]) asks for: no `fchown`.
-pub(crate) fn owner_already(want: (Option<u32>, Option<u32>), created: Option<(u32, u32)>) -> bool {
-    created.is_some_and(|(u, g)| want.0.is_none_or(|w| w == u) && want.1.is_none_or(|w| w == g))
-}
-
 /// Metadata a newly written entry of `kind` gets: owner and group as
 /// kept, xattrs (and ACLs) when asked for, permissions
 /// always (without `--perms` the entry's mode is already what a new

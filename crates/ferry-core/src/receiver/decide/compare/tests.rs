@@ -355,26 +355,3 @@ fn a_directory_gets_its_permission_bits_with_or_without_perms() {
     };
     assert!(!dir_meta_fixes(&e, &right, no_perms, false).mode);
 }
-
-#[test]
-fn a_new_files_owner_is_known_only_where_it_is_sure() {
-    let me = (1000, 100);
-    assert_eq!(created_owner(me, 100, true), Some(me));
-    // Another group on the directory: set-group-ID or `grpid` may give
-    // the file that group.
-    assert_eq!(created_owner(me, 50, true), None);
-    // A filesystem that may map ids (NFS squashing root): ask it.
-    assert_eq!(created_owner(me, 100, false), None);
-}
-
-#[test]
-fn fchown_is_skipped_only_when_the_ids_are_already_right() {
-    let c = Some((1000, 100));
-    assert!(owner_already((Some(1000), Some(100)), c));
-    assert!(owner_already((None, Some(100)), c));
-    assert!(owner_already((Some(1000), None), c));
-    assert!(owner_already((None, None), c));
-    assert!(!owner_already((Some(0), Some(100)), c));
-    assert!(!owner_already((Some(1000), Some(0)), c));
-    assert!(!owner_already((Some(1000), Some(100)), None));
-}
