@@ -607,15 +607,13 @@ impl Dispatcher<'_, '_> {
         let batch = parent.and_then(|d| rustix::fs::fstatfs(d).ok());
         let batch = batch.map(|s| decide::batch_fs(s.f_type as u64));
         self.scanned.insert(dir.to_vec(), batch);
-        {
-            let n = parent.map_or(0, fsutil::remove_stale_temps);
-            if n > 0 {
-                self.sh.changed(dest);
-                self.sh.stats.notice(format!(
-                    "{}: removed {n} temporary file(s) of an interrupted run",
-                    self.tree.show(dir).display()
-                ));
-            }
+        let n = parent.map_or(0, fsutil::remove_stale_temps);
+        if n > 0 {
+            self.sh.changed(dest);
+            self.sh.stats.notice(format!(
+                "{}: removed {n} temporary file(s) of an interrupted run",
+                self.tree.show(dir).display()
+            ));
         }
     }
 
