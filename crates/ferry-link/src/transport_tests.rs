@@ -52,6 +52,51 @@ fn a_batch_arrives_in_order_and_counted_in_process_and_over_a_stream() {
 }
 
 #[test]
+fn data_and_the_message_behind_it_are_one_hand_over() {
+    let data = |k: u64| Message::Data {
+        file: 3,
+        offset: k << 20,
+        data: repeating_text(k),
+    };
+    let done = Message::SegmentDone {
+        file: 3,
+        segment: 0,
+        digest: [9; 32],
+    };
+    let (a, b) = in_process();
+    assert!(!b.rx.ready());
+    a.tx.send_then(data(0), done.clone()).unwrap();
+    // One queue slot, so one wake-up of a waiting receiver.
+    assert_eq!(b.rx.rx.len(), 1);
+    assert!(b.rx.ready());
+    assert_eq!(b.rx.recv().unwrap(), data(0));
+    // The rest of the batch is at hand.
+    assert!(b.rx.ready());
+    assert_eq!(b.rx.recv().unwrap(), done);
+    assert!(!b.rx.ready());
+    assert_eq!(
+        a.sent.get(),
+        (codec::encoded_len(&data(0)) + codec::encoded_len(&done)) as u64
+    );
+    // Compressed, the data still goes first and decodes as sent.
+    let (a_out, b_in) = UnixStream::pair().unwrap();
+    let (b_out, a_in) = UnixStream::pair().unwrap();
+    let mut a = stream_link(a_in, a_out);
+    let b = stream_link(b_in, b_out);
+    let mode = ferry_compress::Mode::Fixed(ferry_compress::Codec::Zstd(3));
+    a.tx = a.tx.with_compression(mode, 1, Arc::default(), None);
+    a.tx.send_then(data(1), done.clone()).unwrap();
+    a.tx.send_then(data(2), done.clone()).unwrap();
+    a.tx.send(Message::EndOfList).unwrap();
+    for k in 1..3 {
+        assert_eq!(b.rx.recv().unwrap(), data(k));
+        assert_eq!(b.rx.recv().unwrap(), done);
+    }
+    assert_eq!(b.rx.recv().unwrap(), Message::EndOfList);
+    assert!(b.received.get() < 1 << 20, "{}", b.received.get());
+}
+
+#[test]
 fn stream_link_roundtrips_and_detects_garbage() {
     // One socket per direction, as ssh's stdin and stdout are.
     let (a_out, b_in) = UnixStream::pair().unwrap();

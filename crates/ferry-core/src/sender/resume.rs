@@ -92,19 +92,21 @@ pub(super) fn held_of(kept: &[(u64, [u8; 32])], seg: u64) -> Held {
 /// did not record): read and digested; nothing is sent but its
 /// `SegmentDone` unless the receiver's digest is known and differs, when
 /// it goes whole. The receiver reads its copy back and checks it against
-/// that `SegmentDone`.
+/// that `SegmentDone`. A segment sent whole leaves its last op in `held`
+/// (see [`whole::send_whole_segment`]).
 pub(super) fn send_held_segment(
     job: &Job,
     file: &dyn Source,
     have: [u8; 32],
     tx: &MsgTx,
     buf: &mut Vec<u8>,
+    held: &std::cell::Cell<Option<ferry_link::Message>>,
 ) -> Result<std::io::Result<[u8; 32]>> {
     let res =
         scan::scan_segment::<LinkError>(file, job.file.size, job.seg, true, buf, &mut |_| Ok(()));
     match res {
         Ok(d) if d == have || have == [0; 32] => Ok(Ok(d)),
-        Ok(_) => whole::send_whole_segment(job, file, true, tx, buf),
+        Ok(_) => whole::send_whole_segment(job, file, true, tx, buf, held),
         Err(ScanError::Emit(e)) => Err(e.into()),
         Err(ScanError::Io(e)) => Ok(Err(e)),
     }

@@ -4,6 +4,7 @@
 //! before its last `SegmentDone`, one that vanished or changed while it
 //! was read (an application still writing) a `FileChanged`.
 
+use std::cell::Cell;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -106,7 +107,13 @@ fn send_segment(
 ) -> Result<bool> {
     let f = &job.file;
     let id = job.id;
+    // The whole path's last op, sent with the `SegmentDone` (one hand-over
+    // instead of two); anything else sent first sends it first.
+    let held = Cell::new(None);
     let fail = |why: NotSent| -> Result<()> {
+        if let Some(m) = held.take() {
+            tx.send(m)?;
+        }
         f.failed.store(true, Ordering::SeqCst);
         tx.send(match why {
             NotSent::Failed(error) => Message::FileFailed { file: id, error },
@@ -142,11 +149,11 @@ fn send_segment(
             (Some(e), _) => delta::send_early_segment(job, &**file, e, tx, buf)?,
             (None, Some(d)) => delta::send_delta_segment(job, &**file, d, tx, buf)?,
             (None, None) => match job.held {
-                Held::Kept(have) => resume::send_held_segment(job, &**file, have, tx, buf)?,
+                Held::Kept(have) => resume::send_held_segment(job, &**file, have, tx, buf, &held)?,
                 // A resumed file is digested throughout, even in process:
                 // the receiver checks what it kept against these.
-                Held::Missing => whole::send_whole_segment(job, &**file, true, tx, buf)?,
-                Held::Nothing => whole::send_whole_segment(job, &**file, how.hash, tx, buf)?,
+                Held::Missing => whole::send_whole_segment(job, &**file, true, tx, buf, &held)?,
+                Held::Nothing => whole::send_whole_segment(job, &**file, how.hash, tx, buf, &held)?,
             },
         };
         match sent {
@@ -155,11 +162,15 @@ fn send_segment(
         }
     }
     let last = finish(job, 1, file.as_deref(), &fail)?;
-    tx.send(Message::SegmentDone {
+    let done = Message::SegmentDone {
         file: id,
         segment: job.seg as u32,
         digest,
-    })?;
+    };
+    match held.take() {
+        Some(m) => tx.send_then(m, done)?,
+        None => tx.send(done)?,
+    }
     Ok(last)
 }
 

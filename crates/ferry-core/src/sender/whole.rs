@@ -2,6 +2,8 @@
 //! [`crate::scan`]) and sent as data and zero ops, with the segment digest
 //! on the file's grid.
 
+use std::cell::Cell;
+
 use ferry_link::{LinkError, Message, MsgTx};
 
 use crate::endpoint::Source;
@@ -37,17 +39,29 @@ fn piece_message(id: u32, p: Piece<'_>) -> Message {
 }
 
 /// Send one segment of a file as it is; with `hash`, digest it. Returns
-/// the segment digest, or the read error.
+/// the segment digest, or the read error. The segment's last op is left
+/// in `held`, for the caller to send with what follows it (see
+/// [`MsgTx::send_then`]).
 pub(super) fn send_whole_segment(
     job: &Job,
     file: &dyn Source,
     hash: bool,
     tx: &MsgTx,
     buf: &mut Vec<u8>,
+    held: &Cell<Option<Message>>,
 ) -> Result<std::io::Result<[u8; 32]>> {
-    let res = scan::scan_segment::<LinkError>(file, job.file.size, job.seg, hash, buf, &mut |p| {
-        tx.send(piece_message(job.id, p))
-    });
+    let res =
+        scan::scan_segment::<LinkError>(
+            file,
+            job.file.size,
+            job.seg,
+            hash,
+            buf,
+            &mut |p| match held.replace(Some(piece_message(job.id, p))) {
+                Some(before) => tx.send(before),
+                None => Ok(()),
+            },
+        );
     match res {
         Ok(d) => Ok(Ok(d)),
         Err(ScanError::Emit(e)) => Err(e.into()),
