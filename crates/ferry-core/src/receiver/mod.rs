@@ -41,6 +41,7 @@ mod file;
 mod finish;
 mod link_dest;
 mod nodes;
+mod outbox;
 mod partial;
 mod readback;
 mod segments;
@@ -251,7 +252,7 @@ pub fn run_receiver(
             tree: setup.tree,
             root_created: setup.root_created,
             sh: &shared,
-            tx: &tx,
+            tx: outbox::Outbox::new(&tx),
             files: HashMap::new(),
             checks: HashMap::new(),
             digesters: Some(digest_tx),
@@ -334,7 +335,9 @@ struct Dispatcher<'a, 'b> {
     /// The root did not exist: its parent directory is fsynced at the end.
     root_created: bool,
     sh: &'a Shared<'b>,
-    tx: &'a MsgTx,
+    /// The link to the sender, for the `Want`s and `Have`s this thread
+    /// makes (see [`outbox`]).
+    tx: outbox::Outbox<'a>,
     files: HashMap<u32, Arc<DstFile>>,
     /// Files asked for with [`WantMode::Check`], waiting for the answer.
     checks: HashMap<u32, check::Checking>,
@@ -425,8 +428,12 @@ impl Dispatcher<'_, '_> {
             if self.sh.fatal_flag.load(Ordering::Relaxed) {
                 return Ok(());
             }
+            self.tx.check()?;
             if self.digested()? {
                 self.admit()?;
+            }
+            if !rx.ready() {
+                self.tx.flush()?;
             }
             let Some(m) = rx.recv_or_wake(&self.sh.wake)? else {
                 self.digested()?;
@@ -608,7 +615,6 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
-    /// Queue work for the signer thread.
     /// Tell the sender how far the list is decided, every so often: it
     /// lists at most a window past that (see [`decide::decided_due`]).
     fn tell_decided(&mut self) -> Result<()> {
@@ -629,7 +635,11 @@ impl Dispatcher<'_, '_> {
         Ok(())
     }
 
+    /// Queue work for the signer thread, after what this thread holds for
+    /// the sender (the signer's `Decided` and `EndOfList` must not pass a
+    /// `Want`; a failed hand-over is the run loop's error, see [`outbox`]).
     fn sign(&self, job: SignJob) -> io::Result<()> {
+        self.tx.push();
         self.signer
             .as_ref()
             .and_then(|s| s.send(job).ok())

@@ -19,7 +19,7 @@ impl Dispatcher<'_, '_> {
         let f = self.lookup(file)?;
         let last = self.finish_segments(file, &f, segment, 1, false)?;
         let k = worker_for(&f, segment as u64, workers.len());
-        send_op(&workers[k], f, Op::Done(segment, digest))?;
+        send_op(&workers[k], f, Op::Done(segment, digest), &self.tx)?;
         if last {
             self.admit()?;
         }
@@ -46,7 +46,7 @@ impl Dispatcher<'_, '_> {
         // got ops), and none can get any now: one writer
         // takes the whole run at once.
         let k = worker_for(&f, first as u64, workers.len());
-        send_op(&workers[k], f, Op::Holes(first, count))?;
+        send_op(&workers[k], f, Op::Holes(first, count), &self.tx)?;
         if last {
             self.admit()?;
         }
@@ -144,6 +144,6 @@ impl Dispatcher<'_, '_> {
             )));
         }
         let k = worker_for(&f, seg, workers.len());
-        send_op(&workers[k], f, op)
+        send_op(&workers[k], f, op, &self.tx)
     }
 }

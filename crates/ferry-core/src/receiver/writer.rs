@@ -11,9 +11,24 @@ pub(super) fn worker_for(f: &DstFile, seg: u64, n: usize) -> usize {
     decide::worker_index(f.entry.id, seg, f.direct.is_some(), n)
 }
 
-pub(super) fn send_op(w: &Sender<(Arc<DstFile>, Op)>, f: Arc<DstFile>, op: Op) -> Result<()> {
-    w.send((f, op))
-        .map_err(|_| Error::Protocol("writer worker stopped".into()))
+/// Queue `op` for writer `w`; what `out` holds for the sender goes first
+/// when that has to wait (the writers are behind), so that the sender
+/// does not wait for the disk with it.
+pub(super) fn send_op(
+    w: &Sender<(Arc<DstFile>, Op)>,
+    f: Arc<DstFile>,
+    op: Op,
+    out: &outbox::Outbox<'_>,
+) -> Result<()> {
+    let stopped = || Error::Protocol("writer worker stopped".into());
+    match w.try_send((f, op)) {
+        Ok(()) => Ok(()),
+        Err(crossbeam_channel::TrySendError::Full(job)) => {
+            out.push();
+            w.send(job).map_err(|_| stopped())
+        }
+        Err(crossbeam_channel::TrySendError::Disconnected(_)) => Err(stopped()),
+    }
 }
 
 pub(super) struct SegState {
