@@ -79,12 +79,7 @@ fn data_and_the_message_behind_it_are_one_hand_over() {
         (codec::encoded_len(&data(0)) + codec::encoded_len(&done)) as u64
     );
     // Compressed, the data still goes first and decodes as sent.
-    let (a_out, b_in) = UnixStream::pair().unwrap();
-    let (b_out, a_in) = UnixStream::pair().unwrap();
-    let mut a = stream_link(a_in, a_out);
-    let b = stream_link(b_in, b_out);
-    let mode = ferry_compress::Mode::Fixed(ferry_compress::Codec::Zstd(3));
-    a.tx = a.tx.with_compression(mode, 1, Arc::default(), None);
+    let (a, b) = compressed_pair(1);
     a.tx.send_then(data(1), done.clone()).unwrap();
     a.tx.send_then(data(2), done.clone()).unwrap();
     a.tx.send(Message::EndOfList).unwrap();
@@ -209,14 +204,22 @@ fn repeating_text(block: u64) -> Vec<u8> {
     v
 }
 
-#[test]
-fn compressed_link_streams_per_clone_and_decodes_in_order() {
+/// A stream link over a socket pair whose `a` end compresses with zstd 3
+/// for `workers` sending threads.
+fn compressed_pair(workers: usize) -> (Endpoint, Endpoint) {
     let (a_out, b_in) = UnixStream::pair().unwrap();
     let (b_out, a_in) = UnixStream::pair().unwrap();
     let mut a = stream_link(a_in, a_out);
     let b = stream_link(b_in, b_out);
     let mode = ferry_compress::Mode::Fixed(ferry_compress::Codec::Zstd(3));
-    a.tx = a.tx.with_compression(mode, 2, Arc::default(), None);
+    a.tx = a.tx.with_compression(mode, workers, Arc::default(), None);
+    (a, b)
+}
+
+#[test]
+fn compressed_link_streams_per_clone_and_decodes_in_order() {
+    let (a, b) = compressed_pair(2);
+    let mode = ferry_compress::Mode::Fixed(ferry_compress::Codec::Zstd(3));
     let raw: u64 = 18 << 20;
     let senders: Vec<_> = (0..2u32)
         .map(|f| {
