@@ -26,6 +26,7 @@
 pub mod bufpool;
 pub mod direct;
 mod framing;
+mod link_error;
 pub mod liveness;
 mod ratelimit;
 pub mod rsh;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::MAGIC;
 use std::os::unix::net::UnixStream;
 
 #[test]
