@@ -134,6 +134,8 @@ pub fn parse_chown(spec: &str) -> Result<(Option<u32>, Option<u32>), String> {
 #[derive(Debug, Default)]
 pub struct Namer {
     named: HashSet<(Which, u32)>,
+    /// The last user and group asked about: a tree mostly has one owner.
+    last: [Option<u32>; 2],
 }
 
 impl Namer {
@@ -149,6 +151,11 @@ impl Namer {
         id: u32,
         lookup: impl Fn(Which, u32) -> Option<Vec<u8>>,
     ) -> Vec<u8> {
+        let last = &mut self.last[which as usize];
+        if *last == Some(id) {
+            return Vec::new();
+        }
+        *last = Some(id);
         if id == 0 || self.named.len() >= MAX_IDS || self.named.contains(&(which, id)) {
             return Vec::new();
         }
@@ -163,6 +170,9 @@ impl Namer {
 #[derive(Debug, Default)]
 pub struct Mapper {
     map: HashMap<(Which, u32), u32>,
+    /// The last user and group mapped (sender's id, ours): an id once
+    /// mapped stays so, and a tree mostly has one owner.
+    last: [Option<(u32, u32)>; 2],
 }
 
 impl Mapper {
@@ -182,11 +192,20 @@ impl Mapper {
         if id == 0 {
             return 0;
         }
+        if let Some((from, to)) = self.last[which as usize] {
+            if from == id {
+                return to;
+            }
+        }
         if !name.is_empty() && self.map.len() < MAX_IDS && !self.map.contains_key(&(which, id)) {
             let local = lookup(which, name).unwrap_or(id);
             self.map.insert((which, id), local);
         }
-        self.map.get(&(which, id)).copied().unwrap_or(id)
+        let local = self.map.get(&(which, id)).copied();
+        if let Some(to) = local {
+            self.last[which as usize] = Some((id, to));
+        }
+        local.unwrap_or(id)
     }
 }
 

@@ -18,6 +18,7 @@ mod early;
 pub mod endpoint;
 pub mod error;
 pub mod exclude;
+mod fasthash;
 pub mod fsutil;
 pub mod ids;
 pub mod itemize;

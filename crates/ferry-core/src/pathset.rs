@@ -14,6 +14,8 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 
+use crate::fasthash::Digests;
+
 /// The keys of one set's digests.
 #[derive(Clone, Debug, Default)]
 pub struct PathKeys {
@@ -36,7 +38,7 @@ impl PathKeys {
 #[derive(Clone, Debug, Default)]
 pub struct PathSet {
     keys: PathKeys,
-    set: HashSet<u128>,
+    set: HashSet<u128, Digests>,
 }
 
 impl PathSet {
@@ -71,14 +73,14 @@ impl<'a> FromIterator<&'a [u8]> for PathSet {
 #[derive(Clone, Debug)]
 pub struct PathMap<V> {
     keys: PathKeys,
-    map: HashMap<u128, V>,
+    map: HashMap<u128, V, Digests>,
 }
 
 impl<V> Default for PathMap<V> {
     fn default() -> Self {
         PathMap {
             keys: PathKeys::default(),
-            map: HashMap::new(),
+            map: HashMap::default(),
         }
     }
 }
@@ -119,6 +121,43 @@ impl<V> PathMap<V> {
     }
 }
 
+/// A set of directory paths, kept whole, that remembers the last one
+/// found: a list brings a directory's entries together, so most lookups
+/// ask for the same directory as the one before and cost a comparison.
+#[derive(Clone, Debug, Default)]
+pub struct DirSet {
+    set: HashSet<Vec<u8>>,
+    last: Option<Vec<u8>>,
+}
+
+impl DirSet {
+    /// The set of `path` alone.
+    pub fn with(path: &[u8]) -> DirSet {
+        let mut d = DirSet::default();
+        d.insert(path);
+        d
+    }
+
+    pub fn insert(&mut self, path: &[u8]) -> bool {
+        !self.set.contains(path) && self.set.insert(path.to_vec())
+    }
+
+    /// Whether `path` is in the set (paths are never removed, so the last
+    /// one found stays in it).
+    pub fn contains(&mut self, path: &[u8]) -> bool {
+        if self.last.as_deref() == Some(path) {
+            return true;
+        }
+        if !self.set.contains(path) {
+            return false;
+        }
+        let last = self.last.get_or_insert_with(Vec::new);
+        last.clear();
+        last.extend_from_slice(path);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +179,20 @@ mod tests {
         assert_eq!(m.insert_at(k, 3), None);
         assert_eq!((m.get(b"e"), m.get_at(m.key(b"d"))), (Some(&3), Some(&2)));
         assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn a_dir_set_finds_the_last_one_found_and_the_others() {
+        let mut d = DirSet::default();
+        assert!(!d.contains(b""));
+        assert!(d.insert(b"") && d.insert(b"a") && !d.insert(b"a"));
+        assert!(
+            d.contains(b"a") && d.contains(b"a"),
+            "found, then remembered"
+        );
+        assert!(d.contains(b"") && d.contains(b"a"));
+        assert!(!d.contains(b"b") && !d.contains(b"a/"));
+        assert!(d.contains(b"a"));
     }
 
     #[test]

@@ -300,7 +300,7 @@ impl Dispatcher<'_, '_> {
                 self.sh.changed(dest);
             }
         }
-        self.dirs_ok.insert(e.path.clone());
+        self.dirs_ok.insert(&e.path);
         // A directory sent again (two sources merging) is handled once.
         if self.dirs_queued.insert(e.path.clone()) {
             self.dirs.push(e);

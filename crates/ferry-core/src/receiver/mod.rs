@@ -261,7 +261,7 @@ pub fn run_receiver(
             done: HashMap::new(),
             seen: Default::default(),
             skipped: Default::default(),
-            dirs_ok: HashSet::from([Vec::new()]),
+            dirs_ok: crate::pathset::DirSet::with(b""),
             dirs: Vec::new(),
             dirs_queued: HashSet::new(),
             links: Vec::new(),
@@ -359,7 +359,7 @@ struct Dispatcher<'a, 'b> {
     /// directory it could not make): no hard link may name them.
     skipped: crate::pathset::PathSet,
     /// Paths known to be real directories at the destination.
-    dirs_ok: HashSet<Vec<u8>>,
+    dirs_ok: crate::pathset::DirSet,
     /// Paths of the directories in `dirs`.
     dirs_queued: HashSet<Vec<u8>>,
     /// Directories to give their metadata at the end.

@@ -74,7 +74,7 @@ struct SrcFile {
 }
 
 /// The listed files by id, shared by the walk and the request thread.
-type Table = Arc<Mutex<HashMap<u32, Arc<SrcFile>>>>;
+type Table = Arc<Mutex<HashMap<u32, Arc<SrcFile>, crate::fasthash::Ids>>>;
 
 /// One segment for a worker to send.
 struct Job {

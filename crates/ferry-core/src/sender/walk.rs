@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ferry_link::{Entry, EntryKind, Message, MsgTx};
@@ -79,7 +79,7 @@ pub(super) fn walk_all(
                 crate::warm::Warmer::start(Arc::new(fd), crate::warm::THREADS, Some(skip))
             });
         w.warm_base = src.name.clone();
-        w.visit(&src.path, src.name.clone(), &meta, true)?;
+        w.visit(src.path.clone(), src.name.clone(), &meta, true)?;
         if let Some(warm) = w.warm.take() {
             w.warm_cached = warm.found_cached();
         }
@@ -276,7 +276,7 @@ impl Walker<'_> {
 
     fn visit(
         &mut self,
-        path: &Path,
+        path: PathBuf,
         rel: Vec<u8>,
         meta: &std::fs::Metadata,
         top: bool,
@@ -311,9 +311,10 @@ impl Walker<'_> {
             }
         }
         let id = take_id(&mut self.next_id)?;
+        let is_root = rel.is_empty();
         let mut e = Entry {
             id,
-            path: rel.clone(),
+            path: rel,
             kind: None,
             mode: meta.mode(),
             uid: meta.uid(),
@@ -328,7 +329,7 @@ impl Walker<'_> {
         }
         // What rsync's -r and -l leave out when they are turned off.
         if ft.is_dir() && !self.opts.recursive {
-            let name = if rel.is_empty() {
+            let name = if is_root {
                 ".".into()
             } else {
                 path.display().to_string()
@@ -342,25 +343,26 @@ impl Walker<'_> {
             return Ok(());
         }
         if self.opts.xattrs || self.opts.acls {
-            e.xattrs = fsutil::read_xattrs(path).map_err(|err| Error::io(path, err))?;
+            e.xattrs = fsutil::read_xattrs(&path).map_err(|err| Error::io(&path, err))?;
             e.xattrs
                 .retain(|(k, _)| xattr_wanted(k, self.opts.xattrs, self.opts.acls));
         }
         if ft.is_dir() {
             e.kind = Some(EntryKind::Dir);
-            if !rel.is_empty() || self.opts.list_root {
+            let rel = e.path.clone();
+            if !is_root || self.opts.list_root {
                 self.send(e)?;
             }
             // -x: a mount point is listed, what is mounted there is not.
             if self.opts.one_file_system && meta.dev() != self.top_dev {
                 return Ok(());
             }
-            return self.visit_children(path, &rel);
+            return self.visit_children(&path, &rel);
         }
         if ft.is_symlink() {
             e.kind = Some(EntryKind::Symlink);
-            e.target = std::fs::read_link(path)
-                .map_err(|err| Error::io(path, err))?
+            e.target = std::fs::read_link(&path)
+                .map_err(|err| Error::io(&path, err))?
                 .into_os_string()
                 .as_bytes()
                 .to_vec();
@@ -386,8 +388,13 @@ impl Walker<'_> {
     /// The entries of the directory `path` (listed as `rel`), in name order.
     fn visit_children(&mut self, path: &Path, rel: &[u8]) -> Result<()> {
         self.flush()?;
+        // Each name taken once: sorting by `DirEntry::file_name` would make
+        // two copies for every comparison.
         let mut children: Vec<_> = match std::fs::read_dir(path) {
-            Ok(rd) => rd.filter_map(|d| d.ok()).collect(),
+            Ok(rd) => rd
+                .filter_map(|d| d.ok())
+                .map(|d| (d.file_name(), d))
+                .collect(),
             Err(err) => {
                 self.warn(format!(
                     "list directory {}: {}",
@@ -397,8 +404,9 @@ impl Walker<'_> {
                 return Ok(());
             }
         };
-        children.sort_by_key(|d| d.file_name());
-        for c in children {
+        // Names in a directory are unique: an unstable sort is exact.
+        children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (name, c) in children {
             let cp = c.path();
             // Without following a symlink, and relative to the directory
             // read (one name to look up, not the whole path).
@@ -409,7 +417,7 @@ impl Walker<'_> {
                     continue;
                 }
             };
-            self.visit(&cp, child_path(rel, c.file_name().as_bytes()), &m, false)?;
+            self.visit(cp, child_path(rel, name.as_bytes()), &m, false)?;
         }
         Ok(())
     }
@@ -419,7 +427,7 @@ impl Walker<'_> {
     /// `--checksum`.
     fn visit_file(
         &mut self,
-        path: &Path,
+        path: PathBuf,
         meta: &std::fs::Metadata,
         mut e: Entry,
         top: bool,
@@ -442,26 +450,26 @@ impl Walker<'_> {
             .then(|| (ident, (e.id, e.path.clone())));
         e.kind = Some(EntryKind::File);
         let size = if ft.is_block_device() {
-            let f = open_listed(path, ident, top)
-                .map_err(|err| Error::io_op("open for reading", path, err))?;
-            fsutil::size_of(&f, meta).map_err(|err| Error::io(path, err))?
+            let f = open_listed(&path, ident, top)
+                .map_err(|err| Error::io_op("open for reading", &path, err))?;
+            fsutil::size_of(&f, meta).map_err(|err| Error::io(&path, err))?
         } else {
             meta.len()
         };
         e.size = size;
         if top && self.opts.sparsify {
             self.flush()?;
-            let f = open_listed(path, ident, top)
-                .map_err(|err| Error::io_op("open for reading", path, err))?;
+            let f = open_listed(&path, ident, top)
+                .map_err(|err| Error::io_op("open for reading", &path, err))?;
             let mounted = crate::endpoint::looks_mounted(&f);
             let reader: Arc<dyn Source> =
                 Arc::new(crate::direct::Reader::new(f, self.opts.direct_io));
             let mtime = (e.mtime, e.mtime_nsec);
-            return self.send_image(path, e, mtime, reader, mounted);
+            return self.send_image(&path, e, mtime, reader, mounted);
         }
         if self.opts.checksum && size > 0 {
             self.flush()?;
-            match open_listed(path, ident, top)
+            match open_listed(&path, ident, top)
                 .and_then(|f| scan::file_digest(&f, size, self.opts.threads))
             {
                 Ok(d) => e.digest = Some(d),
@@ -471,13 +479,7 @@ impl Walker<'_> {
                 }
             }
         }
-        let mut f = SrcFile::listed(
-            path.to_path_buf(),
-            size,
-            (e.mtime, e.mtime_nsec),
-            ident,
-            top,
-        );
+        let mut f = SrcFile::listed(path, size, (e.mtime, e.mtime_nsec), ident, top);
         // Fewer blocks than its size: it may have holes worth finding.
         f.holey = ft.is_file() && meta.blocks().saturating_mul(512) < size;
         f.dense = ft.is_file() && crate::direct::dense(meta.blocks(), size);

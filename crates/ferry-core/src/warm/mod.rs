@@ -165,8 +165,16 @@ impl Warmer {
     /// goes into if `is_dir`: what comes before it in the walk's order is
     /// no longer worth warming.
     pub fn at(&self, rel: &[u8], is_dir: bool) {
-        let n = self.shared.told.fetch_add(1, Ordering::Relaxed);
+        // One walk tells, so a plain load and store count: a locked add
+        // here cost more than the rest of the call (it waits for every
+        // store of the walk before it).
+        let n = self.shared.told.load(Ordering::Relaxed);
+        self.shared.told.store(n + 1, Ordering::Relaxed);
         if !is_dir && !n.is_multiple_of(EVERY) {
+            return;
+        }
+        // Stopped (the tree was cached): nobody left to tell.
+        if self.shared.stop.load(Ordering::Relaxed) {
             return;
         }
         // Only advisory: never wait for a warmer that holds it.
