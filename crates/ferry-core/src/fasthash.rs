@@ -1,13 +1,15 @@
 //! Hashers for maps whose keys are already well spread and not chosen by
 //! a peer, where the default SipHash only costs time (a million-file
-//! re-run hashes each path's digest, each file id and each owner once or
-//! more).
+//! re-run hashes each path's digest and each file id once or more). A map
+//! whose keys a peer picks (names, ids or digests it sends) keeps SipHash.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Hashes a keyed 128-bit digest (see [`crate::pathset`]) by taking its
-/// low 64 bits: a peer cannot steer a keyed hash, so these bits are as
-/// random as a second hash would make them.
+/// Hashes a 128-bit digest made with a secret key (see
+/// [`crate::pathset`]) by taking its low 64 bits: a peer cannot steer a
+/// keyed hash, so these bits are as random as a second hash would make
+/// them. Never for digests a peer sends (file or block hashes): those it
+/// can choose.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DigestHasher(u64);
 
@@ -17,10 +19,10 @@ impl Hasher for DigestHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        // Maps of digests only call `write_u128`; anything else still
-        // gets a usable hash.
+        // Maps of digests only call `write_u128`.
+        debug_assert!(bytes.is_empty(), "a keyed digest is hashed as a u128");
         for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
     }
 
@@ -56,7 +58,7 @@ impl Hasher for IdHasher {
     }
 }
 
-pub type Digests = BuildHasherDefault<DigestHasher>;
+pub type KeyedDigests = BuildHasherDefault<DigestHasher>;
 pub type Ids = BuildHasherDefault<IdHasher>;
 
 #[cfg(test)]
@@ -67,7 +69,7 @@ mod tests {
 
     #[test]
     fn a_digest_is_its_own_low_bits() {
-        let h = Digests::default().hash_one(0x1234_u128 << 64 | 0xabcd);
+        let h = KeyedDigests::default().hash_one(0x1234_u128 << 64 | 0xabcd);
         assert_eq!(h, 0xabcd);
     }
 

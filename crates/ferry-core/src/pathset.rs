@@ -8,13 +8,14 @@
 //! so a peer cannot choose paths that collide; by chance, two of a billion
 //! paths collide with a probability near 2^-68. A collision makes a path
 //! look listed that was not: for `--delete` an extra file is kept, never
-//! a listed one removed.
+//! a listed one removed. The tables hash a digest by its low half (see
+//! [`crate::fasthash`]), which the second key keeps out of a peer's reach.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 
-use crate::fasthash::Digests;
+use crate::fasthash::KeyedDigests;
 
 /// The keys of one set's digests.
 #[derive(Clone, Debug, Default)]
@@ -38,7 +39,7 @@ impl PathKeys {
 #[derive(Clone, Debug, Default)]
 pub struct PathSet {
     keys: PathKeys,
-    set: HashSet<u128, Digests>,
+    set: HashSet<u128, KeyedDigests>,
 }
 
 impl PathSet {
@@ -73,7 +74,7 @@ impl<'a> FromIterator<&'a [u8]> for PathSet {
 #[derive(Clone, Debug)]
 pub struct PathMap<V> {
     keys: PathKeys,
-    map: HashMap<u128, V, Digests>,
+    map: HashMap<u128, V, KeyedDigests>,
 }
 
 impl<V> Default for PathMap<V> {

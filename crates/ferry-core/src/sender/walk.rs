@@ -504,8 +504,7 @@ impl Walker<'_> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = take_id(&mut self.next_id)?;
         let e = Entry {
             id,
             path: name,
