@@ -22,6 +22,8 @@
 
 use std::sync::OnceLock;
 
+use crate::blockhash::BlockHash;
+
 /// Smallest grid block.
 pub const MIN_BLOCK: u64 = 64 << 10;
 /// Smallest delta block.
@@ -121,17 +123,13 @@ pub fn file_digest<'a>(segments: impl IntoIterator<Item = &'a [u8; 32]>) -> [u8;
     *h.finalize().as_bytes()
 }
 
-static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-
 /// Computes a segment's digest from its contents fed in offset order as
 /// data, zero runs, or whole blocks whose hash is already known.
 pub struct SegmentHasher {
     block: u64,
-    /// Bytes of the current block seen so far.
-    filled: u64,
-    /// While the current block is all zeros, its bytes are not fed to `cur`.
-    all_zero: bool,
-    cur: blake3::Hasher,
+    /// The current block so far (its zeros are hashed only where it also
+    /// holds data, and then mostly not: see [`crate::blockhash`]).
+    cur: BlockHash,
     seg: blake3::Hasher,
     /// Hashes of the finished blocks, when the caller wants them kept.
     keep: Option<Vec<[u8; 32]>>,
@@ -144,9 +142,7 @@ impl SegmentHasher {
     pub fn new(block: u64) -> Self {
         Self {
             block,
-            filled: 0,
-            all_zero: true,
-            cur: blake3::Hasher::new(),
+            cur: BlockHash::default(),
             seg: blake3::Hasher::new(),
             keep: None,
             off: false,
@@ -169,11 +165,8 @@ impl SegmentHasher {
     }
 
     fn finish_block(&mut self) {
-        let h = if self.all_zero {
-            zero_block_hash(self.filled)
-        } else {
-            *self.cur.finalize().as_bytes()
-        };
+        let filled = self.cur.filled();
+        let h = self.cur.finish().unwrap_or_else(|| zero_block_hash(filled));
         self.push_block(h);
     }
 
@@ -183,16 +176,6 @@ impl SegmentHasher {
             k.push(h);
         }
         self.cur.reset();
-        self.filled = 0;
-        self.all_zero = true;
-    }
-
-    fn feed_zeros_to_cur(&mut self, mut n: u64) {
-        while n > 0 {
-            let k = n.min(ZEROS.len() as u64);
-            self.cur.update(&ZEROS[..k as usize]);
-            n -= k;
-        }
     }
 
     /// Feed literal bytes.
@@ -201,18 +184,11 @@ impl SegmentHasher {
             return;
         }
         while !b.is_empty() {
-            let room = (self.block - self.filled) as usize;
+            let room = (self.block - self.cur.filled()) as usize;
             let (part, rest) = b.split_at(room.min(b.len()));
-            if self.all_zero && !is_zero(part) {
-                self.all_zero = false;
-                self.feed_zeros_to_cur(self.filled);
-            }
-            if !self.all_zero {
-                self.cur.update(part);
-            }
-            self.filled += part.len() as u64;
+            self.cur.data(part);
             b = rest;
-            if self.filled == self.block {
+            if self.cur.filled() == self.block {
                 self.finish_block();
             }
         }
@@ -224,7 +200,7 @@ impl SegmentHasher {
             return;
         }
         while len > 0 {
-            if self.filled == 0 && len >= self.block {
+            if self.cur.filled() == 0 && len >= self.block {
                 let n = len / self.block;
                 let h = zero_block_hash(self.block);
                 for _ in 0..n {
@@ -233,13 +209,10 @@ impl SegmentHasher {
                 len -= n * self.block;
                 continue;
             }
-            let k = len.min(self.block - self.filled);
-            if !self.all_zero {
-                self.feed_zeros_to_cur(k);
-            }
-            self.filled += k;
+            let k = len.min(self.block - self.cur.filled());
+            self.cur.zeros(k);
             len -= k;
-            if self.filled == self.block {
+            if self.cur.filled() == self.block {
                 self.finish_block();
             }
         }
@@ -247,12 +220,12 @@ impl SegmentHasher {
 
     /// True when the next byte starts a grid block.
     pub fn at_block_start(&self) -> bool {
-        self.filled == 0
+        self.cur.filled() == 0
     }
 
     /// Feed a whole block whose hash is known. Only valid at a block start.
     pub fn known_block(&mut self, h: [u8; 32]) {
-        debug_assert!(self.filled == 0);
+        debug_assert!(self.cur.filled() == 0);
         self.push_block(h);
     }
 
@@ -262,7 +235,7 @@ impl SegmentHasher {
         if self.off {
             return ([0; 32], None);
         }
-        if self.filled > 0 {
+        if self.cur.filled() > 0 {
             self.finish_block();
         }
         (*self.seg.finalize().as_bytes(), self.keep)
@@ -323,6 +296,30 @@ mod tests {
                     h.zeros(len as u64);
                 } else {
                     let d: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8) | 1).collect();
+                    bytes.extend_from_slice(&d);
+                    h.data(&d);
+                }
+            }
+            prop_assert_eq!(h.finish().0, reference(block, &bytes));
+        }
+
+        /// The same in grid blocks of 64 KiB to 1 MiB (tiled: see
+        /// crate::blockhash), with runs long enough to span tiles and
+        /// blocks, and whole blocks fed at once.
+        #[test]
+        fn any_split_in_big_blocks_gives_the_reference_digest(
+            shift in 0u32..5,
+            pieces in proptest::collection::vec((0usize..400_000, any::<bool>(), any::<u8>()), 0..8),
+        ) {
+            let block = MIN_BLOCK << shift;
+            let mut bytes = Vec::new();
+            let mut h = SegmentHasher::new(block);
+            for (len, zero, fill) in pieces {
+                if zero || fill == 0 {
+                    bytes.extend(std::iter::repeat_n(0u8, len));
+                    h.zeros(len as u64);
+                } else {
+                    let d: Vec<u8> = (0..len).map(|i| fill.wrapping_add((i / 3) as u8) | 1).collect();
                     bytes.extend_from_slice(&d);
                     h.data(&d);
                 }

@@ -15,6 +15,7 @@
 //! core: the link layer (`ferry-link`: framing, transports, keepalives)
 //! and the engine (`ferry-core`) drive it. It must not grow any of those.
 
+mod blockhash;
 pub mod codec;
 pub mod daemon;
 pub mod layout;
