@@ -142,7 +142,9 @@ impl BlockHash {
             return None;
         }
         if self.tiles.is_empty() {
-            // One tile is the whole block: its hash is the root.
+            // One tile is the whole block: its hash is the root. (Data
+            // in the block's only tile started its hasher.)
+            debug_assert!(self.tile.is_some());
             let h = self.tile.take()?;
             return Some(*h.finalize().as_bytes());
         }
@@ -189,43 +191,99 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn hash_of(pieces: &[(usize, bool)]) -> (Option<[u8; 32]>, Vec<u8>) {
+    /// How a piece of a block is fed.
+    #[derive(Clone, Copy, Debug)]
+    enum Kind {
+        /// `zeros()`.
+        Zeros,
+        /// `data()` with no zero byte.
+        Dense,
+        /// `data()` of zeros (read from a disk or an old copy).
+        ZeroData,
+        /// `data()` of zeros but for one byte, at this fraction in /256.
+        OneByte(u8),
+    }
+
+    fn piece(kind: Kind, len: usize, n: usize) -> Vec<u8> {
+        match kind {
+            Kind::Zeros | Kind::ZeroData => vec![0; len],
+            Kind::Dense => (0..len).map(|i| (i * 7 + n) as u8 | 1).collect(),
+            Kind::OneByte(at) => {
+                let mut d = vec![0; len];
+                if len > 0 {
+                    d[len * usize::from(at) / 256] = 0x5a;
+                }
+                d
+            }
+        }
+    }
+
+    fn hash_of(pieces: &[(usize, Kind)]) -> (Option<[u8; 32]>, Vec<u8>) {
         let mut b = BlockHash::default();
         let mut bytes = Vec::new();
-        for (n, &(len, zero)) in pieces.iter().enumerate() {
-            if zero {
-                b.zeros(len as u64);
-                bytes.extend(std::iter::repeat_n(0u8, len));
-            } else {
-                let d: Vec<u8> = (0..len).map(|i| (i * 7 + n) as u8 | 1).collect();
-                b.data(&d);
-                bytes.extend_from_slice(&d);
+        for (n, &(len, kind)) in pieces.iter().enumerate() {
+            let d = piece(kind, len, n);
+            match kind {
+                Kind::Zeros => b.zeros(len as u64),
+                _ => b.data(&d),
             }
+            bytes.extend_from_slice(&d);
         }
         assert_eq!(b.filled(), bytes.len() as u64);
         (b.finish(), bytes)
     }
 
+    /// What a block of `bytes` hashes to here: `None` for all zeros.
+    fn want(bytes: &[u8]) -> Option<[u8; 32]> {
+        (!crate::layout::is_zero(bytes)).then(|| *blake3::hash(bytes).as_bytes())
+    }
+
     #[test]
     fn a_sparse_extent_in_a_big_block_is_blake3_of_the_block() {
+        let t = TILE as usize;
         for (data, zeros) in [
             (256 << 10, 768 << 10),
             (1, (1 << 20) - 1),
-            (TILE as usize, TILE as usize),
-            (5000, 3 * TILE as usize + 17),
+            (t, t),
+            (5000, 3 * t + 17),
         ] {
-            let (h, bytes) = hash_of(&[(data, false), (zeros, true)]);
-            assert_eq!(
-                h,
-                Some(*blake3::hash(&bytes).as_bytes()),
-                "{data} + {zeros}"
-            );
-            let (h, bytes) = hash_of(&[(zeros, true), (data, false)]);
-            assert_eq!(
-                h,
-                Some(*blake3::hash(&bytes).as_bytes()),
-                "{zeros} + {data}"
-            );
+            let (h, bytes) = hash_of(&[(data, Kind::Dense), (zeros, Kind::Zeros)]);
+            assert_eq!(h, want(&bytes), "{data} + {zeros}");
+            let (h, bytes) = hash_of(&[(zeros, Kind::Zeros), (data, Kind::Dense)]);
+            assert_eq!(h, want(&bytes), "{zeros} + {data}");
+        }
+    }
+
+    #[test]
+    fn every_length_at_a_chunk_or_tile_edge_is_blake3_of_the_block() {
+        let t = TILE as usize;
+        for len in [
+            1,
+            1023,
+            1024,
+            1025,
+            2048,
+            t - 1,
+            t,
+            t + 1,
+            t + 1023,
+            t + 1024,
+            2 * t,
+            3 * t + 17,
+            15 * t + 1,
+            16 * t - 1,
+            16 * t,
+        ] {
+            for at in [0, 128, 255] {
+                let (h, bytes) = hash_of(&[(len, Kind::OneByte(at))]);
+                assert_eq!(h, want(&bytes), "{len} bytes, one at {at}/256");
+                // The same bytes as 4 KiB pieces.
+                let mut b = BlockHash::default();
+                for c in bytes.chunks(4096) {
+                    b.data(c);
+                }
+                assert_eq!(b.finish(), want(&bytes), "{len} bytes in 4 KiB pieces");
+            }
         }
     }
 
@@ -256,18 +314,26 @@ mod tests {
 
     proptest! {
         #![proptest_config(proptest::test_runner::Config { failure_persistence: None, cases: 200, ..proptest::test_runner::Config::default() })]
-        /// Any mix of data and zeros, up to a little over 1 MiB, in any
-        /// split: `blake3` of the bytes.
+        /// Any mix of data and zeros (fed either way), up to about 3 MB
+        /// (past the kept zero tiles too), in any split: `blake3` of the
+        /// bytes.
         #[test]
         fn any_mix_is_blake3_of_the_bytes(
             pieces in proptest::collection::vec(
-                (prop_oneof![0usize..3000, 0usize..70_000, 60_000usize..300_000], any::<bool>()),
+                (
+                    prop_oneof![0usize..3000, 0usize..70_000, 60_000usize..300_000],
+                    prop_oneof![
+                        Just(Kind::Zeros),
+                        Just(Kind::Dense),
+                        Just(Kind::ZeroData),
+                        any::<u8>().prop_map(Kind::OneByte),
+                    ],
+                ),
                 1..10,
             ),
         ) {
             let (h, bytes) = hash_of(&pieces);
-            let want = (!crate::layout::is_zero(&bytes)).then(|| *blake3::hash(&bytes).as_bytes());
-            prop_assert_eq!(h, want);
+            prop_assert_eq!(h, want(&bytes));
         }
     }
 }

@@ -315,11 +315,19 @@ mod tests {
             let mut bytes = Vec::new();
             let mut h = SegmentHasher::new(block);
             for (len, zero, fill) in pieces {
-                if zero || fill == 0 {
+                if zero {
                     bytes.extend(std::iter::repeat_n(0u8, len));
                     h.zeros(len as u64);
                 } else {
-                    let d: Vec<u8> = (0..len).map(|i| fill.wrapping_add((i / 3) as u8) | 1).collect();
+                    // fill 0: zeros fed as data; odd: no zero byte; even:
+                    // zeros but for one byte in 64 Ki.
+                    let d: Vec<u8> = (0..len)
+                        .map(|i| match fill {
+                            0 => 0,
+                            f if f % 2 == 1 => f.wrapping_add((i / 3) as u8) | 1,
+                            f => u8::from(i % 65_536 == usize::from(f) * 7) * f,
+                        })
+                        .collect();
                     bytes.extend_from_slice(&d);
                     h.data(&d);
                 }
