@@ -137,6 +137,39 @@ impl SrcFile {
         Some(Arc::new(f))
     }
 
+    /// Start reading a small file's data into the page cache now, when it
+    /// is asked for whole (see [`prefetch_worthy`]): one
+    /// `posix_fadvise(WILLNEED)` that queues the read and does not wait
+    /// for it. With a cold cache a worker's read of a small file waits for
+    /// the disk, one file per worker; this way the reads of every file
+    /// asked for are in flight together. Best effort: an open or advice
+    /// that fails is the worker's to meet when it reads.
+    pub(super) fn prefetch(&self) {
+        if !prefetch_worthy(self.size, self.kept_open, self.device) {
+            return;
+        }
+        if self.open.lock().map_or(true, |g| g.is_some()) {
+            return;
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true);
+        // Never waits for a FIFO put in its place since the walk.
+        let mut flags = libc::O_NONBLOCK;
+        if !self.follow {
+            flags |= libc::O_NOFOLLOW;
+        }
+        o.custom_flags(flags);
+        if let Ok(h) = o.open(&self.path) {
+            let _ = rustix::fs::fadvise(
+                &h,
+                0,
+                std::num::NonZeroU64::new(self.size),
+                rustix::fs::Advice::WillNeed,
+            );
+        }
+    }
+
     /// After the file's last segment: close it, unless it is kept open.
     pub(super) fn release(&self) {
         if !self.kept_open {
@@ -144,5 +177,29 @@ impl SrcFile {
                 *g = None;
             }
         }
+    }
+}
+
+/// Whether a file asked for whole is read ahead by [`SrcFile::prefetch`]:
+/// a regular file with data, small enough that a worker reads it through
+/// the page cache in one call (larger ones are read in large calls the
+/// kernel reads ahead for, or with `O_DIRECT`), and not one kept open (an
+/// NBD export).
+pub(super) fn prefetch_worthy(size: u64, kept_open: bool, device: bool) -> bool {
+    size > 0 && size < crate::direct::MIN_SIZE && !kept_open && !device
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_small_listed_files_are_read_ahead() {
+        assert!(prefetch_worthy(1, false, false));
+        assert!(prefetch_worthy(8 << 10, false, false));
+        assert!(!prefetch_worthy(0, false, false));
+        assert!(!prefetch_worthy(crate::direct::MIN_SIZE, false, false));
+        assert!(!prefetch_worthy(4096, true, false));
+        assert!(!prefetch_worthy(4096, false, true));
     }
 }

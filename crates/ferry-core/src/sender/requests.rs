@@ -240,6 +240,7 @@ impl<'s> Requests<'s> {
             if let Some(p) = self.pending.remove(&file) {
                 p.file.prehash.abandon();
             }
+            f.prefetch();
             return enqueue(self.jobs.as_ref(), file, &f, None, &[]);
         }
         if matches!(mode, WantMode::Resume | WantMode::Check) {
