@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use crossbeam_channel::unbounded;
+use crossbeam_channel::{bounded, unbounded};
 use ferry_link::{Endpoint, ReceiverReport};
 
 use crate::early::{EarlySeg, PreHash};
@@ -172,11 +172,13 @@ pub fn run_sender(
         let over = &over;
         let credit = &credit;
         s.spawn(move || prehash::prehash(prehash_rx, direct_io, over));
+        let (prefetch_tx, prefetch_rx) = bounded::<Arc<SrcFile>>(open::PREFETCH_QUEUE);
+        s.spawn(move || open::prefetcher(prefetch_rx));
         let req = requests::Requests::new(
             table.clone(),
             tx.clone(),
             (job_tx, workers),
-            prehash_tx,
+            (prehash_tx, prefetch_tx),
             progress,
             // The changes a remote receiver reports, when they were asked for.
             progress.filter(|_| opts.list_changes),

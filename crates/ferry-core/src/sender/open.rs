@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crossbeam_channel::Receiver;
+
 use crate::early::PreHash;
 use crate::endpoint::Source;
 use crate::error::{Error, Result};
@@ -137,30 +139,28 @@ impl SrcFile {
         Some(Arc::new(f))
     }
 
-    /// Start reading a small file's data into the page cache now, when it
-    /// is asked for whole (see [`prefetch_worthy`]): one
-    /// `posix_fadvise(WILLNEED)` that queues the read and does not wait
-    /// for it. With a cold cache a worker's read of a small file waits for
-    /// the disk, one file per worker; this way the reads of every file
-    /// asked for are in flight together. Best effort: an open or advice
-    /// that fails is the worker's to meet when it reads.
-    pub(super) fn prefetch(&self) {
-        if !prefetch_worthy(self.size, self.kept_open, self.device) {
-            return;
-        }
-        if self.open.lock().map_or(true, |g| g.is_some()) {
+    /// Start reading a small file's data into the page cache (see
+    /// [`prefetcher`]): open it, check it is still the file the walk
+    /// listed, and advise `WILLNEED`, which queues the read. Best effort:
+    /// whatever fails is the worker's to meet when it reads. Skipped when
+    /// a worker has the file open or is opening it.
+    fn prefetch(&self) {
+        if self.open.try_lock().map_or(true, |g| g.is_some()) {
             return;
         }
         use std::os::unix::fs::OpenOptionsExt;
         let mut o = std::fs::OpenOptions::new();
         o.read(true);
-        // Never waits for a FIFO put in its place since the walk.
+        // A FIFO put in its place since the walk does not hold this open.
         let mut flags = libc::O_NONBLOCK;
         if !self.follow {
             flags |= libc::O_NOFOLLOW;
         }
         o.custom_flags(flags);
-        if let Ok(h) = o.open(&self.path) {
+        let Ok(h) = o.open(&self.path) else {
+            return;
+        };
+        if h.metadata().is_ok_and(|m| (m.dev(), m.ino()) == self.ident) {
             let _ = rustix::fs::fadvise(
                 &h,
                 0,
@@ -168,6 +168,11 @@ impl SrcFile {
                 rustix::fs::Advice::WillNeed,
             );
         }
+    }
+
+    /// Whether [`prefetcher`] reads this file ahead: see [`prefetch_worthy`].
+    pub(super) fn prefetch_worthy(&self) -> bool {
+        prefetch_worthy(self.size, self.kept_open, self.device)
     }
 
     /// After the file's last segment: close it, unless it is kept open.
@@ -180,7 +185,31 @@ impl SrcFile {
     }
 }
 
-/// Whether a file asked for whole is read ahead by [`SrcFile::prefetch`]:
+/// Small files waiting for the [`prefetcher`], at most: a request that
+/// finds the queue full is not read ahead.
+pub(super) const PREFETCH_QUEUE: usize = 1024;
+/// Segment jobs waiting for the workers above which files asked for are
+/// not read ahead: what is read ahead waits in the page cache until a
+/// worker gets to it, so at most about this many files' worth.
+pub(super) const PREFETCH_AHEAD: usize = 8192;
+
+/// The prefetch thread: starts the reads of the small files asked for
+/// whole (queued by the request thread, never waiting for this one), so
+/// that with a cold cache the reads of many small files are in flight at
+/// once rather than one per worker, each waiting for the disk. A slow
+/// open (a network filesystem) holds up only this thread. Ends when the
+/// request thread lets go of the queue.
+///
+/// 200,000 files of 0-8 KiB, cache dropped, to a fresh ext4 on this
+/// project's 2-core test machine: 22.5-25.1 s against 26.6-31.4 s without
+/// (rsync -a 27.3 s beside them).
+pub(super) fn prefetcher(files: Receiver<Arc<SrcFile>>) {
+    for f in files {
+        f.prefetch();
+    }
+}
+
+/// Whether a file asked for whole is read ahead by the [`prefetcher`]:
 /// a regular file with data, small enough that a worker reads it through
 /// the page cache in one call (larger ones are read in large calls the
 /// kernel reads ahead for, or with `O_DIRECT`), and not one kept open (an

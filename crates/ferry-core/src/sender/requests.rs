@@ -85,6 +85,8 @@ pub(super) struct Requests<'s> {
     workers: Option<Vec<ScopedJoinHandle<'s, Result<()>>>>,
     /// Delta sources to pre-hash.
     prehash: Sender<Arc<SrcFile>>,
+    /// Small files to read ahead (see [`super::open::prefetcher`]).
+    prefetch: Sender<Arc<SrcFile>>,
     progress: Option<&'s Stats>,
     /// Who lists a remote receiver's changes (`None`: none were asked for).
     changes: Option<&'s Stats>,
@@ -104,7 +106,7 @@ impl<'s> Requests<'s> {
         table: Table,
         tx: MsgTx,
         (jobs, workers): (Sender<Job>, Vec<ScopedJoinHandle<'s, Result<()>>>),
-        prehash: Sender<Arc<SrcFile>>,
+        (prehash, prefetch): (Sender<Arc<SrcFile>>, Sender<Arc<SrcFile>>),
         progress: Option<&'s Stats>,
         changes: Option<&'s Stats>,
         credit: &'s Credit,
@@ -118,6 +120,7 @@ impl<'s> Requests<'s> {
             jobs: Some(jobs),
             workers: Some(workers),
             prehash,
+            prefetch,
             progress,
             pending: HashMap::new(),
             wanted: HashMap::new(),
@@ -240,7 +243,7 @@ impl<'s> Requests<'s> {
             if let Some(p) = self.pending.remove(&file) {
                 p.file.prehash.abandon();
             }
-            f.prefetch();
+            self.read_ahead(&f);
             return enqueue(self.jobs.as_ref(), file, &f, None, &[]);
         }
         if matches!(mode, WantMode::Resume | WantMode::Check) {
@@ -274,6 +277,18 @@ impl<'s> Requests<'s> {
             }
         }
         Ok(())
+    }
+
+    /// Hand a small file asked for whole to the prefetcher, unless the
+    /// workers are far behind (what is read ahead would wait long in the
+    /// page cache) or the prefetcher is (never waited for).
+    fn read_ahead(&self, f: &Arc<SrcFile>) {
+        let Some(jobs) = &self.jobs else {
+            return;
+        };
+        if f.prefetch_worthy() && jobs.len() < super::open::PREFETCH_AHEAD {
+            let _ = self.prefetch.try_send(f.clone());
+        }
     }
 
     fn signature(&mut self, part: SignaturePart) -> Result<()> {
