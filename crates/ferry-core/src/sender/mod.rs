@@ -173,7 +173,7 @@ pub fn run_sender(
         let credit = &credit;
         s.spawn(move || prehash::prehash(prehash_rx, direct_io, over));
         let (prefetch_tx, prefetch_rx) = bounded::<Arc<SrcFile>>(open::PREFETCH_QUEUE);
-        s.spawn(move || open::prefetcher(prefetch_rx));
+        s.spawn(move || open::prefetcher(prefetch_rx, over));
         let req = requests::Requests::new(
             table.clone(),
             tx.clone(),
