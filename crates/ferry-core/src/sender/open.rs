@@ -20,30 +20,46 @@ use super::SrcFile;
 /// Open a listed file for reading: without following a symlink (unless
 /// the user named it), and only if it is still the file the walk saw, so a
 /// file swapped for a symlink or another file after the walk is never sent
-/// in its place. Opened non-blocking, so a FIFO put in its place since the
-/// walk opens at once (and is then refused as not the listed file) rather
-/// than waiting for a writer; reads of a regular file or a block device do
-/// not heed the flag, which is cleared all the same.
+/// in its place. See [`open_as_listed`].
 pub(super) fn open_listed(path: &Path, ident: (u64, u64), follow: bool) -> std::io::Result<File> {
+    open_as_listed(path, ident, follow, true)
+}
+
+/// [`open_listed`], opened non-blocking: a FIFO put in the file's place
+/// since the walk then opens at once (and is refused as not the listed
+/// file) rather than waiting for a writer. The flag is cleared before the
+/// file is read. A non-blocking open also fails, rather than waits, where
+/// another process holds a write lease on the file (a file server): that
+/// open is made again, blocking, if `wait`, as an open without the flag
+/// would have waited for the lease to be broken.
+fn open_as_listed(
+    path: &Path,
+    ident: (u64, u64),
+    follow: bool,
+    wait: bool,
+) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut flags = libc::O_NONBLOCK;
-    if !follow {
-        flags |= libc::O_NOFOLLOW;
-    }
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    let open = |flags: i32| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags | nofollow)
+            .open(path)
+    };
     let changed = || {
         std::io::Error::new(
             std::io::ErrorKind::NotFound,
             "vanished or replaced since it was listed",
         )
     };
-    let h = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => changed(),
-            _ => e,
-        })?;
+    let h = match open(libc::O_NONBLOCK) {
+        Err(e) if wait && e.kind() == std::io::ErrorKind::WouldBlock => open(0),
+        r => r,
+    }
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => changed(),
+        _ => e,
+    })?;
     let m = h.metadata()?;
     if (m.dev(), m.ino()) != ident {
         return Err(changed());
@@ -156,7 +172,8 @@ impl SrcFile {
         if self.open.try_lock().map_or(true, |g| g.is_some()) {
             return;
         }
-        if let Ok(h) = open_listed(&self.path, self.ident, self.follow) {
+        // Never waits for a lease: the worker will.
+        if let Ok(h) = open_as_listed(&self.path, self.ident, self.follow, false) {
             let _ = rustix::fs::fadvise(
                 &h,
                 0,
@@ -257,5 +274,53 @@ mod tests {
         .unwrap();
         let e = open_listed(&p, ident, false).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    }
+
+    /// Holds a write lease on the file named by its argument, says "held",
+    /// and lets it go 0.3 s after an open breaks it.
+    const LEASE_HOLDER: &str = r#"
+import fcntl, os, signal, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+def broken(sig, frame):
+    time.sleep(0.3)
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+signal.signal(signal.SIGIO, broken)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+print("held", flush=True)
+time.sleep(30)
+"#;
+
+    #[test]
+    fn a_file_under_a_write_lease_is_opened_once_the_lease_is_let_go() {
+        use std::io::BufRead;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"data").unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        let ident = (m.dev(), m.ino());
+        // A file server's lease, held by another process (python3, which
+        // the project's CI installs).
+        let mut holder = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(LEASE_HOLDER)
+            .arg(&p)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 is needed to hold a lease");
+        let mut line = String::new();
+        std::io::BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "held");
+        // The prefetcher does not wait (its open starts the lease's break).
+        let e = open_as_listed(&p, ident, false, false).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+        // A worker does, as a plain open would, and reads the file.
+        let mut h = open_listed(&p, ident, false).unwrap();
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut h, &mut got).unwrap();
+        assert_eq!(got, b"data");
+        let _ = holder.kill();
+        let _ = holder.wait();
     }
 }
