@@ -4,7 +4,6 @@
 //! segment.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,47 +25,96 @@ pub(super) fn open_listed(path: &Path, ident: (u64, u64), follow: bool) -> std::
 }
 
 /// [`open_listed`], opened non-blocking: a FIFO put in the file's place
-/// since the walk then opens at once (and is refused as not the listed
-/// file) rather than waiting for a writer. The flag is cleared before the
-/// file is read. A non-blocking open also fails, rather than waits, where
-/// another process holds a write lease on the file (a file server): that
-/// open is made again, blocking, if `wait`, as an open without the flag
-/// would have waited for the lease to be broken.
+/// since the walk opens at once (and is refused, not the listed inode)
+/// rather than waiting for a writer. For reading, a regular file then has
+/// the flag cleared (`F_SETFL` to nothing: it was opened with no other
+/// flag `F_SETFL` sets); a block device, where the flag also means "do
+/// not check for a medium", is opened again, blocking, through its
+/// descriptor in `/proc` (the same inode whatever is at the name by then).
+///
+/// A non-blocking open also fails where another process holds a write
+/// lease on the file (a file server): if `wait`, the file is then opened
+/// as [`open_pinned`] does, which waits for the lease's break as a plain
+/// `open` would; otherwise (the prefetcher, which only advises the
+/// kernel) the `WouldBlock` is returned.
 fn open_as_listed(
     path: &Path,
     ident: (u64, u64),
     follow: bool,
     wait: bool,
 ) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
-    let open = |flags: i32| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags | nofollow)
-            .open(path)
-    };
-    let changed = || {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "vanished or replaced since it was listed",
-        )
-    };
-    let h = match open(libc::O_NONBLOCK) {
-        Err(e) if wait && e.kind() == std::io::ErrorKind::WouldBlock => open(0),
-        r => r,
+    use rustix::fs::{FileType, Mode, OFlags};
+    let mut how = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    if !follow {
+        how |= OFlags::NOFOLLOW;
     }
-    .map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => changed(),
-        _ => e,
-    })?;
-    let m = h.metadata()?;
-    if (m.dev(), m.ino()) != ident {
+    let h = match rustix::fs::open(path, how, Mode::empty()) {
+        Err(rustix::io::Errno::WOULDBLOCK) if wait => return open_pinned(path, ident, follow),
+        r => r.map_err(|e| not_listed(e, follow))?,
+    };
+    let st = rustix::fs::fstat(&h)?;
+    if (st.st_dev, st.st_ino) != ident {
         return Err(changed());
     }
-    let fl = rustix::fs::fcntl_getfl(&h)?;
-    rustix::fs::fcntl_setfl(&h, fl - rustix::fs::OFlags::NONBLOCK)?;
-    Ok(h)
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile if wait => rustix::fs::fcntl_setfl(&h, OFlags::empty())?,
+        FileType::RegularFile => {}
+        FileType::BlockDevice if wait => return reopen(&h),
+        FileType::BlockDevice => {}
+        _ => return Err(changed()),
+    }
+    Ok(File::from(h))
+}
+
+/// A listed file opened blocking, without a moment when a FIFO, a socket or
+/// a device put in its place could be opened: the name is opened with
+/// `O_PATH`, which opens nothing, and only that inode, if it is the listed
+/// one and a regular file or a block device, is then opened for reading
+/// through `/proc`. Costs a second open (about 9 us here), so only where
+/// [`open_as_listed`] needs it.
+fn open_pinned(path: &Path, ident: (u64, u64), follow: bool) -> std::io::Result<File> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let mut how = OFlags::PATH | OFlags::CLOEXEC;
+    if !follow {
+        how |= OFlags::NOFOLLOW;
+    }
+    let pinned = rustix::fs::open(path, how, Mode::empty()).map_err(|e| not_listed(e, follow))?;
+    let st = rustix::fs::fstat(&pinned)?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if (st.st_dev, st.st_ino) != ident
+        || !matches!(kind, FileType::RegularFile | FileType::BlockDevice)
+    {
+        return Err(changed());
+    }
+    reopen(&pinned)
+}
+
+/// The inode `fd` refers to, opened for reading, blocking.
+fn reopen(fd: &impl std::os::fd::AsRawFd) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let h = rustix::fs::open(p, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(File::from(h))
+}
+
+/// The error of a listed file that is no longer what the walk saw.
+fn changed() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "vanished or replaced since it was listed",
+    )
+}
+
+/// An open's error, as [`changed`] where it means that: a symlink met
+/// where none is followed, a socket (`ENXIO`) or, on the way, a file where
+/// a directory was (`ENOTDIR`).
+fn not_listed(e: rustix::io::Errno, follow: bool) -> std::io::Error {
+    use rustix::io::Errno;
+    match e {
+        Errno::NOTDIR | Errno::NXIO => changed(),
+        Errno::LOOP if !follow => changed(),
+        e => e.into(),
+    }
 }
 
 impl SrcFile {
@@ -167,9 +215,11 @@ impl SrcFile {
     /// [`prefetcher`]): open it, check it is still the file the walk
     /// listed, and advise `WILLNEED`, which queues the read. Best effort:
     /// whatever fails is the worker's to meet when it reads. Skipped when
-    /// a worker has the file open or is opening it.
+    /// a worker has the file open or is opening it, or has sent it all.
     fn prefetch(&self) {
-        if self.open.try_lock().map_or(true, |g| g.is_some()) {
+        if self.remaining.load(Ordering::Relaxed) == 0
+            || self.open.try_lock().map_or(true, |g| g.is_some())
+        {
             return;
         }
         // Never waits for a lease: the worker will.
@@ -238,6 +288,7 @@ pub(super) fn prefetch_worthy(size: u64, kept_open: bool, device: bool) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn only_small_listed_files_are_read_ahead() {
@@ -249,18 +300,44 @@ mod tests {
         assert!(!prefetch_worthy(4096, false, true));
     }
 
+    /// `open_listed` on another thread, its result within `secs` seconds
+    /// (`None`: it was still waiting).
+    fn open_within(
+        p: &Path,
+        ident: (u64, u64),
+        secs: f64,
+    ) -> (
+        Option<std::io::Result<File>>,
+        crossbeam_channel::Receiver<std::io::Result<File>>,
+    ) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let p = p.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(open_listed(&p, ident, false));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs_f64(secs))
+            .ok();
+        (got, rx)
+    }
+
+    /// A listed file, and its identity.
+    fn listed(d: &Path) -> (PathBuf, (u64, u64)) {
+        let p = d.join("f");
+        std::fs::write(&p, b"data").unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        (p, (m.dev(), m.ino()))
+    }
+
     #[test]
     fn a_listed_file_opens_blocking_and_a_fifo_in_its_place_is_refused_at_once() {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f");
-        std::fs::write(&p, b"data").unwrap();
-        let m = std::fs::metadata(&p).unwrap();
-        let ident = (m.dev(), m.ino());
+        let (p, ident) = listed(d.path());
         let h = open_listed(&p, ident, false).unwrap();
         let fl = rustix::fs::fcntl_getfl(&h).unwrap();
         assert!(!fl.contains(rustix::fs::OFlags::NONBLOCK));
         drop(h);
-        // Swapped for a FIFO after the walk: a blocking open would wait
+        // Swapped for a FIFO after the walk: an open for reading would wait
         // for a writer forever. (The listed file is kept, under another
         // name, so that the FIFO cannot get its inode number.)
         std::fs::rename(&p, d.path().join("kept")).unwrap();
@@ -272,55 +349,101 @@ mod tests {
             0,
         )
         .unwrap();
+        let (got, _) = open_within(&p, ident, 10.0);
+        let e = got.expect("the open waited").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    }
+
+    #[test]
+    fn a_device_a_symlink_or_a_file_for_a_directory_in_its_place_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let (p, ident) = listed(d.path());
+        std::fs::rename(&p, d.path().join("kept")).unwrap();
+        // /dev/null's numbers: not the listed inode, refused.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &p,
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            rustix::fs::makedev(1, 3),
+        )
+        .unwrap();
         let e = open_listed(&p, ident, false).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        std::fs::remove_file(&p).unwrap();
+        // A symlink to the listed file itself: not followed.
+        std::os::unix::fs::symlink(d.path().join("kept"), &p).unwrap();
+        let e = open_listed(&p, ident, false).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        // The user named the symlink: followed, to the listed file.
+        assert!(open_as_listed(&p, ident, true, true).is_ok());
+        // A directory on the way replaced by a file.
+        let e = open_listed(&d.path().join("kept").join("f"), ident, false).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
     }
 
     /// Holds a write lease on the file named by its argument, says "held",
-    /// and lets it go 0.3 s after an open breaks it.
+    /// and lets it go when a line comes on its stdin.
     const LEASE_HOLDER: &str = r#"
-import fcntl, os, signal, sys, time
+import fcntl, os, signal, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
-def broken(sig, frame):
-    time.sleep(0.3)
-    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-signal.signal(signal.SIGIO, broken)
+signal.signal(signal.SIGIO, lambda sig, frame: None)
 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
 print("held", flush=True)
-time.sleep(30)
+sys.stdin.readline()
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+print("let go", flush=True)
+sys.stdin.readline()
 "#;
+
+    /// Kills the process when dropped (a failed assertion included).
+    struct Killed(std::process::Child);
+
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 
     #[test]
     fn a_file_under_a_write_lease_is_opened_once_the_lease_is_let_go() {
-        use std::io::BufRead;
+        use std::io::{BufRead, Write};
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f");
-        std::fs::write(&p, b"data").unwrap();
-        let m = std::fs::metadata(&p).unwrap();
-        let ident = (m.dev(), m.ino());
+        let (p, ident) = listed(d.path());
         // A file server's lease, held by another process (python3, which
         // the project's CI installs).
-        let mut holder = std::process::Command::new("python3")
-            .arg("-c")
-            .arg(LEASE_HOLDER)
-            .arg(&p)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 is needed to hold a lease");
+        let mut holder = Killed(
+            std::process::Command::new("python3")
+                .arg("-c")
+                .arg(LEASE_HOLDER)
+                .arg(&p)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3 is needed to hold a lease"),
+        );
+        let mut said = std::io::BufReader::new(holder.0.stdout.take().unwrap());
         let mut line = String::new();
-        std::io::BufReader::new(holder.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        said.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "held");
-        // The prefetcher does not wait (its open starts the lease's break).
+        // The prefetcher does not wait.
         let e = open_as_listed(&p, ident, false, false).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
-        // A worker does, as a plain open would, and reads the file.
-        let mut h = open_listed(&p, ident, false).unwrap();
+        // A worker waits, as a plain open would, until the lease is let go.
+        let (got, rx) = open_within(&p, ident, 0.3);
+        assert!(got.is_none(), "opened under the lease");
+        let mut stdin = holder.0.stdin.take().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        line.clear();
+        said.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "let go");
+        let mut h = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("still waiting after the lease was let go")
+            .unwrap();
         let mut got = Vec::new();
         std::io::Read::read_to_end(&mut h, &mut got).unwrap();
         assert_eq!(got, b"data");
-        let _ = holder.kill();
-        let _ = holder.wait();
     }
 }
