@@ -93,8 +93,15 @@ fn open_pinned(path: &Path, ident: (u64, u64), follow: bool) -> std::io::Result<
 fn reopen(fd: &impl std::os::fd::AsRawFd) -> std::io::Result<File> {
     use rustix::fs::{Mode, OFlags};
     let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let h = rustix::fs::open(p, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-    Ok(File::from(h))
+    match rustix::fs::open(p, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(h) => Ok(File::from(h)),
+        // An open descriptor's entry is missing only without /proc: not a
+        // file that vanished.
+        Err(rustix::io::Errno::NOENT) => Err(std::io::Error::other(
+            "cannot open it again through /proc/self/fd (is /proc mounted?)",
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The error of a listed file that is no longer what the walk saw.
@@ -106,12 +113,13 @@ fn changed() -> std::io::Error {
 }
 
 /// An open's error, as [`changed`] where it means that: a symlink met
-/// where none is followed, a socket (`ENXIO`) or, on the way, a file where
-/// a directory was (`ENOTDIR`).
+/// where none is followed or, on the way, a file where a directory was
+/// (`ENOTDIR`). Not `ENXIO`: a socket put in the file's place, but also a
+/// listed disk that was removed, which must not pass for a vanished file.
 fn not_listed(e: rustix::io::Errno, follow: bool) -> std::io::Error {
     use rustix::io::Errno;
     match e {
-        Errno::NOTDIR | Errno::NXIO => changed(),
+        Errno::NOTDIR => changed(),
         Errno::LOOP if !follow => changed(),
         e => e.into(),
     }
@@ -355,30 +363,30 @@ mod tests {
     }
 
     #[test]
-    fn a_device_a_symlink_or_a_file_for_a_directory_in_its_place_is_refused() {
+    fn a_device_a_socket_a_symlink_or_a_file_for_a_directory_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let (p, ident) = listed(d.path());
-        std::fs::rename(&p, d.path().join("kept")).unwrap();
-        // /dev/null's numbers: not the listed inode, refused.
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &p,
-            rustix::fs::FileType::CharacterDevice,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            rustix::fs::makedev(1, 3),
-        )
-        .unwrap();
-        let e = open_listed(&p, ident, false).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
-        std::fs::remove_file(&p).unwrap();
+        let kept = d.path().join("kept");
+        std::fs::rename(&p, &kept).unwrap();
         // A symlink to the listed file itself: not followed.
-        std::os::unix::fs::symlink(d.path().join("kept"), &p).unwrap();
+        std::os::unix::fs::symlink(&kept, &p).unwrap();
         let e = open_listed(&p, ident, false).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
         // The user named the symlink: followed, to the listed file.
         assert!(open_as_listed(&p, ident, true, true).is_ok());
+        // Followed to a device: not the listed inode.
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &p).unwrap();
+        let e = open_as_listed(&p, ident, true, true).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        // A socket: an error, at once (ENXIO, which a removed disk also
+        // gives: not reported as vanished).
+        std::fs::remove_file(&p).unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(&p).unwrap();
+        let e = open_listed(&p, ident, false).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENXIO), "{e}");
         // A directory on the way replaced by a file.
-        let e = open_listed(&d.path().join("kept").join("f"), ident, false).unwrap_err();
+        let e = open_listed(&kept.join("f"), ident, false).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
     }
 
