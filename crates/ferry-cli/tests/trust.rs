@@ -371,3 +371,87 @@ fn a_finished_small_file_does_not_wait_for_the_run_to_end() {
     assert_eq!(fs::read(dst.join("a")).unwrap(), bytes(1, 10_000));
     assert_eq!(fs::read(dst.join("b")).unwrap(), bytes(2, 40 << 20));
 }
+
+/// Run `ferry sync -a --json src/ dst/` with the walk or a worker paused
+/// before it opens the entry `name` below the source's top; meanwhile,
+/// `swap` changes the tree as a local user racing the run could.
+fn sync_with_swap(src: &Path, dst: &Path, name: &str, swap: impl FnOnce()) -> std::process::Output {
+    let go = dst.with_extension(format!("go-{name}"));
+    let paused = go.with_extension(format!("go-{name}.paused"));
+    let child = Command::new(ferry_bin())
+        .args(["sync", "-a", "--json", &slash(src), &slash(dst)])
+        .env("FERRY_TEST_PAUSE_OPEN", format!("{name}:{}", go.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !paused.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "never paused at {name}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    swap();
+    fs::write(&go, b"").unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The sender runs as root over a tree a local user can write in (a backup
+/// of /home, a daemon's module): the user swaps a directory for a symlink
+/// to a secret place just as the walk enters it, or just before a worker
+/// opens a file in it. Nothing of the secret place is listed, opened or
+/// sent; the run reports the directory and the file and exits non-zero;
+/// the next run is whole again.
+#[test]
+fn a_directory_swapped_for_a_symlink_during_a_run_leaks_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, secret) = (d.path().join("src"), d.path().join("secret"));
+    fs::create_dir_all(src.join("pub")).unwrap();
+    fs::create_dir_all(&secret).unwrap();
+    fs::write(src.join("pub/note"), b"public").unwrap();
+    fs::write(secret.join("shadow"), b"secret").unwrap();
+    fs::write(secret.join("note"), b"secret note").unwrap();
+    let leaked = |dst: &Path| {
+        walk(dst).into_iter().any(|p| {
+            fs::read(&p).is_ok_and(|c| c.starts_with(b"secret"))
+                || p.file_name().is_some_and(|n| n == "shadow")
+        })
+    };
+    let swap = || {
+        fs::rename(src.join("pub"), d.path().join("pub.kept")).unwrap();
+        std::os::unix::fs::symlink(&secret, src.join("pub")).unwrap();
+    };
+    let unswap = || {
+        fs::remove_file(src.join("pub")).unwrap();
+        fs::rename(d.path().join("pub.kept"), src.join("pub")).unwrap();
+    };
+    // The directory, between the walk's lstat and its open.
+    let dst = d.path().join("dst1");
+    let out = sync_with_swap(&src, &dst, "pub", swap);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("list directory") && err.contains("vanished or replaced"),
+        "{err}"
+    );
+    assert!(!leaked(&dst), "{:?}", walk(&dst));
+    unswap();
+    // The file, between the walk and the worker's open.
+    let dst = d.path().join("dst2");
+    let out = sync_with_swap(&src, &dst, "note", swap);
+    let err = String::from_utf8_lossy(&out.stderr);
+    // As rsync's "file has vanished": exit 24.
+    assert_eq!(out.status.code(), Some(24), "{err}");
+    assert!(err.contains("pub/note: file vanished"), "{err}");
+    assert!(!leaked(&dst), "{:?}", walk(&dst));
+    unswap();
+    let out = ferry(&["sync", "-a", &slash(&src), &slash(&dst)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same_tree(&src, &dst);
+}

@@ -274,6 +274,11 @@ pub fn describe(e: &io::Error) -> String {
     if let Some(o) = e.get_ref().and_then(|i| i.downcast_ref::<OpError>()) {
         return describe(&o.source);
     }
+    // An error made with its own words ("vanished or replaced since it was
+    // listed") says them, whatever its kind.
+    if let (None, Some(inner)) = (e.raw_os_error(), e.get_ref()) {
+        return inner.to_string();
+    }
     match e.kind() {
         io::ErrorKind::NotFound => "no such file or directory".into(),
         io::ErrorKind::PermissionDenied => "permission denied".into(),

@@ -40,7 +40,9 @@ mod ops;
 mod prehash;
 mod requests;
 mod resume;
+mod rules;
 mod segment;
+mod tree;
 mod walk;
 mod whole;
 
@@ -60,9 +62,9 @@ struct SrcFile {
     /// Device and inode seen by the walk: the file opened later must be
     /// this one.
     ident: (u64, u64),
-    /// A top-level source named through a symlink the user chose (a
-    /// trailing slash): followed. Everything else is opened `O_NOFOLLOW`.
-    follow: bool,
+    /// How it is opened: a source the user named by its path, a file
+    /// found in a tree below the tree's handle (see [`open::Reach`]).
+    reach: open::Reach,
     /// It may have holes (fewer blocks allocated than its size, or an NBD
     /// export): its extents are looked up as it is queued.
     holey: bool,

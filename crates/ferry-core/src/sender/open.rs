@@ -3,12 +3,17 @@
 //! it is still the file the walk saw) and lets it go after its last
 //! segment.
 
+use std::ffi::OsStr;
 use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Receiver;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 use crate::early::PreHash;
 use crate::endpoint::Source;
@@ -16,12 +21,26 @@ use crate::error::{Error, Result};
 
 use super::SrcFile;
 
+/// How a listed file is reached when it is opened.
+#[derive(Clone)]
+pub(super) enum Reach {
+    /// A source the user named: by its path, its symlink followed if
+    /// `follow` (the user chose it).
+    Named { follow: bool },
+    /// A file the walk found in a source tree: by its path `rel` below the
+    /// handle of the tree's top, with no symlink followed and no `..` on
+    /// the way. A directory on the way swapped for a symlink since the
+    /// walk cannot lead the open anywhere else, not even to a device
+    /// whose open alone does something.
+    Beneath { root: Arc<OwnedFd>, rel: Vec<u8> },
+}
+
 /// Open a listed file for reading: without following a symlink (unless
 /// the user named it), and only if it is still the file the walk saw, so a
 /// file swapped for a symlink or another file after the walk is never sent
 /// in its place. See [`open_as_listed`].
-pub(super) fn open_listed(path: &Path, ident: (u64, u64), follow: bool) -> std::io::Result<File> {
-    open_as_listed(path, ident, follow, true)
+pub(super) fn open_listed(path: &Path, reach: &Reach, ident: (u64, u64)) -> std::io::Result<File> {
+    open_as_listed(path, reach, ident, true)
 }
 
 /// [`open_listed`], opened non-blocking: a FIFO put in the file's place
@@ -39,18 +58,15 @@ pub(super) fn open_listed(path: &Path, ident: (u64, u64), follow: bool) -> std::
 /// kernel) the `WouldBlock` is returned.
 fn open_as_listed(
     path: &Path,
+    reach: &Reach,
     ident: (u64, u64),
-    follow: bool,
     wait: bool,
 ) -> std::io::Result<File> {
-    use rustix::fs::{FileType, Mode, OFlags};
-    let mut how = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    if !follow {
-        how |= OFlags::NOFOLLOW;
-    }
-    let h = match rustix::fs::open(path, how, Mode::empty()) {
-        Err(rustix::io::Errno::WOULDBLOCK) if wait => return open_pinned(path, ident, follow),
-        r => r.map_err(|e| not_listed(e, follow))?,
+    use rustix::fs::FileType;
+    let how = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let h = match open_reached(path, reach, how) {
+        Err(Errno::WOULDBLOCK) if wait => return open_pinned(path, reach, ident),
+        r => r.map_err(|e| not_listed(e, reach))?,
     };
     let st = rustix::fs::fstat(&h)?;
     if (st.st_dev, st.st_ino) != ident {
@@ -72,13 +88,10 @@ fn open_as_listed(
 /// one and a regular file or a block device, is then opened for reading
 /// through `/proc`. Costs a second open (about 9 us here), so only where
 /// [`open_as_listed`] needs it.
-fn open_pinned(path: &Path, ident: (u64, u64), follow: bool) -> std::io::Result<File> {
-    use rustix::fs::{FileType, Mode, OFlags};
-    let mut how = OFlags::PATH | OFlags::CLOEXEC;
-    if !follow {
-        how |= OFlags::NOFOLLOW;
-    }
-    let pinned = rustix::fs::open(path, how, Mode::empty()).map_err(|e| not_listed(e, follow))?;
+fn open_pinned(path: &Path, reach: &Reach, ident: (u64, u64)) -> std::io::Result<File> {
+    use rustix::fs::FileType;
+    let pinned = open_reached(path, reach, OFlags::PATH | OFlags::CLOEXEC)
+        .map_err(|e| not_listed(e, reach))?;
     let st = rustix::fs::fstat(&pinned)?;
     let kind = FileType::from_raw_mode(st.st_mode);
     if (st.st_dev, st.st_ino) != ident
@@ -87,6 +100,48 @@ fn open_pinned(path: &Path, ident: (u64, u64), follow: bool) -> std::io::Result<
         return Err(changed());
     }
     reopen(&pinned)
+}
+
+/// Open the file `path` reached as `reach` says, with `how` (and
+/// `O_NOFOLLOW` unless a named source's symlink is followed): below a
+/// tree's handle with `openat2`'s `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`
+/// where the kernel has it, else each directory on the way opened from the
+/// one before with `O_NOFOLLOW`.
+fn open_reached(path: &Path, reach: &Reach, how: OFlags) -> std::result::Result<OwnedFd, Errno> {
+    let (root, rel) = match reach {
+        Reach::Named { follow: true } => return rustix::fs::open(path, how, Mode::empty()),
+        Reach::Named { follow: false } => {
+            return rustix::fs::open(path, how | OFlags::NOFOLLOW, Mode::empty())
+        }
+        Reach::Beneath { root, rel } => (root, OsStr::from_bytes(rel)),
+    };
+    let name = rel
+        .as_bytes()
+        .rsplit(|&b| b == b'/')
+        .next()
+        .unwrap_or_default();
+    super::tree::pause_before_open(name);
+    let how = how | OFlags::NOFOLLOW;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(root, rel, how, Mode::empty(), resolve) {
+        // A rename raced the lookup: once more.
+        Err(Errno::AGAIN) => rustix::fs::openat2(root, rel, how, Mode::empty(), resolve),
+        // No openat2 (an old kernel, or a sandbox that forbids it).
+        Err(Errno::NOSYS) | Err(Errno::PERM) => open_walking(root, rel.as_bytes(), how),
+        r => r,
+    }
+}
+
+/// [`open_reached`] below a tree's handle without `openat2`: the
+/// directories on the way opened one by one with `O_NOFOLLOW` (see
+/// [`crate::destdir::open_beneath`]), then the file in the last of them.
+fn open_walking(root: &OwnedFd, rel: &[u8], how: OFlags) -> std::result::Result<OwnedFd, Errno> {
+    let Some(i) = rel.iter().rposition(|&b| b == b'/') else {
+        return rustix::fs::openat(root, OsStr::from_bytes(rel), how, Mode::empty());
+    };
+    let dir = crate::destdir::open_beneath(root, &rel[..i])
+        .map_err(|e| Errno::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EINVAL)))?;
+    rustix::fs::openat(&dir, OsStr::from_bytes(&rel[i + 1..]), how, Mode::empty())
 }
 
 /// The inode `fd` refers to, opened for reading, blocking.
@@ -104,8 +159,9 @@ fn reopen(fd: &impl std::os::fd::AsRawFd) -> std::io::Result<File> {
     }
 }
 
-/// The error of a listed file that is no longer what the walk saw.
-fn changed() -> std::io::Error {
+/// The error of a listed file or directory that is no longer what the walk
+/// saw.
+pub(super) fn changed() -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::NotFound,
         "vanished or replaced since it was listed",
@@ -116,11 +172,10 @@ fn changed() -> std::io::Error {
 /// where none is followed or, on the way, a file where a directory was
 /// (`ENOTDIR`). Not `ENXIO`: a socket put in the file's place, but also a
 /// listed disk that was removed, which must not pass for a vanished file.
-fn not_listed(e: rustix::io::Errno, follow: bool) -> std::io::Error {
-    use rustix::io::Errno;
+fn not_listed(e: Errno, reach: &Reach) -> std::io::Error {
     match e {
         Errno::NOTDIR => changed(),
-        Errno::LOOP if !follow => changed(),
+        Errno::LOOP if !matches!(reach, Reach::Named { follow: true }) => changed(),
         e => e.into(),
     }
 }
@@ -133,7 +188,7 @@ impl SrcFile {
         size: u64,
         mtime: (i64, u32),
         ident: (u64, u64),
-        follow: bool,
+        reach: Reach,
     ) -> Self {
         Self {
             path,
@@ -145,7 +200,7 @@ impl SrcFile {
             failed: Default::default(),
             prehash: PreHash::default(),
             ident,
-            follow,
+            reach,
             holey: false,
             dense: false,
             device: false,
@@ -171,7 +226,7 @@ impl SrcFile {
             prehash: PreHash::default(),
             // Kept open from the start: never opened by path again.
             ident: (0, 0),
-            follow: true,
+            reach: Reach::Named { follow: true },
             holey: true,
             dense: false,
             device: false,
@@ -193,7 +248,7 @@ impl SrcFile {
         Ok(match &*g {
             Some(h) => Ok(Some(h.clone())),
             None if self.failed.load(Ordering::SeqCst) => Ok(None),
-            None => open_listed(&self.path, self.ident, self.follow).map(|h| {
+            None => open_listed(&self.path, &self.reach, self.ident).map(|h| {
                 let direct = direct_io && !self.device;
                 let r = crate::direct::Reader::listed(h, direct, self.size, self.dense);
                 let h: Arc<dyn Source> = Arc::new(r);
@@ -215,7 +270,7 @@ impl SrcFile {
         if self.kept_open {
             return self.open.lock().ok().and_then(|g| g.clone());
         }
-        let f = open_listed(&self.path, self.ident, self.follow).ok()?;
+        let f = open_listed(&self.path, &self.reach, self.ident).ok()?;
         Some(Arc::new(f))
     }
 
@@ -231,7 +286,7 @@ impl SrcFile {
             return;
         }
         // Never waits for a lease: the worker will.
-        if let Ok(h) = open_as_listed(&self.path, self.ident, self.follow, false) {
+        if let Ok(h) = open_as_listed(&self.path, &self.reach, self.ident, false) {
             let _ = rustix::fs::fadvise(
                 &h,
                 0,
@@ -298,6 +353,9 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
+    const NAMED: Reach = Reach::Named { follow: false };
+    const FOLLOWED: Reach = Reach::Named { follow: true };
+
     #[test]
     fn only_small_listed_files_are_read_ahead() {
         assert!(prefetch_worthy(1, false, false));
@@ -321,7 +379,7 @@ mod tests {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let p = p.to_path_buf();
         std::thread::spawn(move || {
-            let _ = tx.send(open_listed(&p, ident, false));
+            let _ = tx.send(open_listed(&p, &NAMED, ident));
         });
         let got = rx
             .recv_timeout(std::time::Duration::from_secs_f64(secs))
@@ -341,7 +399,7 @@ mod tests {
     fn a_listed_file_opens_blocking_and_a_fifo_in_its_place_is_refused_at_once() {
         let d = tempfile::tempdir().unwrap();
         let (p, ident) = listed(d.path());
-        let h = open_listed(&p, ident, false).unwrap();
+        let h = open_listed(&p, &NAMED, ident).unwrap();
         let fl = rustix::fs::fcntl_getfl(&h).unwrap();
         assert!(!fl.contains(rustix::fs::OFlags::NONBLOCK));
         drop(h);
@@ -370,24 +428,70 @@ mod tests {
         std::fs::rename(&p, &kept).unwrap();
         // A symlink to the listed file itself: not followed.
         std::os::unix::fs::symlink(&kept, &p).unwrap();
-        let e = open_listed(&p, ident, false).unwrap_err();
+        let e = open_listed(&p, &NAMED, ident).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
         // The user named the symlink: followed, to the listed file.
-        assert!(open_as_listed(&p, ident, true, true).is_ok());
+        assert!(open_as_listed(&p, &FOLLOWED, ident, true).is_ok());
         // Followed to a device: not the listed inode.
         std::fs::remove_file(&p).unwrap();
         std::os::unix::fs::symlink("/dev/null", &p).unwrap();
-        let e = open_as_listed(&p, ident, true, true).unwrap_err();
+        let e = open_as_listed(&p, &FOLLOWED, ident, true).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
         // A socket: an error, at once (ENXIO, which a removed disk also
         // gives: not reported as vanished).
         std::fs::remove_file(&p).unwrap();
         let _socket = std::os::unix::net::UnixListener::bind(&p).unwrap();
-        let e = open_listed(&p, ident, false).unwrap_err();
+        let e = open_listed(&p, &NAMED, ident).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENXIO), "{e}");
         // A directory on the way replaced by a file.
-        let e = open_listed(&kept.join("f"), ident, false).unwrap_err();
+        let e = open_listed(&kept.join("f"), &NAMED, ident).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    }
+
+    #[test]
+    fn a_file_of_a_tree_is_opened_below_its_handle_and_never_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("tree");
+        std::fs::create_dir_all(tree.join("sub")).unwrap();
+        let p = tree.join("sub/f");
+        std::fs::write(&p, b"data").unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        let ident = (m.dev(), m.ino());
+        let root: Arc<OwnedFd> = Arc::new(File::open(&tree).unwrap().into());
+        let reach = Reach::Beneath {
+            root: root.clone(),
+            rel: b"sub/f".to_vec(),
+        };
+        let mut got = String::new();
+        let mut h = open_listed(&p, &reach, ident).unwrap();
+        std::io::Read::read_to_string(&mut h, &mut got).unwrap();
+        assert_eq!(got, "data");
+        let how = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        assert!(open_walking(&root, b"sub/f", how).is_ok());
+        // The directory on the way swapped for a symlink: to where the same
+        // file is, or to /dev, where an open alone may do something.
+        std::fs::rename(tree.join("sub"), d.path().join("moved")).unwrap();
+        for target in [d.path().join("moved"), "/dev".into()] {
+            std::os::unix::fs::symlink(&target, tree.join("sub")).unwrap();
+            for name in ["f", "null"] {
+                let rel = format!("sub/{name}").into_bytes();
+                let reach = Reach::Beneath {
+                    root: root.clone(),
+                    rel: rel.clone(),
+                };
+                let e = open_listed(&tree.join("sub").join(name), &reach, ident).unwrap_err();
+                assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+                let e = open_walking(&root, &rel, how).unwrap_err();
+                assert!(matches!(e, Errno::LOOP | Errno::NOTDIR), "{e}");
+            }
+            std::fs::remove_file(tree.join("sub")).unwrap();
+        }
+        // `..` leads nowhere above the tree.
+        let reach = Reach::Beneath {
+            root,
+            rel: b"../tree/sub/f".to_vec(),
+        };
+        assert!(open_listed(&p, &reach, ident).is_err());
     }
 
     /// Holds a write lease on the file named by its argument, says "held",
@@ -436,7 +540,7 @@ sys.stdin.readline()
         said.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "held");
         // The prefetcher does not wait.
-        let e = open_as_listed(&p, ident, false, false).unwrap_err();
+        let e = open_as_listed(&p, &NAMED, ident, false).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
         // A worker waits, as a plain open would, until the lease is let go.
         let (got, rx) = open_within(&p, ident, 0.3);

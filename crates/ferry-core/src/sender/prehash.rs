@@ -44,7 +44,7 @@ fn prehash_file(
     mems: &mut Vec<Vec<u8>>,
     over: &AtomicBool,
 ) -> std::io::Result<()> {
-    let h = open_listed(&f.path, f.ident, f.follow)?;
+    let h = open_listed(&f.path, &f.reach, f.ident)?;
     let r = crate::direct::Reader::listed(h, direct_io && !f.device, f.size, f.dense);
     let bs = layout::delta_block(f.size);
     let (full_tx, full_rx) = crossbeam_channel::bounded::<std::io::Result<(Vec<u8>, usize)>>(1);

@@ -149,7 +149,13 @@ mod tests {
     #[test]
     fn a_list_is_complete_at_the_files_end() {
         let mut r = Resuming {
-            file: Arc::new(SrcFile::listed("f".into(), 20 << 20, (0, 0), (0, 0), false)),
+            file: Arc::new(SrcFile::listed(
+                "f".into(),
+                20 << 20,
+                (0, 0),
+                (0, 0),
+                super::super::open::Reach::Named { follow: false },
+            )),
             check: false,
             upto: 0,
             nseg: 3,

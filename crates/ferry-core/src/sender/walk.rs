@@ -4,8 +4,10 @@
 //! reported to the receiver as a warning and skipped.
 
 use std::collections::HashMap;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,7 +23,9 @@ use crate::stats::Stats;
 use crate::SyncOptions;
 
 use super::credit::Credit;
-use super::open::open_listed;
+use super::open::{open_listed, Reach};
+use super::rules::{claim_name, sendable_as_file, take_id, warm_skip, within, xattr_wanted};
+use super::tree::{self, DirAt, Meta};
 use super::{SrcFile, Table};
 
 /// Walks every source and sends the file list.
@@ -50,7 +54,9 @@ pub(super) fn walk_all(
         pending_files: Vec::new(),
         pending_since: None,
         warm: None,
-        warm_base: Vec::new(),
+        base: Vec::new(),
+        root: None,
+        follow_top: false,
         warm_cached: false,
     };
     for src in sources {
@@ -63,23 +69,12 @@ pub(super) fn walk_all(
             w.member(Path::new(archive), member, src.name.clone())?;
             continue;
         }
-        let meta = if src.follow {
-            std::fs::metadata(&src.path)
-        } else {
-            std::fs::symlink_metadata(&src.path)
-        }
-        .map_err(|e| Error::io_op("stat", &src.path, e))?;
-        // A tree's inodes are read ahead of the walk (see crate::warm),
-        // until one is found cached.
-        w.warm = (meta.is_dir() && opts.recursive && !w.warm_cached)
-            .then(|| warm_root(&src.path, src.follow, &meta))
-            .flatten()
-            .map(|fd| {
-                let skip = warm_skip(opts.excludes.clone(), src.name.clone());
-                crate::warm::Warmer::start(Arc::new(fd), crate::warm::THREADS, Some(skip))
-            });
-        w.warm_base = src.name.clone();
-        w.visit(src.path.clone(), src.name.clone(), &meta, true)?;
+        let meta = tree::stat_named(&src.path, src.follow)
+            .map_err(|e| Error::io_op("stat", &src.path, e))?;
+        w.base = src.name.clone();
+        w.root = None;
+        w.follow_top = src.follow;
+        w.visit(None, src.path.clone(), src.name.clone(), &meta, true)?;
         if let Some(warm) = w.warm.take() {
             w.warm_cached = warm.found_cached();
         }
@@ -89,96 +84,12 @@ pub(super) fn walk_all(
     Ok(())
 }
 
-/// The source directory `path` as just `stat`ed (`meta`), opened for the
-/// warmers: not if it has been swapped since.
-fn warm_root(path: &Path, follow: bool, meta: &std::fs::Metadata) -> Option<std::os::fd::OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    if !follow {
-        flags |= OFlags::NOFOLLOW;
-    }
-    let fd = rustix::fs::open(path, flags, Mode::empty()).ok()?;
-    let st = rustix::fs::fstat(&fd).ok()?;
-    #[allow(clippy::unnecessary_cast)]
-    let same = st.st_dev as u64 == meta.dev() && st.st_ino as u64 == meta.ino();
-    same.then_some(fd)
-}
-
-/// The directories of the tree listed as `base` that the walk skips
-/// (excluded, or named as ferry's partial state), for its warmers.
-fn warm_skip(excludes: crate::exclude::Excludes, base: Vec<u8>) -> crate::warm::Skip {
-    Box::new(move |rel: &[u8]| {
-        let name = rel.rsplit(|&b| b == b'/').next().unwrap_or(rel);
-        let full = if base.is_empty() {
-            rel.to_vec()
-        } else {
-            [base.as_slice(), b"/", rel].concat()
-        };
-        crate::journal::is_reserved(name)
-            || excludes.excluded(Path::new(std::ffi::OsStr::from_bytes(&full)), true)
-    })
-}
-
-/// Where `rel` (a path of the list) is in the tree listed as `base`.
-fn within<'a>(base: &[u8], rel: &'a [u8]) -> Option<&'a [u8]> {
-    if base.is_empty() {
-        return Some(rel);
-    }
-    match rel.strip_prefix(base)? {
-        [] => Some(&[]),
-        [b'/', r @ ..] => Some(r),
-        _ => None,
-    }
-}
-
 /// Entries a walk hands to the link at once at most.
 const BATCH: usize = 256;
 
 /// How long an entry may wait in a batch for more: the receiver starts on
 /// a file only once its entry arrives.
 const HOLD: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// With several sources, whether the entry `rel` is sent, given `names`
-/// (every name sent so far and whether it is a directory), which it joins
-/// if so: the first of a name is kept, and a directory merges into a
-/// directory of the same name.
-fn claim_name(names: &mut HashMap<Vec<u8>, bool>, rel: &[u8], is_dir: bool) -> bool {
-    match names.get(rel) {
-        Some(true) if is_dir => true,
-        Some(_) => false,
-        None => {
-            names.insert(rel.to_vec(), is_dir);
-            true
-        }
-    }
-}
-
-/// Whether a non-directory, non-symlink entry is sent as a file: a regular
-/// file, or a block device named as a source itself (never one found in a
-/// directory). Anything else (fifos, sockets, character devices) is not.
-fn sendable_as_file(is_file: bool, is_block_device: bool, top: bool) -> bool {
-    is_file || (top && is_block_device)
-}
-
-/// Whether the extended attribute `name` is sent, as rsync splits them:
-/// `-X` (`xattrs`) the attributes outside the `system.` namespace, `-A`
-/// (`acls`) the POSIX ACLs (`system.posix_acl_*`); other `system.`
-/// attributes never (the kernel derives them).
-fn xattr_wanted(name: &[u8], xattrs: bool, acls: bool) -> bool {
-    match name.strip_prefix(b"system.") {
-        Some(rest) => acls && rest.starts_with(b"posix_acl_"),
-        None => xattrs,
-    }
-}
-
-/// Take the next entry id; the list holds at most `u32::MAX` entries.
-fn take_id(next: &mut u32) -> Result<u32> {
-    let id = *next;
-    *next = next
-        .checked_add(1)
-        .ok_or_else(|| Error::Usage("more than 4 billion entries".into()))?;
-    Ok(id)
-}
 
 struct Walker<'a> {
     opts: &'a SyncOptions,
@@ -206,8 +117,12 @@ struct Walker<'a> {
     pending_since: Option<std::time::Instant>,
     /// Warmers on the tree being walked, told of each entry visited.
     warm: Option<crate::warm::Warmer>,
-    /// The name of the tree they warm in the list (a prefix of `rel`).
-    warm_base: Vec<u8>,
+    /// The name of the tree being walked in the list (a prefix of `rel`).
+    base: Vec<u8>,
+    /// The handle of its top directory, which its files are opened below.
+    root: Option<Arc<OwnedFd>>,
+    /// Its top was named through a symlink the user chose: followed.
+    follow_top: bool,
     /// A tree was found cached: no warmers for the sources after it.
     warm_cached: bool,
 }
@@ -274,16 +189,19 @@ impl Walker<'_> {
         Ok(())
     }
 
+    /// The entry `meta` at `path`, listed as `rel`: a source the user
+    /// named (`top`), or the entry named in the directory `at` is open as.
     fn visit(
         &mut self,
+        at: Option<(&OwnedFd, &OsStr)>,
         path: PathBuf,
         rel: Vec<u8>,
-        meta: &std::fs::Metadata,
+        meta: &Meta,
         top: bool,
     ) -> Result<()> {
-        let ft = meta.file_type();
+        let ft = meta;
         if let Some(w) = &self.warm {
-            if let Some(r) = within(&self.warm_base, &rel) {
+            if let Some(r) = within(&self.base, &rel) {
                 w.at(r, ft.is_dir());
             }
         }
@@ -320,8 +238,8 @@ impl Walker<'_> {
             uid: meta.uid(),
             gid: meta.gid(),
             size: 0,
-            mtime: meta.mtime(),
-            mtime_nsec: meta.mtime_nsec() as u32,
+            mtime: meta.mtime().0,
+            mtime_nsec: meta.mtime().1,
             ..Default::default()
         };
         if !ft.is_symlink() && !self.opts.chmod.is_empty() {
@@ -357,19 +275,19 @@ impl Walker<'_> {
             if self.opts.one_file_system && meta.dev() != self.top_dev {
                 return Ok(());
             }
-            return self.visit_children(&path, &rel);
+            return self.enter(at, &path, &rel, meta, top);
         }
         if ft.is_symlink() {
             e.kind = Some(EntryKind::Symlink);
-            e.target = std::fs::read_link(&path)
-                .map_err(|err| Error::io(&path, err))?
-                .into_os_string()
-                .as_bytes()
-                .to_vec();
+            e.target = match at {
+                Some((dir, name)) => tree::read_link_at(dir, name),
+                None => std::fs::read_link(&path).map(|t| t.into_os_string().into_vec()),
+            }
+            .map_err(|err| Error::io(&path, err))?;
             self.send(e)?;
             return Ok(());
         }
-        let node = ft.is_char_device() || ft.is_fifo() || ft.is_socket() || ft.is_block_device();
+        let node = ft.is_node();
         // -D: a node as a node (a block device named as a source is read
         // as the image it holds).
         if self.opts.specials && node && !(top && ft.is_block_device()) {
@@ -385,39 +303,75 @@ impl Walker<'_> {
         self.visit_file(path, meta, e, top)
     }
 
-    /// The entries of the directory `path` (listed as `rel`), in name order.
-    fn visit_children(&mut self, path: &Path, rel: &[u8]) -> Result<()> {
+    /// Open the directory `meta` at `path` (listed as `rel`) and visit its
+    /// entries in name order. The top of a tree becomes the handle its
+    /// files are opened below, and its warmers' (see [`crate::warm`]; until
+    /// a tree is found cached).
+    fn enter(
+        &mut self,
+        at: Option<(&OwnedFd, &OsStr)>,
+        path: &Path,
+        rel: &[u8],
+        meta: &Meta,
+        top: bool,
+    ) -> Result<()> {
         self.flush()?;
-        // Each name taken once: sorting by `DirEntry::file_name` would make
-        // two copies for every comparison.
-        let mut children: Vec<_> = match std::fs::read_dir(path) {
-            Ok(rd) => rd
-                .filter_map(|d| d.ok())
-                .map(|d| (d.file_name(), d))
-                .collect(),
+        let how = match at {
+            Some((dir, name)) => DirAt::In { dir, name },
+            None => DirAt::Named {
+                path,
+                follow: self.follow_top,
+            },
+        };
+        let dir = match tree::open_dir(how, meta) {
+            Ok(dir) => dir,
             Err(err) => {
-                self.warn(format!(
-                    "list directory {}: {}",
-                    path.display(),
-                    describe(&err)
-                ))?;
-                return Ok(());
+                let shown = path.display();
+                return self.warn(format!("list directory {shown}: {}", describe(&err)));
             }
         };
-        // Names in a directory are unique: an unstable sort is exact.
-        children.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (name, c) in children {
-            let cp = c.path();
+        if !top {
+            return self.visit_children(&dir, path, rel);
+        }
+        let root = Arc::new(dir);
+        self.root = Some(root.clone());
+        if !self.warm_cached {
+            let skip = warm_skip(self.opts.excludes.clone(), self.base.clone());
+            let warm = crate::warm::Warmer::start(root.clone(), crate::warm::THREADS, Some(skip));
+            warm.at(&[], true);
+            self.warm = Some(warm);
+        }
+        self.visit_children(&root, path, rel)
+    }
+
+    /// The entries of the open directory `dir` at `path` (listed as
+    /// `rel`), in name order.
+    fn visit_children(&mut self, dir: &OwnedFd, path: &Path, rel: &[u8]) -> Result<()> {
+        let names = match tree::names(dir) {
+            Ok(names) => names,
+            Err(err) => {
+                let shown = path.display();
+                return self.warn(format!("list directory {shown}: {}", describe(&err)));
+            }
+        };
+        for name in names {
+            let cp = path.join(&name);
             // Without following a symlink, and relative to the directory
             // read (one name to look up, not the whole path).
-            let m = match c.metadata() {
+            let m = match tree::stat_at(dir, &name) {
                 Ok(m) => m,
                 Err(err) => {
                     self.warn(format!("stat {}: {}", cp.display(), describe(&err)))?;
                     continue;
                 }
             };
-            self.visit(cp, child_path(rel, name.as_bytes()), &m, false)?;
+            self.visit(
+                Some((dir, &name)),
+                cp,
+                child_path(rel, name.as_bytes()),
+                &m,
+                false,
+            )?;
         }
         Ok(())
     }
@@ -425,15 +379,17 @@ impl Walker<'_> {
     /// A regular file (or a block device named as a source): a hard link
     /// to one listed before, or a file for the table, with its digest under
     /// `--checksum`.
-    fn visit_file(
-        &mut self,
-        path: PathBuf,
-        meta: &std::fs::Metadata,
-        mut e: Entry,
-        top: bool,
-    ) -> Result<()> {
-        let ft = meta.file_type();
-        let ident = (meta.dev(), meta.ino());
+    fn visit_file(&mut self, path: PathBuf, meta: &Meta, mut e: Entry, top: bool) -> Result<()> {
+        let ft = meta;
+        let ident = meta.ident();
+        // A named source by its path; a file of a tree below its handle.
+        let reach = match (&self.root, within(&self.base, &e.path)) {
+            (Some(root), Some(rel)) if !top => Reach::Beneath {
+                root: root.clone(),
+                rel: rel.to_vec(),
+            },
+            _ => Reach::Named { follow: top },
+        };
         if self.opts.hard_links && meta.nlink() > 1 && ft.is_file() {
             if let Some((first, first_path)) = self.inodes.get(&ident) {
                 e.kind = Some(EntryKind::HardLink);
@@ -450,16 +406,17 @@ impl Walker<'_> {
             .then(|| (ident, (e.id, e.path.clone())));
         e.kind = Some(EntryKind::File);
         let size = if ft.is_block_device() {
-            let f = open_listed(&path, ident, top)
+            let f = open_listed(&path, &reach, ident)
                 .map_err(|err| Error::io_op("open for reading", &path, err))?;
-            fsutil::size_of(&f, meta).map_err(|err| Error::io(&path, err))?
+            rustix::fs::seek(&f, rustix::fs::SeekFrom::End(0))
+                .map_err(|err| Error::io(&path, err.into()))?
         } else {
             meta.len()
         };
         e.size = size;
         if top && self.opts.sparsify {
             self.flush()?;
-            let f = open_listed(&path, ident, top)
+            let f = open_listed(&path, &reach, ident)
                 .map_err(|err| Error::io_op("open for reading", &path, err))?;
             let mounted = crate::endpoint::looks_mounted(&f);
             let reader: Arc<dyn Source> =
@@ -469,7 +426,7 @@ impl Walker<'_> {
         }
         if self.opts.checksum && size > 0 {
             self.flush()?;
-            match open_listed(&path, ident, top)
+            match open_listed(&path, &reach, ident)
                 .and_then(|f| scan::file_digest(&f, size, self.opts.threads))
             {
                 Ok(d) => e.digest = Some(d),
@@ -479,7 +436,7 @@ impl Walker<'_> {
                 }
             }
         }
-        let mut f = SrcFile::listed(path, size, (e.mtime, e.mtime_nsec), ident, top);
+        let mut f = SrcFile::listed(path, size, (e.mtime, e.mtime_nsec), ident, reach);
         // Fewer blocks than its size: it may have holes worth finding.
         f.holey = ft.is_file() && meta.blocks().saturating_mul(512) < size;
         f.dense = ft.is_file() && crate::direct::dense(meta.blocks(), size);
@@ -590,79 +547,5 @@ impl Walker<'_> {
         self.pending_files.push((e.id, Arc::new(f)));
         self.send(e)?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_warmers_skip_what_the_walk_skips() {
-        let ex = crate::exclude::Excludes::new(&["node_modules/".to_string()]).unwrap();
-        let skip = warm_skip(ex.clone(), b"src".to_vec());
-        assert!(skip(b"a/node_modules"));
-        assert!(!skip(b"a/b"));
-        let skip = warm_skip(ex, Vec::new());
-        assert!(skip(b"node_modules"));
-        assert!(!skip(b"lib"));
-    }
-
-    #[test]
-    fn a_path_of_the_list_is_found_in_the_tree_it_names() {
-        assert_eq!(within(b"", b"a/b"), Some(&b"a/b"[..]));
-        assert_eq!(within(b"src", b"src"), Some(&b""[..]));
-        assert_eq!(within(b"src", b"src/a/b"), Some(&b"a/b"[..]));
-        assert_eq!(within(b"src", b"srcx/a"), None);
-        assert_eq!(within(b"src", b"other"), None);
-    }
-
-    #[test]
-    fn dash_x_sends_no_acls_and_dash_a_only_acls() {
-        let acl = b"system.posix_acl_access";
-        let user = b"user.note";
-        assert!(xattr_wanted(user, true, false) && !xattr_wanted(acl, true, false));
-        assert!(xattr_wanted(acl, false, true) && !xattr_wanted(user, false, true));
-        assert!(xattr_wanted(acl, true, true) && xattr_wanted(b"security.selinux", true, true));
-        assert!(!xattr_wanted(b"system.nfs4_acl", true, true));
-    }
-
-    #[test]
-    fn the_first_of_a_name_is_kept_and_directories_merge() {
-        let mut names = HashMap::new();
-        assert!(claim_name(&mut names, b"a", true));
-        assert!(claim_name(&mut names, b"f", false));
-        // Same name again: a directory merges into a directory...
-        assert!(claim_name(&mut names, b"a", true));
-        // ...but nothing else replaces or joins what came first.
-        assert!(!claim_name(&mut names, b"a", false));
-        assert!(!claim_name(&mut names, b"f", false));
-        assert!(!claim_name(&mut names, b"f", true));
-        // What was refused did not change what the name is.
-        assert_eq!(names.get(&b"a"[..]), Some(&true));
-        assert_eq!(names.get(&b"f"[..]), Some(&false));
-        assert_eq!(names.len(), 2);
-    }
-
-    #[test]
-    fn only_a_named_block_device_is_read_as_a_file() {
-        assert!(sendable_as_file(true, false, false));
-        assert!(sendable_as_file(true, false, true));
-        assert!(sendable_as_file(false, true, true));
-        assert!(!sendable_as_file(false, true, false));
-        // Fifos, sockets, character devices.
-        assert!(!sendable_as_file(false, false, true));
-        assert!(!sendable_as_file(false, false, false));
-    }
-
-    #[test]
-    fn entry_ids_run_out_at_u32_max() {
-        let mut next = 0;
-        assert_eq!(take_id(&mut next).unwrap(), 0);
-        assert_eq!(take_id(&mut next).unwrap(), 1);
-        assert_eq!(next, 2);
-        let mut next = u32::MAX - 1;
-        assert_eq!(take_id(&mut next).unwrap(), u32::MAX - 1);
-        assert!(matches!(take_id(&mut next), Err(Error::Usage(_))));
     }
 }
