@@ -438,9 +438,44 @@ fn a_directory_swapped_for_a_symlink_during_a_run_leaks_nothing() {
     );
     assert!(!leaked(&dst), "{:?}", walk(&dst));
     unswap();
-    // The file, between the walk and the worker's open.
+    // The file, between the walk and the worker's open; where the symlink
+    // leads, a FIFO whose writer waits for someone to open it: opening it
+    // alone would let the writer go on.
+    let fifo = secret.join("note");
+    fs::remove_file(&fifo).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let opened = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (fifo, opened) = (fifo.clone(), opened.clone());
+        std::thread::spawn(move || {
+            let f = fs::OpenOptions::new().write(true).open(&fifo);
+            opened.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(f);
+        })
+    };
     let dst = d.path().join("dst2");
     let out = sync_with_swap(&src, &dst, "note", swap);
+    std::thread::sleep(Duration::from_millis(100));
+    let was_opened = opened.load(std::sync::atomic::Ordering::SeqCst);
+    // Let the writer go.
+    let reader = {
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap()
+    };
+    writer.join().unwrap();
+    drop(reader);
+    assert!(!was_opened, "the FIFO behind the symlink was opened");
     let err = String::from_utf8_lossy(&out.stderr);
     // As rsync's "file has vanished": exit 24.
     assert_eq!(out.status.code(), Some(24), "{err}");
@@ -454,4 +489,34 @@ fn a_directory_swapped_for_a_symlink_during_a_run_leaks_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_same_tree(&src, &dst);
+}
+
+/// A tree a user made 2,100 directories deep (beyond what a path can name
+/// from the top): the walk goes 2,048 deep, reports the rest and exits 2,
+/// rather than exhausting its stack (which would take a daemon's other
+/// sessions down with it).
+#[test]
+fn a_tree_deeper_than_a_path_is_reported_not_a_crash() {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut dir = openat(rustix::fs::CWD, &src, flags, Mode::empty()).unwrap();
+    for _ in 0..2100 {
+        mkdirat(&dir, "a", Mode::from_raw_mode(0o755)).unwrap();
+        dir = openat(&dir, "a", flags, Mode::empty()).unwrap();
+    }
+    drop(dir);
+    let dst = d.path().join("dst");
+    let out = ferry(&["sync", "-a", &slash(&src), p(&dst)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("nested more than 2048 directories deep"),
+        "{err}"
+    );
+    // The levels a path can name are there.
+    let deep = dst.join(["a"; 1000].join("/"));
+    assert!(deep.is_dir(), "{err}");
 }

@@ -276,21 +276,22 @@ pub fn describe(e: &io::Error) -> String {
     }
     // An error made with its own words ("vanished or replaced since it was
     // listed") says them, whatever its kind.
-    if let (None, Some(inner)) = (e.raw_os_error(), e.get_ref()) {
-        return inner.to_string();
-    }
+    let own = e.raw_os_error().is_none() && e.get_ref().is_some();
     match e.kind() {
+        _ if own => without_errno(e.to_string()),
         io::ErrorKind::NotFound => "no such file or directory".into(),
         io::ErrorKind::PermissionDenied => "permission denied".into(),
         io::ErrorKind::StorageFull => "no space left on device".into(),
         io::ErrorKind::AlreadyExists => "already exists".into(),
-        _ => {
-            let s = e.to_string();
-            match s.find(" (os error") {
-                Some(i) => s[..i].to_string(),
-                None => s,
-            }
-        }
+        _ => without_errno(e.to_string()),
+    }
+}
+
+/// An OS error's text without its " (os error N)".
+fn without_errno(s: String) -> String {
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
     }
 }
 

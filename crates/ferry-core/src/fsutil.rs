@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{FallocateFlags, SeekFrom, Timespec, Timestamps, XattrFlags};
@@ -175,7 +175,29 @@ pub fn fchmod(file: &File, mode: u32) -> io::Result<()> {
 /// The extended attributes of a path (not following a final symlink).
 /// Filesystems without xattr support give none.
 pub fn read_xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let size = match rustix::fs::llistxattr_query(path) {
+    xattrs_of(path, false)
+}
+
+/// The extended attributes of the inode `fd` holds (an `O_PATH` handle
+/// will do, a symlink's included), read through its entry in `/proc`,
+/// which names that inode and nothing a path resolves to.
+pub fn read_xattrs_of(fd: &impl AsRawFd) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    xattrs_of(
+        &PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+        true,
+    )
+}
+
+/// [`read_xattrs`] of `path`, following its last symlink if `follow` (a
+/// `/proc` entry, which leads to the very inode it names).
+fn xattrs_of(path: &Path, follow: bool) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    use rustix::fs::{getxattr, getxattr_query, lgetxattr, lgetxattr_query};
+    use rustix::fs::{listxattr, listxattr_query, llistxattr, llistxattr_query};
+    let size = match if follow {
+        listxattr_query(path)
+    } else {
+        llistxattr_query(path)
+    } {
         Ok(n) => n,
         Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
@@ -184,21 +206,30 @@ pub fn read_xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         return Ok(Vec::new());
     }
     let mut names = vec![0u8; size + 256];
-    let n = rustix::fs::llistxattr(path, &mut names[..])?;
+    let n = if follow {
+        listxattr(path, &mut names[..])?
+    } else {
+        llistxattr(path, &mut names[..])?
+    };
     names.truncate(n);
     let mut out = Vec::new();
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let name_os = std::ffi::OsStr::from_bytes(name);
-        let vlen = match rustix::fs::lgetxattr_query(path, name_os) {
+        let q = if follow {
+            getxattr_query(path, name_os)
+        } else {
+            lgetxattr_query(path, name_os)
+        };
+        let vlen = match q {
             Ok(n) => n,
             Err(rustix::io::Errno::NODATA) => continue,
             Err(e) => return Err(e.into()),
         };
         let mut v = vec![0u8; vlen];
-        let got = if vlen == 0 {
-            0
-        } else {
-            rustix::fs::lgetxattr(path, name_os, &mut v[..])?
+        let got = match (vlen, follow) {
+            (0, _) => 0,
+            (_, true) => getxattr(path, name_os, &mut v[..])?,
+            (_, false) => lgetxattr(path, name_os, &mut v[..])?,
         };
         v.truncate(got);
         out.push((name.to_vec(), v));

@@ -192,7 +192,19 @@ pub fn run_sender(
             req.serve(&rx)
         });
 
-        let walked = walk::walk_all(sources, opts, stats, &tx, &table, credit);
+        // On a thread of its own, whose stack holds the walk's recursion
+        // to its deepest (see [`walk::MAX_DEPTH`]), whatever thread called.
+        let walked = std::thread::scope(|w| {
+            std::thread::Builder::new()
+                .name("ferry-walk".into())
+                .stack_size(walk::STACK)
+                .spawn_scoped(w, || {
+                    walk::walk_all(sources, opts, stats, &tx, &table, credit)
+                })
+                .map_err(|e| Error::io_op("start thread", "ferry-walk", e))?
+                .join()
+                .unwrap_or_else(|_| Err(Error::Protocol("the walk panicked".into())))
+        });
         if let Err(e) = &walked {
             let _ = tx.send(crate::error::fatal(e));
         }

@@ -123,25 +123,43 @@ fn open_reached(path: &Path, reach: &Reach, how: OFlags) -> std::result::Result<
     super::tree::pause_before_open(name);
     let how = how | OFlags::NOFOLLOW;
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    if NO_OPENAT2.load(Ordering::Relaxed) {
+        return open_walking(root, rel.as_bytes(), how);
+    }
     match rustix::fs::openat2(root, rel, how, Mode::empty(), resolve) {
-        // A rename raced the lookup: once more.
-        Err(Errno::AGAIN) => rustix::fs::openat2(root, rel, how, Mode::empty(), resolve),
-        // No openat2 (an old kernel, or a sandbox that forbids it).
-        Err(Errno::NOSYS) | Err(Errno::PERM) => open_walking(root, rel.as_bytes(), how),
+        // No openat2 (an old kernel, or a sandbox that forbids it): not
+        // tried again.
+        Err(Errno::NOSYS) | Err(Errno::PERM) => {
+            NO_OPENAT2.store(true, Ordering::Relaxed);
+            open_walking(root, rel.as_bytes(), how)
+        }
+        // EAGAIN (a rename raced the lookup) is also EWOULDBLOCK, a lease:
+        // the caller's to handle.
         r => r,
     }
 }
+
+/// `openat2` was found missing or forbidden.
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
 /// [`open_reached`] below a tree's handle without `openat2`: the
 /// directories on the way opened one by one with `O_NOFOLLOW` (see
 /// [`crate::destdir::open_beneath`]), then the file in the last of them.
 fn open_walking(root: &OwnedFd, rel: &[u8], how: OFlags) -> std::result::Result<OwnedFd, Errno> {
-    let Some(i) = rel.iter().rposition(|&b| b == b'/') else {
-        return rustix::fs::openat(root, OsStr::from_bytes(rel), how, Mode::empty());
+    let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
+        None => (None, rel),
+        Some(i) => (Some(&rel[..i]), &rel[i + 1..]),
     };
-    let dir = crate::destdir::open_beneath(root, &rel[..i])
+    if name.is_empty() || name == b"." || name == b".." {
+        return Err(Errno::INVAL);
+    }
+    let name = OsStr::from_bytes(name);
+    let Some(dir) = dir else {
+        return rustix::fs::openat(root, name, how, Mode::empty());
+    };
+    let dir = crate::destdir::open_beneath(root, dir)
         .map_err(|e| Errno::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EINVAL)))?;
-    rustix::fs::openat(&dir, OsStr::from_bytes(&rel[i + 1..]), how, Mode::empty())
+    rustix::fs::openat(&dir, name, how, Mode::empty())
 }
 
 /// The inode `fd` refers to, opened for reading, blocking.
@@ -486,6 +504,10 @@ mod tests {
             }
             std::fs::remove_file(tree.join("sub")).unwrap();
         }
+        assert_eq!(
+            open_walking(&root, b"sub/..", how).unwrap_err(),
+            Errno::INVAL
+        );
         // `..` leads nowhere above the tree.
         let reach = Reach::Beneath {
             root,

@@ -98,6 +98,7 @@ pub(super) fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<Meta> {
 /// Where a directory of the walk is: a source the user named (by its path,
 /// its symlink followed if `follow`), or an entry of a directory already
 /// open.
+#[derive(Clone, Copy)]
 pub(super) enum DirAt<'a> {
     Named { path: &'a Path, follow: bool },
     In { dir: &'a OwnedFd, name: &'a OsStr },
@@ -105,7 +106,9 @@ pub(super) enum DirAt<'a> {
 
 /// Open the directory the walk `lstat`ed as `meta` for reading, if it is
 /// still that directory: a symlink or another directory put in its place
-/// since is refused ("vanished or replaced").
+/// since is refused ("vanished or replaced"). An automount point, which
+/// `lstat` does not mount but an open does, is taken as what its name
+/// shows once mounted.
 pub(super) fn open_dir(at: DirAt<'_>, meta: &Meta) -> io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let r = match at {
@@ -127,11 +130,18 @@ pub(super) fn open_dir(at: DirAt<'_>, meta: &Meta) -> io::Result<OwnedFd> {
         Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) => return Err(changed()),
         Err(e) => return Err(e.into()),
     };
-    let st = rustix::fs::fstat(&fd)?;
-    if Meta(st).ident() != meta.ident() {
-        return Err(changed());
+    let opened = Meta(rustix::fs::fstat(&fd)?).ident();
+    if opened == meta.ident() {
+        return Ok(fd);
     }
-    Ok(fd)
+    let now = match at {
+        DirAt::Named { path, follow } => stat_named(path, follow),
+        DirAt::In { dir, name } => stat_at(dir, name),
+    };
+    match now {
+        Ok(now) if now.ident() == opened => Ok(fd),
+        _ => Err(changed()),
+    }
 }
 
 /// The names in an open directory (without `.` and `..`), in byte order.
@@ -147,6 +157,27 @@ pub(super) fn names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     // Names in a directory are unique: an unstable sort is exact.
     out.sort_unstable();
     Ok(out)
+}
+
+/// The extended attributes of the entry `name` in `dir`, if it is still
+/// the one the walk `lstat`ed as `meta`: read through an `O_PATH` handle
+/// (which opens nothing), a symlink's own included. Without `/proc`, by
+/// `path`.
+pub(super) fn xattrs_at(
+    dir: &OwnedFd,
+    name: &OsStr,
+    meta: &Meta,
+    path: &Path,
+) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let how = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, how, Mode::empty())?;
+    if Meta(rustix::fs::fstat(&fd)?).ident() != meta.ident() {
+        return Err(changed());
+    }
+    match crate::fsutil::read_xattrs_of(&fd) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => crate::fsutil::read_xattrs(path),
+        r => r,
+    }
 }
 
 /// The target of the symlink `name` in `dir`.
@@ -212,14 +243,56 @@ mod tests {
         };
         let e = open_dir(at, &meta).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
-        // Swapped for another directory: refused as well.
+        // Swapped for another directory (or an automount point mounted by
+        // the open): what the name holds now, reached without a symlink.
         std::fs::remove_file(d.path().join("a")).unwrap();
         std::fs::create_dir(d.path().join("a")).unwrap();
         let at = DirAt::In {
             dir: &root,
             name: OsStr::new("a"),
         };
-        assert!(open_dir(at, &meta).is_err());
+        let fd = open_dir(at, &meta).unwrap();
+        let now = stat_at(&root, OsStr::new("a")).unwrap();
+        assert_ne!(now.ident(), meta.ident());
+        assert_eq!(Meta(rustix::fs::fstat(&fd).unwrap()).ident(), now.ident());
+    }
+
+    #[test]
+    fn extended_attributes_are_read_through_a_handle_a_symlinks_own_included() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"").unwrap();
+        symlink("f", d.path().join("l")).unwrap();
+        let root = open_dir(
+            DirAt::Named {
+                path: d.path(),
+                follow: false,
+            },
+            &stat_named(d.path(), false).unwrap(),
+        )
+        .unwrap();
+        let set = |name: &str, key: &str, v: &[u8]| {
+            let p = d.path().join(name);
+            rustix::fs::lsetxattr(&p, key, v, rustix::fs::XattrFlags::empty())
+        };
+        set("f", "user.k", b"file").expect("user xattrs where tests run");
+        let (f, l) = (OsStr::new("f"), OsStr::new("l"));
+        let fm = stat_at(&root, f).unwrap();
+        let got = xattrs_at(&root, f, &fm, &d.path().join("f")).unwrap();
+        assert_eq!(got, [(b"user.k".to_vec(), b"file".to_vec())]);
+        // A symlink's own (only trusted. ones are allowed, as root), not
+        // its target's.
+        let lm = stat_at(&root, l).unwrap();
+        let got = xattrs_at(&root, l, &lm, &d.path().join("l")).unwrap();
+        assert!(got.iter().all(|(k, _)| k != b"user.k"), "{got:?}");
+        if set("l", "trusted.k", b"link").is_ok() {
+            let got = xattrs_at(&root, l, &lm, &d.path().join("l")).unwrap();
+            assert_eq!(got, [(b"trusted.k".to_vec(), b"link".to_vec())]);
+        }
+        // Replaced since the lstat: refused.
+        std::fs::rename(d.path().join("f"), d.path().join("kept")).unwrap();
+        std::fs::write(d.path().join("f"), b"").unwrap();
+        let e = xattrs_at(&root, f, &fm, &d.path().join("f")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

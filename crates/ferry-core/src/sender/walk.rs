@@ -57,6 +57,7 @@ pub(super) fn walk_all(
         base: Vec::new(),
         root: None,
         follow_top: false,
+        depth: 0,
         warm_cached: false,
     };
     for src in sources {
@@ -83,6 +84,15 @@ pub(super) fn walk_all(
     tx.send(Message::EndOfList)?;
     Ok(())
 }
+
+/// Directories within directories the walk enters at most, as far as a
+/// path fits in `PATH_MAX` with one-letter names; deeper ones are reported
+/// and skipped (a tree a user made that deep would otherwise exhaust the
+/// stack, and a daemon's sessions with it).
+pub(super) const MAX_DEPTH: usize = 2048;
+/// The walk thread's stack: room for [`MAX_DEPTH`] levels of its recursion
+/// many times over (only what is touched is ever allocated).
+pub(super) const STACK: usize = 64 << 20;
 
 /// Entries a walk hands to the link at once at most.
 const BATCH: usize = 256;
@@ -123,6 +133,8 @@ struct Walker<'a> {
     root: Option<Arc<OwnedFd>>,
     /// Its top was named through a symlink the user chose: followed.
     follow_top: bool,
+    /// Directories entered and not left yet.
+    depth: usize,
     /// A tree was found cached: no warmers for the sources after it.
     warm_cached: bool,
 }
@@ -261,7 +273,18 @@ impl Walker<'_> {
             return Ok(());
         }
         if self.opts.xattrs || self.opts.acls {
-            e.xattrs = fsutil::read_xattrs(&path).map_err(|err| Error::io(&path, err))?;
+            let got = match at {
+                Some((dir, name)) => tree::xattrs_at(dir, name, meta, &path),
+                None => fsutil::read_xattrs(&path),
+            };
+            e.xattrs = match got {
+                Ok(x) => x,
+                Err(err) => {
+                    let shown = path.display();
+                    let why = describe(&err);
+                    return self.warn(format!("read extended attributes of {shown}: {why}"));
+                }
+            };
             e.xattrs
                 .retain(|(k, _)| xattr_wanted(k, self.opts.xattrs, self.opts.acls));
         }
@@ -316,6 +339,12 @@ impl Walker<'_> {
         top: bool,
     ) -> Result<()> {
         self.flush()?;
+        if self.depth >= MAX_DEPTH {
+            let shown = path.display();
+            return self.warn(format!(
+                "list directory {shown}: nested more than {MAX_DEPTH} directories deep"
+            ));
+        }
         let how = match at {
             Some((dir, name)) => DirAt::In { dir, name },
             None => DirAt::Named {
@@ -331,7 +360,10 @@ impl Walker<'_> {
             }
         };
         if !top {
-            return self.visit_children(&dir, path, rel);
+            self.depth += 1;
+            let r = self.visit_children(&dir, path, rel);
+            self.depth -= 1;
+            return r;
         }
         let root = Arc::new(dir);
         self.root = Some(root.clone());
@@ -388,7 +420,10 @@ impl Walker<'_> {
                 root: root.clone(),
                 rel: rel.to_vec(),
             },
-            _ => Reach::Named { follow: top },
+            // Lstat'ed unless named through a symlink the user chose.
+            _ => Reach::Named {
+                follow: top && self.follow_top,
+            },
         };
         if self.opts.hard_links && meta.nlink() > 1 && ft.is_file() {
             if let Some((first, first_path)) = self.inodes.get(&ident) {
