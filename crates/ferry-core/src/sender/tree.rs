@@ -218,19 +218,18 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// A tree's top, as the walk opens it.
+    fn open_top(path: &Path, follow: bool) -> OwnedFd {
+        let at = DirAt::Named { path, follow };
+        open_dir(at, &stat_named(path, follow).unwrap()).unwrap()
+    }
+
     #[test]
     fn a_directory_swapped_for_a_symlink_is_not_opened() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join("a")).unwrap();
         std::fs::create_dir(d.path().join("elsewhere")).unwrap();
-        let root = open_dir(
-            DirAt::Named {
-                path: d.path(),
-                follow: false,
-            },
-            &stat_named(d.path(), false).unwrap(),
-        )
-        .unwrap();
+        let root = open_top(d.path(), false);
         let meta = stat_at(&root, OsStr::new("a")).unwrap();
         assert!(meta.is_dir());
         // Swapped for a symlink to another directory after the lstat (the
@@ -262,14 +261,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("f"), b"").unwrap();
         symlink("f", d.path().join("l")).unwrap();
-        let root = open_dir(
-            DirAt::Named {
-                path: d.path(),
-                follow: false,
-            },
-            &stat_named(d.path(), false).unwrap(),
-        )
-        .unwrap();
+        let root = open_top(d.path(), false);
         let set = |name: &str, key: &str, v: &[u8]| {
             let p = d.path().join(name);
             rustix::fs::lsetxattr(&p, key, v, rustix::fs::XattrFlags::empty())
@@ -302,14 +294,7 @@ mod tests {
             std::fs::write(d.path().join(n), b"").unwrap();
         }
         symlink("/etc/passwd", d.path().join("l")).unwrap();
-        let root = open_dir(
-            DirAt::Named {
-                path: d.path(),
-                follow: true,
-            },
-            &stat_named(d.path(), true).unwrap(),
-        )
-        .unwrap();
+        let root = open_top(d.path(), true);
         assert_eq!(names(&root).unwrap(), ["a", "b", "c", "l"]);
         let l = stat_at(&root, OsStr::new("l")).unwrap();
         assert!(l.is_symlink());
