@@ -149,9 +149,10 @@ pub(super) fn names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     let mut out = Vec::new();
     let mut d = rustix::fs::Dir::read_from(dir)?;
     while let Some(ent) = d.read() {
-        let name = ent?.file_name().to_bytes().to_vec();
+        let ent = ent?;
+        let name = ent.file_name().to_bytes();
         if name != b"." && name != b".." {
-            out.push(OsString::from(OsStr::from_bytes(&name)));
+            out.push(OsStr::from_bytes(name).to_os_string());
         }
     }
     // Names in a directory are unique: an unstable sort is exact.
