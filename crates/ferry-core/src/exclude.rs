@@ -233,9 +233,19 @@ impl Excludes {
     pub fn excluded(&self, rel: &Path, is_dir: bool) -> bool {
         match &self.set {
             None => false,
+            // Not `matched_path_or_any_parents`: it also tries the
+            // transfer's root itself (the empty path), which `*/`, `/*/`
+            // or `**/` match as a directory, and so excluded every file.
             Some(s) => {
-                let abs = Path::new("/").join(rel);
-                s.matched_path_or_any_parents(&abs, is_dir).is_ignore()
+                let (mut at, mut dir) = (Some(rel), is_dir);
+                while let Some(p) = at.filter(|p| !p.as_os_str().is_empty()) {
+                    let m = s.matched(Path::new("/").join(p), dir);
+                    if !m.is_none() {
+                        return m.is_ignore();
+                    }
+                    (at, dir) = (p.parent(), true);
+                }
+                false
             }
         }
     }

@@ -165,3 +165,19 @@ fn braces_backslashes_and_inner_double_stars_as_rsync_has_them() {
     let e = ex(&[Rule::exclude("**/foo")]);
     assert!(e.excluded(Path::new("x/foo"), false));
 }
+
+#[test]
+fn a_directory_only_pattern_never_matches_the_root_itself() {
+    for pat in ["*/", "/*/", "**/", "*"] {
+        let e = ex(&[Rule::exclude(pat)]);
+        assert!(e.excluded(Path::new("d"), true), "{pat}");
+        assert!(e.excluded(Path::new("d/g"), false), "{pat}: inside d");
+        let file = e.excluded(Path::new("file"), false);
+        assert_eq!(file, pat == "*", "{pat}: a top-level file");
+    }
+    let e = ex(&[Rule::include("keep/"), Rule::exclude("*/")]);
+    assert!(!e.excluded(Path::new("keep"), true));
+    assert!(!e.excluded(Path::new("keep/x"), false));
+    assert!(!e.excluded(Path::new("top.txt"), false));
+    assert!(e.excluded(Path::new("other/x"), false));
+}
