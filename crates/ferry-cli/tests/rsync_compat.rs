@@ -7,6 +7,9 @@
 //! - [`meta`]: `-A`, `-u`, `--ignore-existing`, sizes, `--backup`,
 //!   `--chmod`, `--link-dest`.
 //! - [`flags`]: command lines as typed, `--stats`, exit codes, `--log-file`.
+//! - [`in_the_way`]: directory-only excludes, `-b` and `--ignore-existing`
+//!   with an entry of another type in the way, `--backup-dir` inside the
+//!   destination.
 //! - [`itemize`]: `-i` lines, rsync's selection flags and the `--no-` forms.
 //! - [`thirty`]: thirty everyday command lines on a rich tree (links, hard
 //!   links, ACLs, xattrs, owners), every kept attribute compared.
@@ -16,6 +19,8 @@ mod common;
 mod delete;
 #[path = "rsync_compat/flags.rs"]
 mod flags;
+#[path = "rsync_compat/in_the_way.rs"]
+mod in_the_way;
 #[path = "rsync_compat/itemize.rs"]
 mod itemize;
 #[path = "rsync_compat/meta.rs"]

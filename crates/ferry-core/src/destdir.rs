@@ -69,6 +69,12 @@ impl DestDir {
         })
     }
 
+    /// The root's device and inode (`None`: absent, or `fstat` failed).
+    pub fn id(&self) -> Option<(u64, u64)> {
+        let st = rustix::fs::fstat(self.root.as_ref()?).ok()?;
+        Some((st.st_dev, st.st_ino))
+    }
+
     /// A destination that does not exist (a dry run): every entry is absent.
     pub fn absent(path: &Path) -> DestDir {
         DestDir {

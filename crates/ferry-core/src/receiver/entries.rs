@@ -250,7 +250,14 @@ impl Dispatcher<'_, '_> {
         if is_dir {
             self.tree.forget(&dest.rel);
         }
-        match decide::clear_for(is_dir, self.sh.opts.delete, self.sh.opts.force) {
+        let clear = decide::clear_for(is_dir, self.sh.opts.delete, self.sh.opts.force);
+        if let (Some(suffix), decide::Clear::Tree | decide::Clear::File) =
+            (self.sh.opts.backup.as_deref(), clear)
+        {
+            // `--backup`: what is in the way is kept, as a deleted entry is.
+            return super::backup::keep_deleted(self.sh, dest, suffix).op("back up");
+        }
+        match clear {
             decide::Clear::Tree => dest.remove_all().op("remove directory"),
             decide::Clear::EmptyDir => dest.remove_dir().map_err(|_| {
                 io::Error::other("a directory is in the way (--force or --delete replaces it)")
@@ -290,6 +297,12 @@ impl Dispatcher<'_, '_> {
         }
         if at != decide::DirAt::Keep {
             if let (decide::DirAt::ClearThenCreate, Some(k)) = (at, kind) {
+                if decide::leave_existing(&self.sh.opts.skip, kind) {
+                    // rsync leaves it too, and what was to go in it fails.
+                    return Err(io::Error::other(
+                        "not a directory, left alone (--ignore-existing)",
+                    ));
+                }
                 self.clear(dest, k)?;
             }
             let code = itemize::code(Update::Local, ItemKind::Dir, true, Attrs::default());

@@ -289,6 +289,12 @@ impl Dispatcher<'_, '_> {
                 rustix::fs::Mode::empty(),
             );
             if let Ok(sub) = sub.map(Arc::new) {
+                let id = rustix::fs::fstat(&*sub).map(|st| (st.st_dev, st.st_ino));
+                if id.is_ok_and(|id| self.sh.backup_id == Some(id)) {
+                    // `--backup-dir` within the destination: it stays,
+                    // and with it the directories that lead to it.
+                    return false;
+                }
                 let mut children = crate::destdir::list(&sub).unwrap_or_default();
                 children.sort_by(|a, b| decide::rsync_delete_order((&a.0, a.1), (&b.0, b.1)));
                 for (child, d) in children {

@@ -61,6 +61,8 @@ struct Shared<'a> {
     keep: decide::Keep,
     /// `--backup-dir`, opened (and made) at the start.
     backup_dir: Option<DestDir>,
+    /// Its device and inode, kept from `--delete` (see [`Setup`]).
+    backup_id: Option<(u64, u64)>,
     stats: &'a Stats,
     cache: Option<Arc<ferry_delta::SigCache>>,
     /// First fatal error (disk full, …): the run stops.
@@ -171,6 +173,7 @@ pub fn run_receiver(
     let shared = Shared {
         opts,
         backup_dir: setup.backup_dir,
+        backup_id: setup.backup_id,
         keep: decide::Keep {
             // --chown sets what it names, as rsync's does.
             owner: (opts.owner || setup.chown.0.is_some()) && root,

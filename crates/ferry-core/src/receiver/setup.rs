@@ -8,6 +8,9 @@ use super::*;
 pub(super) struct Setup {
     pub(super) tree: DestDir,
     pub(super) backup_dir: Option<DestDir>,
+    /// The backup directory's device and inode: `--delete` never removes
+    /// it (a relative one lies within the destination).
+    pub(super) backup_id: Option<(u64, u64)>,
     /// `--chown`'s ids on this host.
     pub(super) chown: (Option<u32>, Option<u32>),
     pub(super) root_created: bool,
@@ -48,22 +51,28 @@ impl Setup {
             )),
             _ => None,
         };
-        let backup_dir = match (&opts.backup_dir, opts.dry_run) {
-            (Some(dir), false) => {
+        let mut backup_id = None;
+        let backup_dir = match &opts.backup_dir {
+            Some(dir) => {
                 // Relative to the destination directory, as in rsync.
                 let base = match &late {
                     Some(p) => p.parent().unwrap_or(Path::new(".")),
                     None => root,
                 };
                 let path = base.join(dir);
-                fs::create_dir_all(&path)
-                    .map_err(|err| Error::io_op("create directory", &path, err))?;
-                Some(
-                    DestDir::open(&path)
-                        .map_err(|err| Error::io_op("open directory", &path, err))?,
-                )
+                if opts.dry_run {
+                    backup_id = fs::metadata(&path).ok().map(|m| (m.dev(), m.ino()));
+                    None
+                } else {
+                    fs::create_dir_all(&path)
+                        .map_err(|err| Error::io_op("create directory", &path, err))?;
+                    let d = DestDir::open(&path)
+                        .map_err(|err| Error::io_op("open directory", &path, err))?;
+                    backup_id = d.id();
+                    Some(d)
+                }
             }
-            _ => None,
+            None => None,
         };
         let chown = match &opts.chown {
             Some(spec) => crate::ids::parse_chown(spec).map_err(Error::Usage)?,
@@ -72,6 +81,7 @@ impl Setup {
         Ok(Setup {
             chown,
             backup_dir,
+            backup_id,
             tree,
             root_created,
             late,
