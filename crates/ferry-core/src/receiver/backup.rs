@@ -2,7 +2,9 @@
 //! NAME + suffix (rsync's `~` by default), an older backup of that name
 //! replaced. A replaced entry is hard-linked to its backup name first, so
 //! the destination name never goes missing: the new version is then
-//! renamed over it as usual. A deleted entry is renamed to its backup.
+//! renamed over it as usual. A deleted entry is renamed to its backup, and
+//! so is an entry of another type in the way of a new one (a directory
+//! with all it holds; an empty one is just removed, as rsync does).
 //! Names that end in the suffix are not deleted by `--delete` (as rsync
 //! protects them). With `--backup-dir` backups go to that directory
 //! instead, under the same relative path (suffix empty by default).

@@ -254,7 +254,11 @@ impl Dispatcher<'_, '_> {
         if let (Some(suffix), decide::Clear::Tree | decide::Clear::File) =
             (self.sh.opts.backup.as_deref(), clear)
         {
-            // `--backup`: what is in the way is kept, as a deleted entry is.
+            // `--backup`: what is in the way is kept, as a deleted entry
+            // is; an empty directory just goes, as rsync's does.
+            if is_dir && dest.remove_dir().is_ok() {
+                return Ok(());
+            }
             return super::backup::keep_deleted(self.sh, dest, suffix).op("back up");
         }
         match clear {
