@@ -51,7 +51,8 @@ Exit codes:
   1    usage error (bad arguments, --deploy to another OS or architecture);
        nothing was changed
   2    partial transfer: some entries failed (listed on stderr), the rest were synced
-  3    I/O error: missing source, unwritable destination, disk full
+  3    I/O error: missing source (one missing of several: 2), unwritable
+       destination, disk full
   4    protocol error: the peer sent garbage or speaks another version, or
        data failed verification
   5    connection error: could not reach the peer, the link dropped, or

@@ -11,6 +11,8 @@
 //!   with an entry of another type in the way, `--backup-dir` inside the
 //!   destination.
 //! - [`itemize`]: `-i` lines, rsync's selection flags and the `--no-` forms.
+//! - [`sources`]: `dir/.`, symlinks named as the source or destination, a
+//!   missing source among several.
 //! - [`thirty`]: thirty everyday command lines on a rich tree (links, hard
 //!   links, ACLs, xattrs, owners), every kept attribute compared.
 
@@ -27,6 +29,8 @@ mod itemize;
 mod meta;
 #[path = "rsync_compat/rules.rs"]
 mod rules;
+#[path = "rsync_compat/sources.rs"]
+mod sources;
 #[path = "rsync_compat/thirty.rs"]
 mod thirty;
 

@@ -190,7 +190,7 @@ pub fn verbose(c: &Change) -> Option<String> {
         (b'h', _) => format!("hardlink {path} => {to}"),
         (_, b'L') if new || c.code[2] == b'c' => format!("symlink {path} -> {to}"),
         // The root is named on the summary line's side, not here.
-        (b'c', b'd') if new && c.path != b"./" => format!("created {path}"),
+        (b'c', b'd') if new && c.path != b"./" => format!("create {path}"),
         (b'c', b'D' | b'S') if new => format!("new {path}"),
         (b'>', _) if new => format!("new {path}"),
         (b'>', _) => format!("update {path}"),
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(itemized(&root, false), "cd+++++++++ ./");
         assert_eq!(verbose(&root), None);
         let d = change(code(Update::Local, Kind::Dir, true, none), b"d", true, b"");
-        assert_eq!(verbose(&d).as_deref(), Some("created d/"));
+        assert_eq!(verbose(&d).as_deref(), Some("create d/"));
         let l = change(
             code(Update::Local, Kind::Symlink, true, none),
             b"l",

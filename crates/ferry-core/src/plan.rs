@@ -36,6 +36,10 @@ pub struct Plan {
 
 fn basename(p: &str) -> Result<Vec<u8>> {
     let trimmed = p.trim_end_matches('/');
+    // `dir/.` names `dir`'s contents (`Path` would drop the `.`).
+    if trimmed == "." || trimmed.ends_with("/.") {
+        return Ok(Vec::new());
+    }
     let name = Path::new(trimmed)
         .file_name()
         .map(|n| n.as_bytes().to_vec())
@@ -182,6 +186,13 @@ mod tests {
         let b = p(&["a/src"], "dst", &["a/src"], Some(true));
         assert_eq!(b.sources[0].name, b"src");
         assert_eq!(b.dest_root, PathBuf::from("dst"));
+        // `src/.` is `src`'s contents, as in rsync; `src/./x` is `x`.
+        for dot in ["a/src/.", "a/src/./", "."] {
+            let c = p(&[dot], "dst", &["a/src/.", "."], Some(true));
+            assert_eq!(c.sources[0].name, b"", "{dot}");
+        }
+        let d = p(&["src/./x"], "dst", &["src/./x"], Some(true));
+        assert_eq!(d.sources[0].name, b"x");
     }
 
     #[test]

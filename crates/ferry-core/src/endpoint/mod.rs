@@ -54,11 +54,18 @@ impl Kind {
 }
 
 /// Whether a source argument is a directory (`None`: it does not exist).
-/// An NBD export and a tar member are files.
+/// An NBD export and a tar member are files; a symlink is not, unless a
+/// trailing `/` follows it (it is sent as the symlink it is, as rsync's
+/// `-l` sends it).
 pub fn is_dir(arg: &str) -> Option<bool> {
+    let stat = if arg.ends_with('/') {
+        std::fs::metadata
+    } else {
+        std::fs::symlink_metadata
+    };
     match Kind::of(arg) {
         Kind::Nbd => Some(false),
-        Kind::Path => match std::fs::metadata(arg) {
+        Kind::Path => match stat(arg) {
             Ok(m) => Some(m.is_dir()),
             Err(_) => split_member(arg).map(|_| false),
         },
@@ -80,10 +87,11 @@ pub fn own_name(arg: &str) -> Option<Vec<u8>> {
     Some(base.as_bytes().to_vec())
 }
 
-/// Every local source must exist (itself, or the link at its path, or the
-/// archive of a member) before anything starts; an NBD export is checked
-/// when it is opened.
+/// Some local source must exist (itself, or the link at its path) before
+/// anything starts, and the archive of every member; an NBD export is
+/// checked when it is opened.
 pub fn check_sources_exist(sources: &[String]) -> Result<()> {
+    let (mut any, mut missing) = (false, None);
     for s in sources.iter().filter(|s| Kind::of(s) == Kind::Path) {
         if let Some((archive, member)) = split_member(s) {
             // A missing member or a compressed archive: said now, once.
@@ -95,11 +103,19 @@ pub fn check_sources_exist(sources: &[String]) -> Result<()> {
             )?;
             continue;
         }
-        std::fs::symlink_metadata(s.trim_end_matches('/'))
-            .or_else(|_| std::fs::symlink_metadata(s))
-            .map_err(|e| Error::io(s, e))?;
+        let found = std::fs::symlink_metadata(s.trim_end_matches('/'))
+            .or_else(|_| std::fs::symlink_metadata(s));
+        match found {
+            Ok(_) => any = true,
+            Err(e) => missing = missing.or(Some(Error::io(s, e))),
+        }
     }
-    Ok(())
+    // Of several sources, those missing are the walk's error lines (the
+    // others are sent, as rsync sends them); with none there, nothing is.
+    match missing {
+        Some(e) if !any => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// An error of an NBD endpoint, as the I/O error the engine reports.

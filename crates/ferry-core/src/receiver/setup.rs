@@ -119,7 +119,15 @@ pub(super) fn receiver_report(stats: &Stats) -> ReceiverReport {
 fn prepare_root(root: &Path, force: bool) -> Result<bool> {
     let existing = fs::symlink_metadata(root)
         .ok()
-        .map(|m| decide::Stat::of(&m).kind);
+        .map(|m| decide::Stat::of(&m).kind)
+        // A symlink to a directory, named by the user (a daemon refuses a
+        // symlink its client names), is that directory, as in rsync.
+        .map(|k| match k {
+            decide::Kind::Symlink if fs::metadata(root).is_ok_and(|m| m.is_dir()) => {
+                decide::Kind::Dir
+            }
+            k => k,
+        });
     match decide::root_at(existing, force) {
         decide::RootAt::Use => Ok(false),
         decide::RootAt::Replace => fs::remove_file(root)

@@ -70,8 +70,17 @@ pub(super) fn walk_all(
             w.member(Path::new(archive), member, src.name.clone())?;
             continue;
         }
-        let meta = tree::stat_named(&src.path, src.follow)
-            .map_err(|e| Error::io_op("stat", &src.path, e))?;
+        let meta = match tree::stat_named(&src.path, src.follow) {
+            Ok(m) => m,
+            // One source of several that cannot be looked at is one error
+            // line, as in rsync: the others are sent, `--delete` is off.
+            Err(e) if sources.len() > 1 => {
+                let line = format!("{}: stat: {}", src.path.display(), describe(&e));
+                w.warn(line)?;
+                continue;
+            }
+            Err(e) => return Err(Error::io_op("stat", &src.path, e)),
+        };
         w.base = src.name.clone();
         w.root = None;
         w.follow_top = src.follow;
