@@ -74,7 +74,9 @@ pub struct EngineArgs {
     /// Copy only the paths FILE lists, one per line, relative to the one
     /// source directory (whatever its trailing slash), with the
     /// directories leading to them; a listed directory's contents only
-    /// with an explicit -r, as in rsync. `-` reads stdin.
+    /// with an explicit -r, as in rsync. `-` reads stdin. A listed path
+    /// that is not there is an error (exit 2; --delete then deletes
+    /// nothing), unless the source is remote.
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<String>,
     /// rsync's -r was given (for --files-from; set by `sync`).
@@ -257,9 +259,12 @@ impl EngineArgs {
     /// The engine's options; a bad exclude pattern is a usage error.
     pub fn options(&self) -> Result<SyncOptions, String> {
         let mut rules = crate::filter_args::rules(&self.rule_order)?;
+        let mut listed = Vec::new();
         if let Some(f) = &self.files_from {
-            let listed = crate::filter_args::files_from(std::path::Path::new(f), self.recursive)?;
-            rules.extend(listed);
+            let (more, paths) =
+                crate::filter_args::files_from(std::path::Path::new(f), self.recursive)?;
+            rules.extend(more);
+            listed = paths;
         }
         let excludes = Excludes::from_rules(&rules).map_err(|e| e.to_string())?;
         let timeout = match self.timeout {
@@ -326,6 +331,7 @@ impl EngineArgs {
             symlinks: !self.no_links,
             recursive: !self.no_recursive,
             list_root: !self.no_root_entry && self.files_from.is_none(),
+            listed,
             one_file_system: self.one_file_system,
             specials: self.specials && !self.no_specials,
             list_changes: self.list_changes,

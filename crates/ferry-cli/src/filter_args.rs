@@ -72,9 +72,11 @@ pub fn rules(args: &[RuleArg]) -> Result<Vec<FilterRule>, String> {
 /// the directories that lead to them; a listed directory's contents only
 /// when `recursive` (rsync's `-r` given explicitly: `-a` does not imply it
 /// here, as in rsync). As rules: each leading directory and each path
-/// included, anchored and with its wildcards escaped, then `- *`.
-pub fn files_from(file: &Path, recursive: bool) -> Result<Vec<FilterRule>, String> {
+/// included, anchored and with its wildcards escaped, then `- *`; and the
+/// paths as listed (without `.` components), which must exist.
+pub fn files_from(file: &Path, recursive: bool) -> Result<(Vec<FilterRule>, Vec<String>), String> {
     let mut out = Vec::new();
+    let mut paths = Vec::new();
     let mut dirs = std::collections::HashSet::new();
     for l in read_lines(file)? {
         if l.trim().is_empty() || l.starts_with('#') || l.starts_with(';') {
@@ -99,12 +101,13 @@ pub fn files_from(file: &Path, recursive: bool) -> Result<Vec<FilterRule>, Strin
             }
         }
         out.push(FilterRule::include(&at));
+        paths.push(parts.join("/"));
         if recursive {
             out.push(FilterRule::include(&format!("{at}/***")));
         }
     }
     out.push(FilterRule::exclude("*"));
-    Ok(out)
+    Ok((out, paths))
 }
 
 /// A name as a pattern that matches only itself.
@@ -224,7 +227,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let list = d.path().join("list");
         std::fs::write(&list, "a/b/c.txt\n# no\n./a/d\n/x*y\n\n").unwrap();
-        let got = texts(files_from(&list, false));
+        let (rules, paths) = files_from(&list, false).unwrap();
+        assert_eq!(paths, ["a/b/c.txt", "a/d", "x*y"]);
+        let got = texts(Ok(rules));
         assert_eq!(
             got,
             [
@@ -236,7 +241,7 @@ mod tests {
                 "- *"
             ]
         );
-        let rec = files_from(&list, true).unwrap();
+        let (rec, _) = files_from(&list, true).unwrap();
         assert!(rec.iter().any(|r| r.to_filter() == "+ /a/d/***"));
         std::fs::write(&list, "a/../../etc\n").unwrap();
         assert!(files_from(&list, false).is_err());

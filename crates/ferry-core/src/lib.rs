@@ -131,6 +131,11 @@ pub struct SyncOptions {
     /// times reach the destination root). `--files-from` turns it off, as
     /// rsync's list names only what it names.
     pub list_root: bool,
+    /// `--files-from`'s paths, relative to the one source directory: the
+    /// sender reports each one that is not there (an error line, and
+    /// `--delete` off), as rsync does. A local sender's only: a pull's
+    /// remote sender is not told them.
+    pub listed: Vec<String>,
     /// `--numeric-ids`: owners and groups by number; without it the
     /// sender names them and the receiver maps the names to its own ids.
     pub numeric_ids: bool,
@@ -225,6 +230,7 @@ impl Default for SyncOptions {
             symlinks: true,
             recursive: true,
             list_root: true,
+            listed: Vec::new(),
             one_file_system: false,
             specials: false,
             numeric_ids: false,

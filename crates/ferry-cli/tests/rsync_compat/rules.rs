@@ -125,3 +125,49 @@ fn files_from_copies_what_rsync_copies() {
         assert_eq!(listing(&by_ferry), listing(&by_rsync), "{flags:?}");
     }
 }
+
+/// A path `--files-from` lists that is not there is an error line, as
+/// rsync's: the rest is copied, the exit says partial (rsync's 23) and
+/// `--delete` deletes nothing. Silence would leave a backup script
+/// believing a file it names was kept.
+#[test]
+fn files_from_names_what_it_cannot_find() {
+    if !need("rsync", "files_from_names_what_it_cannot_find") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let list = d.path().join("list");
+    fs::write(&list, "a/one.txt\nno/such\ntop.txt\n").unwrap();
+    let ff = format!("--files-from={}", list.display());
+    let by_rsync = d.path().join("rsync");
+    let out = Command::new("rsync")
+        .args(["-a", &ff, p(&src), p(&by_rsync)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(23));
+    let by_ferry = d.path().join("ferry");
+    fs::create_dir(&by_ferry).unwrap();
+    fs::write(by_ferry.join("old"), b"keep").unwrap();
+    let out = ferry(&[
+        "sync",
+        "-a",
+        "-r",
+        "--delete",
+        "--rsync-exit-codes",
+        &ff,
+        p(&src),
+        p(&by_ferry),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(23), "{err}");
+    assert!(
+        err.contains("no/such: listed by --files-from: no such file"),
+        "{err}"
+    );
+    assert_eq!(fs::read(by_ferry.join("old")).unwrap(), b"keep");
+    let mut want = listing(&by_rsync);
+    want.insert("old".into());
+    assert_eq!(listing(&by_ferry), want);
+}

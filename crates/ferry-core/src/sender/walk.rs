@@ -81,6 +81,9 @@ pub(super) fn walk_all(
             }
             Err(e) => return Err(Error::io_op("stat", &src.path, e)),
         };
+        if meta.is_dir() {
+            w.check_listed(&src.path)?;
+        }
         w.base = src.name.clone();
         w.root = None;
         w.follow_top = src.follow;
@@ -194,6 +197,19 @@ impl Walker<'_> {
         }
         if !self.pending.is_empty() {
             self.tx.send_batch(std::mem::take(&mut self.pending))?;
+        }
+        Ok(())
+    }
+
+    /// `--files-from`: each listed path that is not under the source
+    /// directory `top` is an error line, before any of the list goes (the
+    /// receiver then deletes nothing), as rsync reports it.
+    fn check_listed(&mut self, top: &Path) -> Result<()> {
+        let opts = self.opts;
+        for rel in &opts.listed {
+            if let Err(e) = tree::stat_named(&top.join(rel), false) {
+                self.warn(format!("{rel}: listed by --files-from: {}", describe(&e)))?;
+            }
         }
         Ok(())
     }
