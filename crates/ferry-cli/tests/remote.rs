@@ -605,3 +605,36 @@ fn a_terabyte_of_holes_crosses_ssh_as_runs() {
     holds_only(&pulled, size, &pieces);
     assert!(j["bytes_wire"].as_u64().unwrap() < 74_096 + 65_536, "{j}");
 }
+
+/// Remote paths as an rsync user writes them: `~/…` is the remote home
+/// (the remote shell expands it, as with rsync), and `host:DIR/.` pulls
+/// DIR's contents. A `~` inside a name stays a character.
+#[test]
+fn remote_paths_with_a_tilde_or_a_dot() {
+    let Some(srv) = SshServer::start("remote_paths_with_a_tilde_or_a_dot") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let home = d.path().join("home");
+    fs::create_dir(&home).unwrap();
+    srv.set_env(&[("HOME", p(&home))]);
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let bin = p(&bin);
+    let src = d.path().join("src");
+    tree(&src);
+    let host = |rest: &str| format!("{}@127.0.0.1:{rest}", srv.user);
+    ferry_ok(&remote_args(&rsh, bin, &[&slash(&src), &host("~/in home")]));
+    assert_same_tree(&src, &home.join("in home"));
+    assert!(!home.join("~").exists());
+    let back = d.path().join("back");
+    ferry_ok(&remote_args(&rsh, bin, &[&host("~/in home/"), p(&back)]));
+    assert_same_tree(&src, &back);
+    let dot = d.path().join("dot");
+    let from = srv.remote(&src.join("."));
+    ferry_ok(&remote_args(&rsh, bin, &[&from, p(&dot)]));
+    assert_same_tree(&src, &dot);
+    let odd = d.path().join("a~b");
+    ferry_ok(&remote_args(&rsh, bin, &[&slash(&src), &srv.remote(&odd)]));
+    assert_same_tree(&src, &odd);
+}

@@ -34,7 +34,9 @@ pub struct Plan {
     pub dest_nbd: Option<String>,
 }
 
-fn basename(p: &str) -> Result<Vec<u8>> {
+/// The name a source path has in the destination directory; empty when
+/// its contents go there (`dir/.`, `.`, `..`, `/`).
+pub(crate) fn basename(p: &str) -> Result<Vec<u8>> {
     let trimmed = p.trim_end_matches('/');
     // `dir/.` names `dir`'s contents (`Path` would drop the `.`).
     if trimmed == "." || trimmed.ends_with("/.") {

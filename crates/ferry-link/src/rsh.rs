@@ -29,7 +29,18 @@ pub fn rsh_command<S: AsRef<str>>(
     }
     let args: Vec<&str> = rsh.collect();
     let mut c = Command::new(prog);
-    let line: Vec<String> = words.iter().map(|w| shell_quote(w.as_ref())).collect();
+    // The words after `--` are paths: a leading `~` or `~user` is left
+    // for the remote shell to expand, as rsync leaves it.
+    let mut paths = false;
+    let line: Vec<String> = words
+        .iter()
+        .map(|w| {
+            let w = w.as_ref();
+            let q = if paths { quote_path(w) } else { shell_quote(w) };
+            paths |= w == "--";
+            q
+        })
+        .collect();
     let line = line.join(" ");
     c.args(&args);
     if let Some(cipher) = crate::ssh_cipher::cipher_args(prog, &args, host, &line) {
@@ -57,6 +68,29 @@ pub fn shell_quote(s: &str) -> String {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Quote a path for a POSIX shell, all but a leading `~` or `~user` (a
+/// portable user name), which the shell expands to that home directory.
+pub fn quote_path(s: &str) -> String {
+    let Some(rest) = s.strip_prefix('~') else {
+        return shell_quote(s);
+    };
+    let (user, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if !user
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        || user.starts_with('-')
+    {
+        return shell_quote(s);
+    }
+    // The `/` after the prefix must stay unquoted too, or the shell takes
+    // the whole word for the prefix and expands nothing.
+    match tail.strip_prefix('/') {
+        None => format!("~{user}"),
+        Some("") => format!("~{user}/"),
+        Some(rest) => format!("~{user}/{}", shell_quote(rest)),
     }
 }
 
@@ -247,6 +281,15 @@ mod tests {
         assert!(matches!(e, CommandError::HostLikeOption(_)), "{e}");
         assert_eq!(shell_quote("pool/ds@snap"), "pool/ds@snap");
         assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(quote_path("~"), "~");
+        assert_eq!(quote_path("~/a b"), "~/'a b'");
+        assert_eq!(quote_path("~/"), "~/");
+        assert_eq!(quote_path("~/x"), "~/x");
+        assert_eq!(quote_path("~bob/x"), "~bob/x");
+        assert_eq!(quote_path("~b$(id)/x"), "'~b$(id)/x'");
+        assert_eq!(quote_path("~;rm/x"), "'~;rm/x'");
+        assert_eq!(quote_path("a/~b"), "'a/~b'");
+        assert_eq!(quote_path("x y"), "'x y'");
     }
 
     #[test]

@@ -214,11 +214,12 @@ fn expected_names(paths: &[String]) -> Option<Vec<Vec<u8>>> {
             continue;
         }
         let trimmed = p.trim_end_matches('/');
-        let name = std::path::Path::new(trimmed)
-            .file_name()
-            .map(|n| n.as_encoded_bytes().to_vec())
-            .unwrap_or_default();
-        if p.ends_with('/') || name.is_empty() || name == b".." || name == b"." {
+        // Empty for `dir/.`, `.`, `..`, `/`: contents, as the sender reads it.
+        let name = crate::plan::basename(p).unwrap_or_default();
+        // `~` or `~user` alone: the remote shell names that home, whose
+        // last component is not known here.
+        let home = p.starts_with('~') && !trimmed.contains('/');
+        if p.ends_with('/') || name.is_empty() || home {
             return None;
         }
         // `ARCHIVE#MEMBER` on the other side may be a member, named after
@@ -316,6 +317,9 @@ mod tests {
         );
         assert_eq!(v(&["/srv/dir/"]), None);
         assert_eq!(v(&["x", "."]), None);
+        assert_eq!(v(&["/srv/dir/."]), None);
+        assert_eq!(v(&["~"]), None);
+        assert_eq!(v(&["~/notes"]), Some(vec![b"notes".to_vec()]));
         assert_eq!(
             v(&["nbd+unix:///disk?socket=/s"]),
             Some(vec![b"disk".to_vec()])

@@ -58,7 +58,9 @@ pub(crate) struct LateRoot {
 /// file named as `p`'s last component in `p`'s directory (`.` when it has
 /// none). A path without a last component (`/`, `..`) cannot name a file.
 pub(crate) fn late_root(p: &Path, first: EntryKind) -> Result<LateRoot> {
-    if first == EntryKind::Dir {
+    // `dir/.` names a directory (`Path` drops the `.`): a file goes in it.
+    let dot = p.as_os_str().as_bytes();
+    if first == EntryKind::Dir || dot == b"." || dot.ends_with(b"/.") {
         return Ok(LateRoot {
             root: p.to_path_buf(),
             name: None,
@@ -295,6 +297,9 @@ mod tests {
         assert_eq!(bare.root, PathBuf::from("."));
         let abs = late_root(Path::new("/copy"), EntryKind::File).unwrap();
         assert_eq!(abs.root, PathBuf::from("/"));
+        // `new/.` names a directory: the file goes in it, as its own name.
+        let dot = late_root(Path::new("out/new/."), EntryKind::File).unwrap();
+        assert_eq!((dot.root, dot.name), (PathBuf::from("out/new/."), None));
     }
 
     #[test]
