@@ -208,10 +208,15 @@ pub const SYNC_EVERY: u64 = 64 << 20;
 /// memory stays small, and a kill in a terabyte of holes costs little.
 pub const SYNC_RECORDS: usize = 4096;
 
-/// Whether `bytes` of data in `segments` complete segments call for an
-/// `fdatasync` and a journal append.
-pub fn sync_due(bytes: u64, segments: usize) -> bool {
-    bytes >= SYNC_EVERY || segments >= SYNC_RECORDS
+/// Time since the last journal append after which any complete segment
+/// makes an append due: on a slow link [`SYNC_EVERY`] bytes take minutes,
+/// and a file smaller than that would never record anything.
+pub const SYNC_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `bytes` of data in `segments` complete segments, `since` the
+/// last append, call for an `fdatasync` and a journal append.
+pub fn sync_due(bytes: u64, segments: usize, since: std::time::Duration) -> bool {
+    bytes >= SYNC_EVERY || segments >= SYNC_RECORDS || (segments > 0 && since >= SYNC_AFTER)
 }
 
 #[cfg(test)]
@@ -237,12 +242,15 @@ mod tests {
 
     #[test]
     fn appends_follow_data_not_holes() {
-        assert!(!sync_due(0, 1));
-        assert!(!sync_due(SYNC_EVERY - 1, 8));
-        assert!(sync_due(SYNC_EVERY, 8));
+        let now = std::time::Duration::ZERO;
+        assert!(!sync_due(0, 1, now));
+        assert!(!sync_due(SYNC_EVERY - 1, 8, now));
+        assert!(sync_due(SYNC_EVERY, 8, now));
+        assert!(sync_due(8 << 20, 1, SYNC_AFTER));
+        assert!(!sync_due(0, 0, SYNC_AFTER));
         // 512 segments of holes (4 GiB): still waiting; 4096 (32 GiB): due.
-        assert!(!sync_due(0, 512));
-        assert!(sync_due(0, SYNC_RECORDS));
+        assert!(!sync_due(0, 512, now));
+        assert!(sync_due(0, SYNC_RECORDS, now));
     }
 
     #[test]

@@ -124,6 +124,8 @@ struct JournalW {
     /// Segments complete since the last append, with their bytes.
     pending: Vec<(u64, [u8; 32])>,
     pending_bytes: u64,
+    /// When the last batch was appended (or the journal begun).
+    last: std::time::Instant,
     /// Someone is syncing and appending a batch.
     syncing: bool,
 }
@@ -142,7 +144,8 @@ impl Partial {
     /// Segment `seg` is written and verified (`digest`: its digest on the
     /// file's grid, or zeros when not known); `dirty`: the bytes of data it
     /// wrote. Every [`journal::SYNC_EVERY`] bytes of data, or
-    /// [`journal::SYNC_RECORDS`] segments (runs of holes), the data is
+    /// [`journal::SYNC_RECORDS`] segments (runs of holes), or with the
+    /// first segment [`journal::SYNC_AFTER`] after the last append, the data is
     /// fdatasync'd and the segments complete before that are appended to
     /// the journal. Counting data, not segment lengths, keeps a terabyte of
     /// holes from costing an `fdatasync` every 64 MiB of them.
@@ -151,7 +154,8 @@ impl Partial {
             let Ok(mut w) = self.w.lock() else { return };
             w.pending.push((seg, digest));
             w.pending_bytes += dirty;
-            if w.syncing || !journal::sync_due(w.pending_bytes, w.pending.len()) {
+            let since = w.last.elapsed();
+            if w.syncing || !journal::sync_due(w.pending_bytes, w.pending.len(), since) {
                 return;
             }
             w.syncing = true;
@@ -194,6 +198,7 @@ fn append(w: &mut JournalW, batch: &[(u64, [u8; 32])]) {
     if w.file.write_all_at(&b, w.len).is_ok() {
         w.len += b.len() as u64;
     }
+    w.last = std::time::Instant::now();
 }
 
 impl Dispatcher<'_, '_> {
@@ -355,6 +360,7 @@ impl Partial {
             len: 0,
             pending: Vec::new(),
             pending_bytes: 0,
+            last: std::time::Instant::now(),
             syncing: false,
         };
         w.file.write_all_at(&header, 0).ok()?;
