@@ -33,6 +33,7 @@ use crate::SyncOptions;
 
 mod backup;
 mod check;
+mod clear;
 mod commit;
 mod decide;
 mod deletes;
