@@ -638,3 +638,48 @@ fn remote_paths_with_a_tilde_or_a_dot() {
     ferry_ok(&remote_args(&rsh, bin, &[&slash(&src), &srv.remote(&odd)]));
     assert_same_tree(&src, &odd);
 }
+
+/// A symlink named as the only source lands as that symlink at a new
+/// name, over a file, and on a pull, as with rsync (it was refused over
+/// ssh: "a single-file destination takes a regular file only").
+#[test]
+fn a_single_symlink_crosses_ssh_as_a_symlink() {
+    let Some(srv) = SshServer::start("a_single_symlink_crosses_ssh_as_a_symlink") else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let bin = p(&bin);
+    let d = tempfile::tempdir().unwrap();
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink("../nowhere/x", &link).unwrap();
+    let target = |p: &Path| fs::read_link(p).unwrap();
+    let new = d.path().join("new");
+    ferry_ok(&remote_args(
+        &rsh,
+        bin,
+        &["-a", p(&link), &srv.remote(&new)],
+    ));
+    assert_eq!(target(&new), Path::new("../nowhere/x"));
+    let file = d.path().join("file");
+    fs::write(&file, b"old").unwrap();
+    ferry_ok(&remote_args(
+        &rsh,
+        bin,
+        &["-a", p(&link), &srv.remote(&file)],
+    ));
+    assert_eq!(target(&file), Path::new("../nowhere/x"));
+    let again = ferry_ok(&remote_args(
+        &rsh,
+        bin,
+        &["-a", p(&link), &srv.remote(&new)],
+    ));
+    assert_eq!(again["files_transferred"], 0, "{again}");
+    let pulled = d.path().join("pulled");
+    ferry_ok(&remote_args(
+        &rsh,
+        bin,
+        &["-a", &srv.remote(&link), p(&pulled)],
+    ));
+    assert_eq!(target(&pulled), Path::new("../nowhere/x"));
+}

@@ -9,7 +9,7 @@
 //! destination root), so nothing is ever placed below a symlink, a file or
 //! a hard link. The root entry (`""`) is a directory. A hard link names an
 //! earlier regular-file entry. A single-file destination takes exactly one
-//! regular file and nothing else.
+//! entry: a regular file, a symlink or a special file.
 
 use crate::pathset::PathMap;
 
@@ -136,8 +136,8 @@ impl ListCheck {
             if self.entries > 0 {
                 return refuse("a single-file destination takes one file, and the list goes on");
             }
-            if kind != EntryKind::File {
-                return refuse("a single-file destination takes a regular file only");
+            if matches!(kind, EntryKind::Dir | EntryKind::HardLink) {
+                return refuse("a single-file destination takes one file, symlink or special file");
             }
         }
         if path.is_empty() && kind != EntryKind::Dir {
@@ -375,7 +375,7 @@ mod tests {
     fn a_single_file_destination_takes_one_regular_file() {
         assert_eq!(run(Shape::SingleFile, &[ent(0, "f", File)]), Ok(()));
         assert!(run(Shape::SingleFile, &[ent(0, "f", File), ent(1, "g", File)]).is_err());
-        assert!(run(Shape::SingleFile, &[ent(0, "l", Symlink)]).is_err());
+        assert_eq!(run(Shape::SingleFile, &[ent(0, "l", Symlink)]), Ok(()));
         assert!(run(Shape::SingleFile, &[ent(0, "d", Dir)]).is_err());
     }
 }

@@ -289,8 +289,11 @@ impl Dispatcher<'_, '_> {
                 rustix::fs::Mode::empty(),
             );
             if let Ok(sub) = sub.map(Arc::new) {
-                let id = rustix::fs::fstat(&*sub).map(|st| (st.st_dev, st.st_ino));
-                if id.is_ok_and(|id| self.sh.backup_id == Some(id)) {
+                // Only a run with a backup directory pays for the fstat.
+                let is_backup_dir = self.sh.backup_id.is_some_and(|want| {
+                    rustix::fs::fstat(&*sub).is_ok_and(|st| (st.st_dev, st.st_ino) == want)
+                });
+                if is_backup_dir {
                     // `--backup-dir` within the destination: it stays,
                     // and with it the directories that lead to it.
                     return false;
