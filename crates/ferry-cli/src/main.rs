@@ -183,11 +183,22 @@ fn main() {
         }
     };
     raise_open_file_limit();
-    // An interrupted run must not leave temporary files behind.
+    // An interrupted run must not leave temporary files behind, and
+    // records in each partial file's journal what it completed (a sync of
+    // its data first, which a second interrupt cuts short).
     let _ = ctrlc::set_handler(|| {
-        ferry_core::fsutil::remove_temp_files();
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static AGAIN: AtomicBool = AtomicBool::new(false);
+        if AGAIN.swap(true, Ordering::SeqCst) {
+            ferry_core::fsutil::remove_temp_files();
+            std::process::exit(rsync_codes::interrupted());
+        }
         errln!("ferry: interrupted");
-        std::process::exit(rsync_codes::interrupted());
+        std::thread::spawn(|| {
+            ferry_core::receiver::record_on_interrupt();
+            ferry_core::fsutil::remove_temp_files();
+            std::process::exit(rsync_codes::interrupted());
+        });
     });
     let code = match cli.cmd {
         Cmd::Sync(a) => sync_cmd::run(a),

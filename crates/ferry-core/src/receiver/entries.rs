@@ -418,13 +418,16 @@ impl Dispatcher<'_, '_> {
             (true, false) => Some(dest.open(false).op("open old copy of")?),
             _ => None,
         };
-        let (file, tmp, partial) = match partial {
+        let (file, tmp, mut partial) = match partial {
             Some((file, tmp, p)) => (file, Some(tmp), Some(p)),
             None => {
                 let (file, tmp) = self.open_target(write, &e, dest)?;
                 (file, tmp, device_journal)
             }
         };
+        if let Some(p) = partial.as_mut() {
+            p.arm(&file);
+        }
         // A temporary file made now (not a partial file): its directory
         // was visited at the first temporary file made there. (Only the
         // choice of batch commit is taken from that visit, never what

@@ -41,6 +41,7 @@ mod entries;
 mod file;
 mod finish;
 mod link_dest;
+mod live;
 mod nodes;
 mod outbox;
 mod partial;
@@ -50,6 +51,8 @@ mod setup;
 mod signer;
 mod unlink;
 mod writer;
+
+pub use live::record_on_interrupt;
 
 use file::*;
 use setup::*;
