@@ -158,6 +158,18 @@ fn failures_give_one_clear_line_and_documented_codes() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+
+    // A pull of a source that is not there leaves no destination behind
+    // (as with rsync), with a trailing slash or without.
+    for to in ["new/", "new"] {
+        let to = d.path().join(to);
+        let missing = srv.remote(&d.path().join("missing"));
+        let out = ferry(&remote_args(&rsh, p(&bin), &[&missing, p(&to)]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(err.contains("no such file"), "{err}");
+        assert!(!d.path().join("new").exists(), "{to:?} made: {err}");
+    }
 }
 
 #[test]

@@ -171,6 +171,12 @@ pub fn run_receiver(
             return Err(e);
         }
     };
+    // A failed run takes back the destination directory it made, if
+    // nothing landed in it (a pull of a source that is not there).
+    let made_root = match dest {
+        Dest::Dir(r) if setup.root_created => Some(r.clone()),
+        _ => None,
+    };
     let (wake_tx, wake_rx) = bounded(1);
     let root = fsutil::is_root();
     let budget = file_budget();
@@ -326,6 +332,10 @@ pub fn run_receiver(
     });
     if let Err(e) = result {
         let _ = tx.send(crate::error::fatal(&e));
+        if let Some(r) = made_root {
+            // Only an empty directory goes.
+            let _ = fs::remove_dir(r);
+        }
         return Err(e);
     }
     let report = receiver_report(stats);
