@@ -159,6 +159,24 @@ fn failures_give_one_clear_line_and_documented_codes() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 
+    // A directory pushed onto a file (named `file/` or `file`): refused
+    // as a usage error (exit 1), the file untouched; a dry run says the
+    // same.
+    let tree_src = d.path().join("t");
+    tree(&tree_src);
+    let tree_src = slash(&tree_src);
+    for to in ["f/", "f"] {
+        for dry in [&["-n"][..], &[]] {
+            let to = srv.remote(&d.path().join(to));
+            let args = [dry, &[&tree_src, &to]].concat();
+            let out = ferry(&remote_args(&rsh, p(&bin), &args));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{to}: {err}");
+            assert!(err.contains("--force replaces it"), "{err}");
+            assert_eq!(fs::read(&src).unwrap(), b"data");
+        }
+    }
+
     // A pull of a source that is not there leaves no destination behind
     // (as with rsync), with a trailing slash or without.
     for to in ["new/", "new"] {

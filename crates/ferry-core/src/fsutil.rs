@@ -338,6 +338,17 @@ pub fn remove_temp_files() {
     }
 }
 
+/// `p` without trailing slashes (`/` stays `/`): the entry itself, for
+/// `lstat`, `unlink` and `rename`, which fail on `file/` with ENOTDIR.
+pub fn bare(p: &Path) -> &Path {
+    let b = p.as_os_str().as_bytes();
+    let end = b
+        .iter()
+        .rposition(|&c| c != b'/')
+        .map_or(1.min(b.len()), |i| i + 1);
+    Path::new(std::ffi::OsStr::from_bytes(&b[..end]))
+}
+
 /// This process's id, asked of the kernel once: a temporary file's name
 /// carries it, and a run names one per file. (ferry never forks without
 /// exec, so the id cannot change under it.)
@@ -467,6 +478,20 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn bare_drops_trailing_slashes_only() {
+        for (p, want) in [
+            ("dst/", "dst"),
+            ("a/b//", "a/b"),
+            ("/", "/"),
+            ("///", "/"),
+            ("x", "x"),
+            ("", ""),
+        ] {
+            assert_eq!(bare(Path::new(p)), Path::new(want), "{p}");
+        }
+    }
     use std::io::Write;
 
     #[test]

@@ -315,7 +315,8 @@ pub fn plan_local(sources: &[String], dest: &str, force: bool) -> Result<Plan> {
             dest_nbd: Some(dest.to_string()),
         });
     }
-    let dest_kind = match std::fs::metadata(dest) {
+    // `dst/` is `dst`: a file there is a file (metadata fails on `file/`).
+    let dest_kind = match std::fs::metadata(fsutil::bare(Path::new(dest))) {
         // A symlink to a directory is that directory, as in rsync.
         Ok(m) if force && m.is_file() => None,
         Ok(m) => Some(m.is_dir()),

@@ -113,3 +113,41 @@ fn a_backup_dir_inside_the_destination_survives_delete() {
     want.insert("old/BK/h".into());
     assert_eq!(listing(&dst), want);
 }
+
+/// A destination `dst/` that is a file is that file, not "nothing there":
+/// a dry run and the real run both refuse it without `--force` (exit 1,
+/// the file untouched); with `--force` the dry run changes nothing and
+/// succeeds, and the real run replaces the file with the directory.
+/// (It was a dry run saying yes and a real run failing with "already
+/// exists", and `-n --force dst` failing where the real run worked.)
+#[test]
+fn a_file_where_the_destination_directory_goes() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let dst = d.path().join("dst");
+    for to in [p(&dst).to_string(), slash(&dst)] {
+        for dry in [true, false] {
+            fs::write(&dst, b"file").unwrap();
+            let mut args = vec!["sync", "-a"];
+            if dry {
+                args.push("-n");
+            }
+            let out = ferry(&[&args[..], &[&slash(&src), &to]].concat());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{to} dry {dry}: {err}");
+            assert!(err.contains("not a directory"), "{err}");
+            assert_eq!(fs::read(&dst).unwrap(), b"file");
+            args.push("--force");
+            let out = ferry(&[&args[..], &[&slash(&src), &to]].concat());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{to} dry {dry} --force: {err}");
+            if dry {
+                assert_eq!(fs::read(&dst).unwrap(), b"file");
+            } else {
+                assert_eq!(listing(&dst), listing(&src), "{to}");
+                fs::remove_dir_all(&dst).unwrap();
+            }
+        }
+    }
+}

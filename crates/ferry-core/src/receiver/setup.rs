@@ -37,10 +37,16 @@ impl Setup {
         };
         let root = root.as_path();
         let mut root_created = false;
-        if !opts.dry_run && late.is_none() && nbd.is_none() {
-            root_created = prepare_root(root, opts.force)?;
+        // A dry run decides as the real run would, and changes nothing.
+        let mut absent = nbd.is_some() || late.is_some();
+        if !absent {
+            let at = root_at(root, opts.force)?;
+            absent = opts.dry_run && at != decide::RootAt::Use;
+            if !opts.dry_run {
+                root_created = prepare_root(root, at)?;
+            }
         }
-        let tree = if nbd.is_some() || late.is_some() || (opts.dry_run && !root.exists()) {
+        let tree = if absent {
             DestDir::absent(root)
         } else {
             DestDir::open(root).map_err(|err| Error::io_op("open directory", root, err))?
@@ -114,27 +120,39 @@ pub(super) fn receiver_report(stats: &Stats) -> ReceiverReport {
     }
 }
 
-/// Make the tree's root a directory (see [`decide::root_at`]); whether
-/// it had to be created.
-fn prepare_root(root: &Path, force: bool) -> Result<bool> {
-    let existing = fs::symlink_metadata(root)
+/// What is to be done with the tree's root (see [`decide::root_at`]);
+/// an error if it is to stay what it is, not a directory.
+fn root_at(root: &Path, force: bool) -> Result<decide::RootAt> {
+    // `dst/` names the same entry as `dst`: a file there is a file, not
+    // "nothing there" (lstat of `file/` fails with ENOTDIR).
+    let bare = fsutil::bare(root);
+    let existing = fs::symlink_metadata(bare)
         .ok()
         .map(|m| decide::Stat::of(&m).kind)
         // A symlink to a directory, named by the user (a daemon refuses a
         // symlink its client names), is that directory, as in rsync.
         .map(|k| match k {
-            decide::Kind::Symlink if fs::metadata(root).is_ok_and(|m| m.is_dir()) => {
+            decide::Kind::Symlink if fs::metadata(bare).is_ok_and(|m| m.is_dir()) => {
                 decide::Kind::Dir
             }
             k => k,
         });
     match decide::root_at(existing, force) {
-        decide::RootAt::Use => Ok(false),
-        decide::RootAt::Replace => fs::remove_file(root)
+        // Nothing was changed: a usage error (exit 1), on either side.
+        decide::RootAt::Refuse(why) => Err(Error::Usage(format!("{}: {why}", root.display()))),
+        at => Ok(at),
+    }
+}
+
+/// Make the tree's root a directory as `at` says; whether it had to be
+/// created.
+fn prepare_root(root: &Path, at: decide::RootAt) -> Result<bool> {
+    match at {
+        decide::RootAt::Use | decide::RootAt::Refuse(_) => Ok(false),
+        decide::RootAt::Replace => fs::remove_file(fsutil::bare(root))
             .and_then(|_| fs::create_dir(root))
             .map(|_| false)
             .map_err(|err| Error::io_op("replace with a directory", root, err)),
-        decide::RootAt::Refuse(why) => Err(Error::io(root, io::Error::other(why))),
         decide::RootAt::Create => fs::create_dir_all(root)
             .map(|_| true)
             .map_err(|err| Error::io_op("create directory", root, err)),
