@@ -713,3 +713,59 @@ fn a_single_symlink_crosses_ssh_as_a_symlink() {
     ));
     assert_eq!(target(&pulled), Path::new("../nowhere/x"));
 }
+
+/// Wildcards in a pull's sources (`host:dir/*.txt`) name what a shell
+/// would expand them to, as with rsync: compared with rsync over the same
+/// sshd. A hidden name is not matched by `*`; `dir*/` sends each match's
+/// contents; a pattern that matches nothing is one error line.
+#[test]
+fn remote_wildcards_are_expanded_as_rsync_expands_them() {
+    let name = "remote_wildcards_are_expanded_as_rsync_expands_them";
+    if !need("rsync", name) {
+        return;
+    }
+    let Some(srv) = SshServer::start(name) else {
+        return;
+    };
+    let rsh = srv.rsh();
+    let bin = ferry_bin();
+    let bin = p(&bin);
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::create_dir_all(src.join("sub2/deep")).unwrap();
+    for f in [
+        "a.txt",
+        "b.txt",
+        ".h.txt",
+        "c.log",
+        "sp ace.txt",
+        "sub/x.txt",
+        "sub2/deep/y",
+    ] {
+        fs::write(src.join(f), f.as_bytes()).unwrap();
+    }
+    for (i, pat) in ["*.txt", "sub*/", "sub*", "?.*", "[ab].txt"]
+        .iter()
+        .enumerate()
+    {
+        let from = format!("{}/{pat}", srv.remote(&src));
+        let (f, r) = (
+            d.path().join(format!("f{i}")),
+            d.path().join(format!("r{i}")),
+        );
+        ferry_ok(&remote_args(&rsh, bin, &["-a", &from, p(&f)]));
+        let st = std::process::Command::new("rsync")
+            .args(["-a", "-e", &rsh, &from, p(&r)])
+            .status()
+            .unwrap();
+        assert!(st.success(), "rsync {pat}");
+        assert_same_tree(&r, &f);
+    }
+    assert!(!d.path().join("f0/.h.txt").exists());
+    let from = format!("{}/*.none", srv.remote(&src));
+    let out = ferry(&remote_args(&rsh, bin, &[&from, p(&d.path().join("none"))]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("*.none: no such file"), "{err}");
+}

@@ -20,6 +20,7 @@ pub mod error;
 pub mod exclude;
 mod fasthash;
 pub mod fsutil;
+pub mod globs;
 pub mod ids;
 pub mod itemize;
 pub mod journal;
@@ -90,6 +91,9 @@ pub struct SyncOptions {
     /// Receiver of a pull: the top-level names the user asked for (see
     /// [`listcheck::ListCheck::expect_top`]); `None` allows any.
     pub expect_top: Option<Vec<Vec<u8>>>,
+    /// With [`SyncOptions::expect_top`]: top-level names a wildcard of a
+    /// source matches are asked for too (see [`globs`]).
+    pub expect_patterns: Vec<globs::NamePattern>,
     /// Decide and report, change nothing.
     pub dry_run: bool,
     /// Overwrite changed files in place instead of temp file + rename.
@@ -218,6 +222,7 @@ impl Default for SyncOptions {
             verify: false,
             timeout: None,
             expect_top: None,
+            expect_patterns: Vec::new(),
             dry_run: false,
             inplace: false,
             xattrs: false,

@@ -39,6 +39,8 @@ pub struct ListCheck {
     entries: u64,
     /// On a pull: the names the user asked for (see [`ListCheck::expect_top`]).
     top: Option<Vec<Vec<u8>>>,
+    /// On a pull: the patterns of sources with wildcards (`host:d/*.log`).
+    top_patterns: Vec<crate::globs::NamePattern>,
 }
 
 /// What the list said a path is.
@@ -90,6 +92,7 @@ impl ListCheck {
             known_dir: Vec::new(),
             entries: 0,
             top: None,
+            top_patterns: Vec::new(),
         }
     }
 
@@ -103,11 +106,20 @@ impl ListCheck {
         self.top = names;
     }
 
+    /// With [`ListCheck::expect_top`]: a name one of these patterns
+    /// matches was asked for too (a source with wildcards, which the
+    /// sender expanded).
+    pub fn expect_top_patterns(&mut self, patterns: Vec<crate::globs::NamePattern>) {
+        self.top_patterns = patterns;
+    }
+
     /// Whether `path`'s first component is one the user asked for.
     pub fn top_ok(&self, path: &[u8]) -> Result<(), Refused> {
         let Some(top) = &self.top else { return Ok(()) };
         let first = path.split(|&b| b == b'/').next().unwrap_or_default();
-        if path.is_empty() || !top.iter().any(|t| t.as_slice() == first) {
+        let asked = top.iter().any(|t| t.as_slice() == first)
+            || self.top_patterns.iter().any(|p| p.matches(first));
+        if path.is_empty() || !asked {
             return Err(Refused(format!(
                 "the sender sent {:?}, which was not asked for",
                 shown(path)
@@ -355,6 +367,12 @@ mod tests {
         assert!(c.top_ok(b"notes.txt").is_ok());
         assert!(c.top_ok(b"d/x/y").is_ok());
         for p in ["", ".ssh", ".ssh/authorized_keys", "notes.txt2", "dd/x"] {
+            assert!(c.top_ok(p.as_bytes()).is_err(), "{p:?}");
+        }
+        c.expect_top_patterns(vec![crate::globs::NamePattern::new("*.log").unwrap()]);
+        assert!(c.top_ok(b"a.log/x").is_ok());
+        assert!(c.top_ok(b"notes.txt").is_ok());
+        for p in ["", ".ssh", ".x.log", "a.log2"] {
             assert!(c.top_ok(p.as_bytes()).is_err(), "{p:?}");
         }
         c.expect_top(None);

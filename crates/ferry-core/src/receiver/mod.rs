@@ -291,6 +291,7 @@ pub fn run_receiver(
             check: {
                 let mut c = ListCheck::new(Shape::Tree);
                 c.expect_top(opts.expect_top.clone());
+                c.expect_top_patterns(opts.expect_patterns.clone());
                 c
             },
             source_unread: false,

@@ -184,7 +184,10 @@ fn pull_pass(
         ));
     }
     let paths: Vec<String> = sources.iter().map(|s| s.path.clone()).collect();
-    let single = paths.len() == 1 && !paths[0].ends_with('/') && !dest.ends_with('/');
+    // A source with wildcards may name several: the destination is a
+    // directory, as for several sources.
+    let globbed = paths.iter().any(|p| crate::globs::has_glob(p));
+    let single = paths.len() == 1 && !paths[0].ends_with('/') && !dest.ends_with('/') && !globbed;
     let dest = if single {
         Dest::FileOrDir(dest.into())
     } else {
@@ -192,6 +195,14 @@ fn pull_pass(
     };
     let mut opts = opts.clone();
     opts.expect_top = expected_names(&paths);
+    opts.expect_patterns = paths
+        .iter()
+        .filter_map(|p| {
+            crate::globs::NamePattern::new(&String::from_utf8_lossy(
+                &crate::plan::basename(p).ok()?,
+            ))
+        })
+        .collect();
     let args = serve_args_with(&opts, true, false, ropts.direct, &paths);
     let (remote, ep) = open_peer(&sources[0], ropts, &args, stats)?;
     let (sent, recv) = (ep.sent.clone(), ep.received.clone());
@@ -244,6 +255,13 @@ pub fn serve_stdio(
     paths: &[String],
     opts: &SyncOptions,
 ) -> Result<()> {
+    // Wildcards in a pull's sources, expanded here as the user's shell
+    // would have (the path crossed ssh quoted).
+    let paths: Vec<String> = if send {
+        paths.iter().flat_map(|p| crate::globs::expand(p)).collect()
+    } else {
+        paths.to_vec()
+    };
     let (ep, flushed) = if direct {
         direct_accept()?
     } else {
@@ -259,7 +277,7 @@ pub fn serve_stdio(
     let req = Request {
         send,
         file_or_dir,
-        paths: paths.to_vec(),
+        paths,
         opts: opts.clone(),
         stream: false,
     };
