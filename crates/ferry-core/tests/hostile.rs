@@ -198,12 +198,76 @@ fn file_destination_takes_one_file_and_touches_nothing_else() {
         if mode != 0o751 {
             p.push(format!("parent's mode changed from 751 to {mode:o}"));
         }
-        if !fs::symlink_metadata(parent.join("f.txt")).is_ok_and(|m| m.is_file()) {
-            p.push("f.txt is no longer a regular file".into());
+        // One symlink is what the user asked for: it takes the name, as
+        // with rsync (it is never followed; what lies outside stays).
+        let kind = fs::symlink_metadata(parent.join("f.txt")).map(|m| m.file_type());
+        let want_link = spec == "L:x:OUT";
+        if !kind.as_ref().is_ok_and(|k| {
+            if want_link {
+                k.is_symlink()
+            } else {
+                k.is_file()
+            }
+        }) {
+            p.push(format!(
+                "f.txt is {kind:?}, not a {}",
+                if want_link { "symlink" } else { "regular file" }
+            ));
         }
         note(&mut fails, &label, p, &l, &["dst_file_parent"]);
     }
     verdict("file destination", fails);
+}
+
+/// A single device node, FIFO or symlink for a file destination: without
+/// `-D` no node is made; a device the user named is never replaced.
+#[test]
+fn a_single_special_entry_replaces_no_device_and_needs_specials() {
+    let mut fails = Vec::new();
+    for spec in ["S:x:fifo", "L:x:OUT"] {
+        let l = Layout::new();
+        let label = format!("{spec} onto a device, and into a new name");
+        // A character device (1,3: /dev/null's numbers) of the test's own,
+        // so a regression replaces nothing of the machine's.
+        let dev = l.d.join("dev-null");
+        let made = std::process::Command::new("mknod")
+            .arg(&dev)
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "mknod (the tests run as root)");
+        let o = session(
+            &label,
+            Dest::FileOrDir(dev.clone()),
+            true,
+            false,
+            plain(l.list(spec)),
+        );
+        let mut p = o.fine(&[Class::Protocol]);
+        if o.succeeded() {
+            p.push("a device was given something else than a file".into());
+        }
+        let m = fs::symlink_metadata(&dev).unwrap();
+        if !std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()) {
+            p.push("the device is no longer a character device".into());
+        }
+        let new = l.d.join("new");
+        let o = session(
+            &label,
+            Dest::FileOrDir(new.clone()),
+            true,
+            false,
+            plain(l.list(spec)),
+        );
+        if spec.starts_with('S') && fs::symlink_metadata(&new).is_ok() {
+            p.push("a FIFO was made without -D".into());
+        }
+        if spec.starts_with('L') && !o.succeeded() {
+            p.push(format!("a single symlink was refused: {}", o.shown()));
+        }
+        note(&mut fails, &label, p, &l, &["new", "dev-null"]);
+    }
+    verdict("single special entry", fails);
 }
 
 /// Attack 9: SegmentDone out of range, or twice: a protocol error.

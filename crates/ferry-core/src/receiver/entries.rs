@@ -33,6 +33,25 @@ impl Dispatcher<'_, '_> {
             .top_ok(&e.path)
             .map_err(|r| Error::Protocol(r.to_string()))?;
         if let Some(p) = self.late.take() {
+            // A device the user named is written in place, never replaced
+            // by whatever else a sender lists.
+            let kind = e.kind();
+            if !matches!(kind, EntryKind::File | EntryKind::Dir)
+                && fs::symlink_metadata(&p).is_ok_and(|m| {
+                    use std::os::unix::fs::FileTypeExt;
+                    m.file_type().is_block_device() || m.file_type().is_char_device()
+                })
+            {
+                return Err(Error::Protocol(format!(
+                    "{}: a device is written in place, and the sender sent a {}",
+                    p.display(),
+                    if kind == EntryKind::Symlink {
+                        "symlink"
+                    } else {
+                        "special file"
+                    }
+                )));
+            }
             self.resolve_root(&p, &mut e)?;
             if e.kind() != EntryKind::Dir {
                 self.check.set_shape(Shape::SingleFile);

@@ -85,6 +85,12 @@ impl Dispatcher<'_, '_> {
     /// temporary name and renamed into place, or, when one of the same
     /// type and number is there, its attributes fixed.
     pub(super) fn special(&mut self, e: &Entry, dest: &Loc) -> io::Result<()> {
+        if !self.sh.opts.specials {
+            // Not asked for here: a sender lists them only with -D.
+            return Err(io::Error::other(
+                "a device, FIFO or socket, and -D (--specials) was not given: skipped",
+            ));
+        }
         let Some(node) = decide::node_kind(e.mode) else {
             return Err(io::Error::other(
                 "listed as special, but not a device, FIFO or socket",

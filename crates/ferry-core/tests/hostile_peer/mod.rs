@@ -27,7 +27,7 @@ pub const MTIME: i64 = 1_600_000_000;
 
 /// A file list in a short notation: entries separated by `;`, each
 /// `[ID#]KIND:PATH[:ARG]` with KIND `D` (ARG: octal mode), `F` (ARG: size),
-/// `L` (ARG: symlink target) or `H` (ARG: link_to id). Ids count up from 0
+/// `L` (ARG: symlink target), `H` (ARG: link_to id) or `S` (a FIFO). Ids count up from 0
 /// unless given. `OUT` at the start of a path or target stands for
 /// `outside`.
 pub fn list(spec: &str, outside: &Path) -> Vec<Entry> {
@@ -59,6 +59,8 @@ pub fn list(spec: &str, outside: &Path) -> Vec<Entry> {
             }
             "F" => (e.kind, e.size) = (Some(EntryKind::File), arg.parse().unwrap()),
             "L" => (e.kind, e.target) = (Some(EntryKind::Symlink), out(arg)),
+            // A FIFO (ARG ignored): made only with -D.
+            "S" => (e.kind, e.mode) = (Some(EntryKind::Special), 0o010644),
             "H" => {
                 // Version 10: the link names its target by id and by path.
                 e.kind = Some(EntryKind::HardLink);
