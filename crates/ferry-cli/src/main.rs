@@ -189,16 +189,23 @@ fn main() {
     let _ = ctrlc::set_handler(|| {
         use std::sync::atomic::{AtomicBool, Ordering};
         static AGAIN: AtomicBool = AtomicBool::new(false);
+        let last = || {
+            ferry_core::fsutil::remove_temp_files();
+            std::process::exit(rsync_codes::interrupted());
+        };
         if AGAIN.swap(true, Ordering::SeqCst) {
-            ferry_core::fsutil::remove_temp_files();
-            std::process::exit(rsync_codes::interrupted());
+            last();
         }
+        // Nothing more changes in the destination from here on.
+        ferry_core::interrupt::stop();
         errln!("ferry: interrupted");
-        std::thread::spawn(|| {
-            ferry_core::receiver::record_on_interrupt();
-            ferry_core::fsutil::remove_temp_files();
-            std::process::exit(rsync_codes::interrupted());
+        let record = std::thread::Builder::new().spawn(move || {
+            ferry_core::interrupt::record();
+            last();
         });
+        if record.is_err() {
+            last();
+        }
     });
     let code = match cli.cmd {
         Cmd::Sync(a) => sync_cmd::run(a),
@@ -211,5 +218,11 @@ fn main() {
         Cmd::Completions(a) => docs_cmd::completions(a, Cli::command()),
         Cmd::Man(a) => docs_cmd::man(a, Cli::command()),
     };
+    if ferry_core::interrupt::stopping() {
+        // The interrupt's thread records the partial files and exits.
+        loop {
+            std::thread::park();
+        }
+    }
     std::process::exit(code);
 }

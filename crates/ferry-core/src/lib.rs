@@ -22,6 +22,7 @@ mod fasthash;
 pub mod fsutil;
 pub mod globs;
 pub mod ids;
+pub mod interrupt;
 pub mod itemize;
 pub mod journal;
 pub mod listcheck;

@@ -437,16 +437,13 @@ impl Dispatcher<'_, '_> {
             (true, false) => Some(dest.open(false).op("open old copy of")?),
             _ => None,
         };
-        let (file, tmp, mut partial) = match partial {
+        let (file, tmp, partial) = match partial {
             Some((file, tmp, p)) => (file, Some(tmp), Some(p)),
             None => {
                 let (file, tmp) = self.open_target(write, &e, dest)?;
                 (file, tmp, device_journal)
             }
         };
-        if let Some(p) = partial.as_mut() {
-            p.arm(&file);
-        }
         // A temporary file made now (not a partial file): its directory
         // was visited at the first temporary file made there. (Only the
         // choice of batch commit is taken from that visit, never what
@@ -514,6 +511,9 @@ impl Dispatcher<'_, '_> {
             committed: AtomicBool::new(false),
             entry: e,
         });
+        if let Some(p) = &d.partial {
+            super::live::watch(p.live, &d);
+        }
         if nseg == 0 {
             // Empty file: nothing to ask for.
             return finalize(&d, self.sh);

@@ -184,6 +184,18 @@ impl DstFile {
     pub(super) fn failure(&self) -> Option<Failure> {
         self.failed.lock().ok().and_then(|g| g.clone())
     }
+
+    /// An interrupt: record what is complete in the journal, as a drop
+    /// would (see [`super::live`]).
+    pub(super) fn record_partial(&self) {
+        if self.committed.load(Ordering::SeqCst) {
+            return;
+        }
+        match &self.partial {
+            Some(p) if self.failure().is_none_or(|f| f.keeps_partial()) => p.flush(&*self.file),
+            _ => {}
+        }
+    }
 }
 
 impl Drop for DstFile {
@@ -440,6 +452,10 @@ pub(super) fn commit(f: &DstFile, sh: &Shared<'_>) -> io::Result<()> {
             report_failure(f, sh, why);
             return Ok(());
         }
+    }
+    if crate::interrupt::stopping() {
+        // Interrupted: nothing more changes (the partial file stays).
+        return Err(io::Error::other("interrupted")).op("rename into place");
     }
     if let Some(t) = &f.tmp {
         super::backup::keep_replaced(sh, &f.loc).op("back up")?;

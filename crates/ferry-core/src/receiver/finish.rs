@@ -274,6 +274,9 @@ impl Dispatcher<'_, '_> {
         is_dir: bool,
         (budget, unlinks): (&mut DeleteBudget, &unlink::Unlinks),
     ) -> bool {
+        if crate::interrupt::stopping() {
+            return false;
+        }
         let stats = self.sh.stats;
         let opts = self.sh.opts;
         let mut all_gone = true;

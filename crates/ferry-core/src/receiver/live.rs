@@ -1,64 +1,69 @@
-//! The journals of the partial files this process is writing, so that an
-//! interrupt (Ctrl-C, SIGTERM) can record the segments complete since
-//! each journal's last append before the process exits. Without it a
-//! run interrupted a few seconds after an append would send those
-//! segments again (see [`crate::journal::SYNC_AFTER`]).
+//! The files with a partial file and journal that this process is
+//! writing, so that an interrupt (Ctrl-C, SIGTERM) can record the
+//! segments complete since each journal's last append before the process
+//! exits. Without it a run interrupted a few seconds after an append
+//! would send those segments again (see [`crate::journal::SYNC_AFTER`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use super::partial::{record_now, JournalW};
+use super::file::DstFile;
 
-/// A journal's place in [`LIVE`].
+/// A file's place in [`LIVE`].
 pub(super) type Key = u64;
 
+#[derive(Default)]
 struct Live {
     next: Key,
-    journals: HashMap<Key, Weak<Mutex<JournalW>>>,
+    files: HashMap<Key, Weak<DstFile>>,
 }
 
-/// One entry per partial file being written: bounded by the files in
-/// flight, removed when the file is dropped.
+/// One entry per file with a journal being written: bounded by the files
+/// in flight, removed when the file's journal state is dropped.
 static LIVE: Mutex<Option<Live>> = Mutex::new(None);
 
-/// Watch `w` until [`forget`] is called with the key returned.
-pub(super) fn watch(w: &Arc<Mutex<JournalW>>) -> Key {
+/// A key for a file about to be made (kept by its journal state, which
+/// calls [`forget`] when dropped).
+pub(super) fn reserve() -> Key {
     let Ok(mut g) = LIVE.lock() else {
         return Key::MAX;
     };
-    let live = g.get_or_insert_with(|| Live {
-        next: 0,
-        journals: HashMap::new(),
-    });
-    let k = live.next;
+    let live = g.get_or_insert_with(Live::default);
     live.next += 1;
-    live.journals.insert(k, Arc::downgrade(w));
-    k
+    live.next
+}
+
+/// Watch `f` under `k` (from [`reserve`]).
+pub(super) fn watch(k: Key, f: &Arc<DstFile>) {
+    if let Ok(mut g) = LIVE.lock() {
+        g.get_or_insert_with(Live::default)
+            .files
+            .insert(k, Arc::downgrade(f));
+    }
 }
 
 pub(super) fn forget(k: Key) {
     if let Ok(mut g) = LIVE.lock() {
         if let Some(live) = g.as_mut() {
-            live.journals.remove(&k);
+            live.files.remove(&k);
         }
     }
 }
 
 /// Sync each partial file being written and record in its journal the
-/// segments complete and verified so far. Called once, by the CLI, when
-/// the run is interrupted; the process exits afterwards. A file whose
-/// sync fails records nothing more (its next run sends those segments).
+/// segments complete and verified so far, as a file that the run ends
+/// without does when it is dropped (one that failed verification
+/// records nothing). Called once by the CLI when the run is interrupted,
+/// after [`crate::interrupt::stop`]; the process exits afterwards.
 pub fn record_on_interrupt() {
-    let journals: Vec<_> = match LIVE.lock() {
+    let files: Vec<Arc<DstFile>> = match LIVE.lock() {
         Ok(g) => g
             .as_ref()
-            .map(|l| l.journals.values().filter_map(Weak::upgrade).collect())
+            .map(|l| l.files.values().filter_map(Weak::upgrade).collect())
             .unwrap_or_default(),
         Err(_) => return,
     };
-    for w in journals {
-        if let Ok(mut w) = w.lock() {
-            record_now(&mut w);
-        }
+    for f in files {
+        f.record_partial();
     }
 }

@@ -446,6 +446,9 @@ impl Dispatcher<'_, '_> {
             if self.sh.fatal_flag.load(Ordering::Relaxed) {
                 return Ok(());
             }
+            if crate::interrupt::stopping() {
+                return Err(Error::Interrupted);
+            }
             self.tx.check()?;
             if self.digested()? {
                 self.admit()?;

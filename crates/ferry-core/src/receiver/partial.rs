@@ -117,11 +117,8 @@ fn read_journal(jloc: &Loc) -> Option<Journal> {
 }
 
 /// The journal being appended to.
-pub(super) struct JournalW {
+struct JournalW {
     file: File,
-    /// The data file (a second descriptor), for an interrupt to sync
-    /// before it records (see [`super::live`]); `None` for an NBD export.
-    data: Option<File>,
     check: [u8; 8],
     len: u64,
     /// Segments complete since the last append, with their bytes.
@@ -140,16 +137,15 @@ pub(super) struct Partial {
     /// digests it recorded: offered to the sender (a resume).
     offer: Vec<(u64, [u8; 32])>,
     pub(super) resumed: bool,
-    w: Arc<Mutex<JournalW>>,
-    /// Its place among the journals an interrupt records.
-    live: Option<super::live::Key>,
+    w: Mutex<JournalW>,
+    /// Its file's place among those an interrupt records (see
+    /// [`super::live`]).
+    pub(super) live: super::live::Key,
 }
 
 impl Drop for Partial {
     fn drop(&mut self) {
-        if let Some(k) = self.live.take() {
-            super::live::forget(k);
-        }
+        super::live::forget(self.live);
     }
 }
 
@@ -196,31 +192,10 @@ impl Partial {
         append(&mut w, &batch);
     }
 
-    /// Let an interrupt record what is complete of `data`, a file (an
-    /// interrupted run exits without dropping its files).
-    pub(super) fn arm(&mut self, data: &File) {
-        let Ok(dup) = data.try_clone() else { return };
-        if let Ok(mut w) = self.w.lock() {
-            w.data = Some(dup);
-        }
-        self.live = Some(super::live::watch(&self.w));
-    }
-
     /// Remove the journal (the file is committed, or failed).
     pub(super) fn remove_journal(&self) {
         let _ = self.journal.remove_file();
     }
-}
-
-/// An interrupt: sync the data file and record the segments complete
-/// since the last append, if no one is doing so already.
-pub(super) fn record_now(w: &mut JournalW) {
-    let synced = w.data.as_ref().is_some_and(|d| d.sync_data().is_ok());
-    if w.pending.is_empty() || !synced {
-        return;
-    }
-    let batch = std::mem::take(&mut w.pending);
-    append(w, &batch);
 }
 
 fn append(w: &mut JournalW, batch: &[(u64, [u8; 32])]) {
@@ -390,7 +365,6 @@ impl Partial {
     ) -> Option<Partial> {
         let mut w = JournalW {
             file: jf,
-            data: None,
             check,
             len: 0,
             pending: Vec::new(),
@@ -405,8 +379,8 @@ impl Partial {
             journal,
             resumed: !offer.is_empty(),
             offer,
-            w: Arc::new(Mutex::new(w)),
-            live: None,
+            w: Mutex::new(w),
+            live: super::live::reserve(),
         })
     }
 }

@@ -121,6 +121,9 @@ impl Unlinks {
 
 /// Unlink `name` in `dir`: counted as deleted, or as an error.
 pub(super) fn unlink(dir: &OwnedFd, name: &OsString, shown: &Path, stats: &Stats) -> bool {
+    if crate::interrupt::stopping() {
+        return false;
+    }
     match rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()) {
         Ok(()) => {
             Stats::add(&stats.files_deleted, 1);
