@@ -10,6 +10,7 @@
 //! - [`in_the_way`]: directory-only excludes, `-b` and `--ignore-existing`
 //!   with an entry of another type in the way, `--backup-dir` inside the
 //!   destination.
+//! - [`hard_links`]: `-H` with `-u`, `--ignore-existing`, `--max-size`.
 //! - [`itemize`]: `-i` lines, rsync's selection flags and the `--no-` forms.
 //! - [`sources`]: `dir/.`, symlinks named as the source or destination, a
 //!   missing source among several.
@@ -21,6 +22,8 @@ mod common;
 mod delete;
 #[path = "rsync_compat/flags.rs"]
 mod flags;
+#[path = "rsync_compat/hard_links.rs"]
+mod hard_links;
 #[path = "rsync_compat/in_the_way.rs"]
 mod in_the_way;
 #[path = "rsync_compat/itemize.rs"]

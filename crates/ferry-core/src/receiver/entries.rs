@@ -326,6 +326,10 @@ impl Dispatcher<'_, '_> {
             }
         }
         if decide::leave_alone(&opts.skip, e.size, (e.mtime, e.mtime_nsec), old.as_ref()) {
+            if opts.hard_links {
+                let facts = (e.size, (e.mtime, e.mtime_nsec));
+                self.left_alone.insert(&e.path, facts);
+            }
             return Ok(());
         }
         if old.is_none() && self.link_from_earlier(&e, dest)? {

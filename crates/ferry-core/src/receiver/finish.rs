@@ -106,6 +106,19 @@ impl Dispatcher<'_, '_> {
         }
         let dry = self.sh.opts.dry_run;
         let dest = self.tree.loc(&e.path, dry)?;
+        if let Some(&(size, mtime)) = self.left_alone.get(target_rel) {
+            // What the first name holds is not the source's content: this
+            // name is left alone by the same rule, or not linked to it.
+            let old = Self::stat(&dest)?;
+            if decide::leave_alone(&self.sh.opts.skip, size, mtime, old.as_ref()) {
+                return Ok(());
+            }
+            return Err(io::Error::other(format!(
+                "not linked: its first name {} was left as the destination has it \
+                 (--update, --ignore-existing)",
+                crate::listcheck::shown(target_rel)
+            )));
+        }
         let target = self.tree.loc(target_rel, dry)?;
         let is_file = |t: &Loc| {
             t.lstat()
@@ -115,7 +128,7 @@ impl Dispatcher<'_, '_> {
             return Err(io::Error::other("hard link to what is not a regular file"));
         }
         let old = Self::stat(&dest)?;
-        if decide::leave_existing(&self.sh.opts.skip, old.as_ref().map(|s| s.kind)) {
+        if decide::leave_link(&self.sh.opts.skip, (e.mtime, e.mtime_nsec), old.as_ref()) {
             return Ok(());
         }
         if let (Some(a), Some(b)) = (old, Self::stat(&target)?) {

@@ -274,6 +274,7 @@ pub fn run_receiver(
             done: HashMap::new(),
             seen: Default::default(),
             skipped: Default::default(),
+            left_alone: Default::default(),
             dirs_ok: crate::pathset::DirSet::with(b""),
             dirs: Vec::new(),
             dirs_queued: HashSet::new(),
@@ -376,6 +377,11 @@ struct Dispatcher<'a, 'b> {
     /// Entries of the list this run skipped (a reserved name, below a
     /// directory it could not make): no hard link may name them.
     skipped: crate::pathset::PathSet,
+    /// With `-H`: files a skip rule left as the destination has them
+    /// (`-u`, `--ignore-existing`, `--min-size`, `--max-size`), with the
+    /// source's size and time: a later name of one is not linked to what
+    /// is there, which is not the source's content.
+    left_alone: crate::pathset::PathMap<(u64, (i64, u32))>,
     /// Paths known to be real directories at the destination.
     dirs_ok: crate::pathset::DirSet,
     /// Paths of the directories in `dirs`.

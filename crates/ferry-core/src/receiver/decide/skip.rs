@@ -34,6 +34,18 @@ pub(crate) fn leave_existing(rules: &SkipRules, old: Option<Kind>) -> bool {
     rules.ignore_existing && old.is_some()
 }
 
+/// Whether a later name of a linked file (a hard-link entry, which
+/// carries the source's time but no size) is left as the destination has
+/// it: `--ignore-existing` and anything there, or `--update` and a newer
+/// file there, as rsync decides for each name of a linked file.
+pub(crate) fn leave_link(rules: &SkipRules, mtime: (i64, u32), old: Option<&Stat>) -> bool {
+    match old {
+        None => false,
+        Some(_) if rules.ignore_existing => true,
+        Some(o) => rules.update && o.kind == Kind::File && (o.mtime, o.mtime_nsec) > mtime,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +63,24 @@ mod tests {
             ino: 2,
             rdev: 0,
         }
+    }
+
+    #[test]
+    fn a_later_name_is_left_by_its_own_time() {
+        let u = SkipRules {
+            update: true,
+            min_size: Some(100),
+            ..Default::default()
+        };
+        assert!(leave_link(&u, (10, 0), Some(&file(20))));
+        assert!(!leave_link(&u, (30, 0), Some(&file(20))));
+        assert!(!leave_link(&u, (10, 0), None), "no size rule for a link");
+        let ie = SkipRules {
+            ignore_existing: true,
+            ..Default::default()
+        };
+        assert!(leave_link(&ie, (30, 0), Some(&file(20))));
+        assert!(!leave_link(&SkipRules::default(), (10, 0), Some(&file(20))));
     }
 
     #[test]
