@@ -89,3 +89,48 @@ fn hard_links_with_skip_rules_never_link_to_stale_data() {
     assert_eq!(fs::read(f.join("a")).unwrap(), b"OLD\n");
     assert!(!f.join("d/a2").exists());
 }
+
+/// `--link-dest` links an earlier copy exactly when rsync does: not under
+/// `-c` when only the content matches (the time differs), and without
+/// `-p` even when the permissions differ.
+#[test]
+fn link_dest_links_what_rsync_links() {
+    if !need("rsync", "link_dest_links_what_rsync_links") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (src, prev) = (d.path().join("s"), d.path().join("p"));
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&prev).unwrap();
+    for (name, mode, when) in [("older", 0o644, Y2030), ("mode", 0o600, Y2020)] {
+        fs::write(src.join(name), b"same\n").unwrap();
+        at(&src.join(name), Y2020);
+        fs::write(prev.join(name), b"same\n").unwrap();
+        at(&prev.join(name), when);
+        fs::set_permissions(
+            prev.join(name),
+            std::os::unix::fs::PermissionsExt::from_mode(mode),
+        )
+        .unwrap();
+    }
+    for args in [
+        &["-ac", "--link-dest=../p"][..],
+        &["-rt", "--link-dest=../p"],
+    ] {
+        let tag = args.join(" ");
+        let (r, f) = (
+            d.path().join(format!("r{}", args[0])),
+            d.path().join(format!("f{}", args[0])),
+        );
+        rsync(args, &slash(&src), &r, true);
+        ferry_sync(&[], args, &slash(&src), p(&f));
+        for name in ["older", "mode"] {
+            let (rm, fm) = (
+                fs::metadata(r.join(name)).unwrap(),
+                fs::metadata(f.join(name)).unwrap(),
+            );
+            let facts = |m: &fs::Metadata| (m.nlink(), m.mtime(), m.mode());
+            assert_eq!(facts(&fm), facts(&rm), "{tag}: {name}");
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! `--link-dest DIR`: a file missing at the destination that an earlier
 //! copy in DIR holds unchanged (the same quick check as a re-run: size and
-//! modification time, or content with `--checksum`; and the same
-//! permissions, and owner when owners are kept) is hard-linked from there
+//! modification time, or content with `--checksum`; and the same time,
+//! permissions and owner, where those are kept) is hard-linked from there
 //! instead of sent: snapshots that share what did not change. DIR is
 //! relative to the destination (as in rsync) unless absolute, is reached
 //! through a directory handle like the destination, and is only read.
@@ -37,11 +37,7 @@ impl Dispatcher<'_, '_> {
                 continue;
             };
             let old = decide::Stat::of(&m);
-            let same_meta = old.kind == decide::Kind::File
-                && old.mode & 0o7777 == e.mode & 0o7777
-                && !decide::differs(e, &old, self.sh.keep).owner
-                && !decide::differs(e, &old, self.sh.keep).group;
-            if !same_meta || !self.unchanged(e, &earlier, &old)? {
+            if !decide::linkable(e, &old, self.sh.keep) || !self.unchanged(e, &earlier, &old)? {
                 continue;
             }
             if opts.dry_run {

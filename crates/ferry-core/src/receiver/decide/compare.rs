@@ -372,5 +372,15 @@ pub(crate) fn differs(e: &Entry, old: &Stat, keep: Keep) -> Attrs {
     }
 }
 
+/// Whether an earlier copy (`--link-dest`) whose content matches `e`
+/// may be linked: a regular file whose kept attributes (time, permissions,
+/// owner, group, as `keep` says) are the source's, as rsync requires. A
+/// time that differs is not linked even under `--checksum` (the link
+/// would give the destination the earlier copy's time).
+pub(crate) fn linkable(e: &Entry, old: &Stat, keep: Keep) -> bool {
+    let a = differs(e, old, keep);
+    old.kind == Kind::File && !a.time && !a.perms && !a.owner && !a.group
+}
+
 #[cfg(test)]
 mod tests;

@@ -355,3 +355,36 @@ fn a_directory_gets_its_permission_bits_with_or_without_perms() {
     };
     assert!(!dir_meta_fixes(&e, &right, no_perms, false).mode);
 }
+
+#[test]
+fn an_earlier_copy_is_linked_only_with_the_kept_attributes_equal() {
+    let e = file(10);
+    let old = same_as(&e);
+    assert!(linkable(&e, &old, Keep::USER));
+    let older = Stat {
+        mtime: e.mtime - 3600,
+        ..old
+    };
+    // `-c` finds the content equal; the time still differs.
+    assert!(!linkable(&e, &older, Keep::USER));
+    let untimed = Keep {
+        times: false,
+        ..Keep::USER
+    };
+    assert!(linkable(&e, &older, untimed));
+    let other_mode = Stat {
+        mode: old.mode ^ 0o022,
+        ..old
+    };
+    assert!(!linkable(&e, &other_mode, Keep::USER));
+    let no_perms = Keep {
+        perms: false,
+        ..Keep::USER
+    };
+    assert!(linkable(&e, &other_mode, no_perms), "without -p, as rsync");
+    let dir = Stat {
+        kind: Kind::Dir,
+        ..old
+    };
+    assert!(!linkable(&e, &dir, Keep::USER));
+}
