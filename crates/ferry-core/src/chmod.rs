@@ -2,8 +2,9 @@
 //! sender lists it, so the copy gets them (the source is not touched).
 //! A comma-separated list of clauses; each is `D` (directories only) or
 //! `F` (everything else) or nothing (both), then either an octal mode
-//! (`755`) or chmod(1)'s symbolic form: who (`ugoa`, none meaning all),
-//! then one or more operations (`+`, `-`, `=`) with permissions from
+//! (`755`) or chmod(1)'s symbolic form: who (`ugoa`; none meaning all
+//! but the bits set in the umask, as chmod(1) and rsync have it), then
+//! one or more operations (`+`, `-`, `=`) with permissions from
 //! `rwxXst` (`X`: execute where a directory, or where someone already
 //! may execute). Clauses apply in order. Symlinks are never changed.
 
@@ -19,8 +20,9 @@ enum Target {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Change {
     Octal(u32),
-    /// Who (mask of the u/g/o bits), then (op, perms) pairs.
-    Symbolic(u32, Vec<(char, String)>),
+    /// Who (mask of the u/g/o bits), then (op, perms) pairs; no who
+    /// given: the umask's bits are left out.
+    Symbolic(u32, Vec<(char, String)>, bool),
 }
 
 /// Parsed `--chmod` clauses, with the text they came from.
@@ -28,12 +30,21 @@ enum Change {
 pub struct Chmod {
     clauses: Vec<(Target, Change)>,
     texts: Vec<String>,
+    /// The process's umask when parsed (clauses without who).
+    umask: u32,
 }
 
 impl Chmod {
     /// Parse each `--chmod` argument; a bad clause is a usage error.
     pub fn parse(args: &[String]) -> Result<Chmod> {
-        let mut c = Chmod::default();
+        Self::parse_with(args, crate::fsutil::umask())
+    }
+
+    fn parse_with(args: &[String], umask: u32) -> Result<Chmod> {
+        let mut c = Chmod {
+            umask,
+            ..Chmod::default()
+        };
         for a in args {
             for clause in a.split(',') {
                 c.clauses.push(parse_clause(clause).ok_or_else(|| {
@@ -64,7 +75,7 @@ impl Chmod {
                 Target::Files => !is_dir,
             };
             if hit {
-                perm = change(perm, ch, is_dir);
+                perm = change(perm, ch, is_dir, self.umask);
             }
         }
         (mode & !0o7777) | perm
@@ -94,7 +105,8 @@ fn parse_clause(s: &str) -> Option<(Target, Change)> {
             _ => return None,
         };
     }
-    if who == 0 {
+    let masked = who == 0;
+    if masked {
         who = 0o7777;
     }
     let mut ops = Vec::new();
@@ -110,13 +122,13 @@ fn parse_clause(s: &str) -> Option<(Target, Change)> {
         }
     }
     ops.extend(cur);
-    Some((target, Change::Symbolic(who, ops)))
+    Some((target, Change::Symbolic(who, ops, masked)))
 }
 
-fn change(perm: u32, ch: &Change, is_dir: bool) -> u32 {
-    let (who, ops) = match ch {
+fn change(perm: u32, ch: &Change, is_dir: bool, umask: u32) -> u32 {
+    let (who, ops, masked) = match ch {
         Change::Octal(m) => return *m,
-        Change::Symbolic(who, ops) => (*who, ops),
+        Change::Symbolic(who, ops, masked) => (*who, ops, *masked),
     };
     let mut perm = perm;
     for (op, perms) in ops {
@@ -133,7 +145,11 @@ fn change(perm: u32, ch: &Change, is_dir: bool) -> u32 {
                 _ => 0,
             };
         }
-        let bits = bits & who;
+        let bits = if masked {
+            bits & who & !umask
+        } else {
+            bits & who
+        };
         perm = match op {
             '+' => perm | bits,
             '-' => perm & !bits,
@@ -151,7 +167,7 @@ mod tests {
     use super::*;
 
     fn c(s: &str) -> Chmod {
-        Chmod::parse(&[s.to_string()]).unwrap()
+        Chmod::parse_with(&[s.to_string()], 0o022).unwrap()
     }
 
     #[test]
@@ -178,6 +194,13 @@ mod tests {
         assert_eq!(x.apply(0o40700, true), 0o40711);
         assert_eq!(x.apply(0o100600, false), 0o100600);
         assert_eq!(x.apply(0o100700, false), 0o100711);
+        // No who: the umask's bits are left out (rsync with umask 022).
+        assert_eq!(c("+w").apply(0o100600, false), 0o100600);
+        assert_eq!(c("+w").apply(0o40555, true), 0o40755);
+        assert_eq!(c("=rw").apply(0o100600, false), 0o100644);
+        assert_eq!(c("D=rwx").apply(0o40700, true), 0o40755);
+        let strict = Chmod::parse_with(&["+x".into(), "=r".into()], 0o077).unwrap();
+        assert_eq!(strict.apply(0o100600, false), 0o100400);
         // Clauses in order.
         assert_eq!(c("a=,u+rw").apply(0o100777, false), 0o100600);
     }
