@@ -139,8 +139,12 @@ pub struct SyncOptions {
     /// `--files-from`'s paths, relative to the one source directory: the
     /// sender reports each one that is not there (an error line, and
     /// `--delete` off), as rsync does. A local sender's only: a pull's
-    /// remote sender is not told them.
+    /// remote sender is not told them, and its receiver checks them
+    /// against the list instead ([`SyncOptions::listed_by_receiver`]).
     pub listed: Vec<String>,
+    /// A pull: the receiver reports each of [`SyncOptions::listed`] that
+    /// the sender's list lacks (and then deletes nothing).
+    pub listed_by_receiver: bool,
     /// `--numeric-ids`: owners and groups by number; without it the
     /// sender names them and the receiver maps the names to its own ids.
     pub numeric_ids: bool,
@@ -237,6 +241,7 @@ impl Default for SyncOptions {
             recursive: true,
             list_root: true,
             listed: Vec::new(),
+            listed_by_receiver: false,
             one_file_system: false,
             specials: false,
             numeric_ids: false,

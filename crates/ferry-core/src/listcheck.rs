@@ -133,6 +133,11 @@ impl ListCheck {
         self.shape = shape;
     }
 
+    /// Whether the list so far named `path`.
+    pub fn has(&self, path: &[u8]) -> bool {
+        self.kinds.get(path).is_some()
+    }
+
     /// Accept `e` or say why not. An accepted entry is remembered.
     pub fn admit(&mut self, e: &Entry) -> Result<(), Refused> {
         let kind = e.kind();

@@ -171,3 +171,59 @@ fn files_from_names_what_it_cannot_find() {
     want.insert("old".into());
     assert_eq!(listing(&by_ferry), want);
 }
+
+/// The same on a pull over a real sshd: the remote sender is not told the
+/// list, so the local receiver checks the sender's list against it; a
+/// listed path that is missing is an error line (rsync's 23), the rest is
+/// copied, and `--delete` deletes nothing. A path the user's own rules
+/// exclude is not reported.
+#[test]
+fn files_from_on_a_pull_names_what_the_sender_lacks() {
+    let name = "files_from_on_a_pull_names_what_the_sender_lacks";
+    if !need("rsync", name) {
+        return;
+    }
+    let Some(srv) = SshServer::start(name) else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let list = d.path().join("list");
+    fs::write(&list, "a/one.txt\nno/such\ntop.txt\nskip.me\n").unwrap();
+    let ff = format!("--files-from={}", list.display());
+    let from = srv.remote(&src);
+    let by_rsync = d.path().join("rsync");
+    let out = Command::new("rsync")
+        .args(["-a", "-e", &srv.rsh(), &ff, &from, p(&by_rsync)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(23));
+    let by_ferry = d.path().join("ferry");
+    fs::create_dir(&by_ferry).unwrap();
+    fs::write(by_ferry.join("old"), b"keep").unwrap();
+    let bin = ferry_bin();
+    let out = ferry(&[
+        "sync",
+        "-e",
+        &srv.rsh(),
+        "--remote-ferry",
+        p(&bin),
+        "-a",
+        "-r",
+        "--delete",
+        "--rsync-exit-codes",
+        "--exclude=skip.me",
+        &ff,
+        &from,
+        p(&by_ferry),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(23), "{err}");
+    assert!(err.contains("no/such: listed by --files-from"), "{err}");
+    assert!(!err.contains("skip.me"), "{err}");
+    assert_eq!(fs::read(by_ferry.join("old")).unwrap(), b"keep");
+    let mut want = listing(&by_rsync);
+    want.insert("old".into());
+    assert_eq!(listing(&by_ferry), want);
+}

@@ -8,6 +8,27 @@ use crate::listcheck::child_path;
 use super::deletes::DeleteBudget;
 
 impl Dispatcher<'_, '_> {
+    /// A pull with `--files-from` (see [`SyncOptions::listed_by_receiver`]):
+    /// each listed path the sender's list lacks, and no rule of the
+    /// user's excludes, is an error line, and `--delete` is off, as when
+    /// a local sender finds it missing (rsync's "link_stat failed").
+    pub(super) fn check_listed(&mut self) {
+        let opts = self.sh.opts;
+        if !opts.listed_by_receiver {
+            return;
+        }
+        for rel in &opts.listed {
+            let excluded = |dir| opts.excludes.excluded(Path::new(rel), dir);
+            if self.check.has(rel.as_bytes()) || excluded(false) || excluded(true) {
+                continue;
+            }
+            self.source_unread = true;
+            self.sh.stats.error(format!(
+                "{rel}: listed by --files-from: not on the sending side"
+            ));
+        }
+    }
+
     /// After all data: hard links, deletions, directory metadata.
     pub(super) fn finish(&mut self) {
         let stats = self.sh.stats;

@@ -255,7 +255,9 @@ pub fn run_receiver(
             let tx = tx.clone();
             handles.push(s.spawn(move || signer(sign_rx, sh, tx)));
         }
-        let one_walk = peer & ferry_link::features::SUBTREES != 0;
+        // Deletions wait for the end of the list when it is checked there
+        // (a listed path that is missing turns them off).
+        let one_walk = peer & ferry_link::features::SUBTREES != 0 && !opts.listed_by_receiver;
         let deletes = opts
             .delete
             .then(|| deletes::start(s, stats, opts.max_delete, one_walk));
@@ -531,6 +533,7 @@ impl Dispatcher<'_, '_> {
                     }
                 }
                 Message::EndOfList => {
+                    self.check_listed();
                     self.end_of_list = true;
                     self.warm = entries::Warm::Off;
                     self.admit()?;

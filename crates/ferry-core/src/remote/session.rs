@@ -195,6 +195,7 @@ fn pull_pass(
     };
     let mut opts = opts.clone();
     opts.expect_top = expected_names(&paths);
+    opts.listed_by_receiver = !opts.listed.is_empty();
     opts.expect_patterns = paths
         .iter()
         .filter_map(|p| {
