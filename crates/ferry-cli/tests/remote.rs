@@ -177,6 +177,22 @@ fn failures_give_one_clear_line_and_documented_codes() {
         }
     }
 
+    // With --force, a file in the way of the destination directory is
+    // replaced only once the sender lists something: a pull of a source
+    // that is not there leaves it.
+    let in_way = d.path().join("in-way");
+    fs::write(&in_way, b"mine").unwrap();
+    let missing = srv.remote(&d.path().join("missing"));
+    let to = slash(&in_way);
+    let out = ferry(&remote_args(&rsh, p(&bin), &["--force", &missing, &to]));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read(&in_way).unwrap(), b"mine");
+
     // A pull of a source that is not there leaves no destination behind
     // (as with rsync), with a trailing slash or without.
     for to in ["new/", "new"] {

@@ -32,6 +32,10 @@ impl Dispatcher<'_, '_> {
         self.check
             .top_ok(&e.path)
             .map_err(|r| Error::Protocol(r.to_string()))?;
+        if let Some(r) = self.replace_root.take() {
+            super::setup::prepare_root(&r, decide::RootAt::Replace)?;
+            self.tree = DestDir::open(&r).map_err(|err| Error::io_op("open directory", &r, err))?;
+        }
         if let Some(p) = self.late.take() {
             // A device the user named is written in place, never replaced
             // by whatever else a sender lists.

@@ -282,6 +282,7 @@ pub fn run_receiver(
             dirs_queued: HashSet::new(),
             links: Vec::new(),
             late: setup.late,
+            replace_root: setup.replace_root,
             nbd: setup.nbd,
             received,
             started: std::time::Instant::now(),
@@ -393,6 +394,8 @@ struct Dispatcher<'a, 'b> {
     links: Vec<Entry>,
     /// A destination to resolve on the first entry (see [`Dest::FileOrDir`]).
     late: Option<PathBuf>,
+    /// See [`setup::Setup::replace_root`].
+    replace_root: Option<PathBuf>,
     /// An NBD export that the one file of the list is written to.
     nbd: Option<String>,
     /// Bytes received so far and since when: the link's measured rate.

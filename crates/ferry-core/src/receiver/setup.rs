@@ -16,6 +16,10 @@ pub(super) struct Setup {
     pub(super) root_created: bool,
     /// A file-or-directory path that the first entry decides.
     pub(super) late: Option<PathBuf>,
+    /// `--force` replaces a file at the root with a directory: done at
+    /// the first entry, so a session that fails before sending anything
+    /// (a pull of a source that is not there) leaves the file.
+    pub(super) replace_root: Option<PathBuf>,
     /// An NBD export that the one file of the list is written to.
     pub(super) nbd: Option<String>,
     pub(super) cache: Option<Arc<ferry_delta::SigCache>>,
@@ -37,12 +41,18 @@ impl Setup {
         };
         let root = root.as_path();
         let mut root_created = false;
+        let mut replace_root = None;
         // A dry run decides as the real run would, and changes nothing.
         let mut absent = nbd.is_some() || late.is_some();
         if !absent {
             let at = root_at(root, opts.force)?;
             absent = opts.dry_run && at != decide::RootAt::Use;
-            if !opts.dry_run {
+            // A backup directory within it is made now: so is the root.
+            let later = at == decide::RootAt::Replace && opts.backup_dir.is_none();
+            if later && !opts.dry_run {
+                absent = true;
+                replace_root = Some(root.to_path_buf());
+            } else if !opts.dry_run {
                 root_created = prepare_root(root, at)?;
             }
         }
@@ -91,6 +101,7 @@ impl Setup {
             tree,
             root_created,
             late,
+            replace_root,
             nbd,
             cache,
         })
@@ -146,15 +157,26 @@ fn root_at(root: &Path, force: bool) -> Result<decide::RootAt> {
 
 /// Make the tree's root a directory as `at` says; whether it had to be
 /// created.
-fn prepare_root(root: &Path, at: decide::RootAt) -> Result<bool> {
+pub(super) fn prepare_root(root: &Path, at: decide::RootAt) -> Result<bool> {
     match at {
         decide::RootAt::Use | decide::RootAt::Refuse(_) => Ok(false),
         decide::RootAt::Replace => fs::remove_file(fsutil::bare(root))
             .and_then(|_| fs::create_dir(root))
             .map(|_| false)
             .map_err(|err| Error::io_op("replace with a directory", root, err)),
-        decide::RootAt::Create => fs::create_dir_all(root)
-            .map(|_| true)
-            .map_err(|err| Error::io_op("create directory", root, err)),
+        // Only a directory this run made counts as made (a failed run
+        // removes it again): one that another run made meanwhile does not.
+        decide::RootAt::Create => {
+            let bare = fsutil::bare(root);
+            if let Some(parent) = bare.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fs::create_dir_all(parent)
+                    .map_err(|err| Error::io_op("create directory", parent, err))?;
+            }
+            match fs::create_dir(bare) {
+                Ok(()) => Ok(true),
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+                Err(err) => Err(Error::io_op("create directory", root, err)),
+            }
+        }
     }
 }
