@@ -30,10 +30,15 @@ pub fn code(code: i32, err: Option<&Error>) -> i32 {
     if !RSYNC_CODES.load(Ordering::SeqCst) {
         return code;
     }
-    rsync_number(
-        code,
-        matches!(err, Some(Error::Link(LinkError::TimedOut(_)))),
-    )
+    match err {
+        // ssh's own failure: rsync passes on its status. (A remote
+        // program that is not there is rsync's 12, as below.)
+        Some(Error::Ssh { .. }) => 255,
+        _ => rsync_number(
+            code,
+            matches!(err, Some(Error::Link(LinkError::TimedOut(_)))),
+        ),
+    }
 }
 
 /// rsync's number for ferry's exit `code` (`timeout`: the link went

@@ -133,6 +133,35 @@ fn failures_give_one_clear_line_and_documented_codes() {
         "{err}"
     );
 
+    // With --rsync-exit-codes, rsync's numbers for the same failures:
+    // 255 when ssh fails, 12 when the remote shell finds no such program.
+    let out = ferry(&remote_args(
+        &bad,
+        p(&bin),
+        &["--rsync-exit-codes", p(&src), &dst],
+    ));
+    assert_eq!(out.status.code(), Some(255));
+    let none = "/nonexistent/ferry";
+    let out = ferry(&remote_args(
+        &rsh,
+        none,
+        &["--rsync-exit-codes", p(&src), &dst],
+    ));
+    assert_eq!(out.status.code(), Some(12));
+    if need("rsync", "failures_give_one_clear_line_and_documented_codes") {
+        let rsync = |rsh: &str, path: &str| {
+            let args = ["-e", rsh, "--rsync-path", path, p(&src), &dst];
+            std::process::Command::new("rsync")
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .code()
+        };
+        assert_eq!(rsync(&bad, "rsync"), Some(255));
+        assert_eq!(rsync(&rsh, "/nonexistent/rsync"), Some(12));
+    }
+
     // Something that is not ferry answers.
     let out = ferry(&remote_args(&rsh, "/bin/echo", &[p(&src), &dst]));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -72,6 +72,11 @@ pub enum Error {
         /// The remote side's last words on stderr.
         said: String,
     },
+    /// ssh itself failed (it exited 255: the host unreachable, the login
+    /// refused, the connection cut), with its last words: the link's
+    /// class, and a new connection may help.
+    #[error("ssh to {host} failed: {said}")]
+    Ssh { host: String, said: String },
     /// The peer's Hello names another protocol version.
     #[error(
         "protocol error: peer speaks protocol version {peer}, this ferry speaks {}",
@@ -150,7 +155,7 @@ impl Error {
     pub fn retryable(&self) -> bool {
         match self {
             Error::Link(e) => e.retryable(),
-            Error::Busy(_) => true,
+            Error::Busy(_) | Error::Ssh { .. } => true,
             Error::Peer { class, .. } => *class == FatalClass::Connection,
             Error::Io { .. }
             | Error::Usage(_)
@@ -179,9 +184,11 @@ impl Error {
                 | LinkError::Corrupt(_)
                 | LinkError::Checksum,
             ) => Class::Protocol,
-            Error::Link(_) | Error::NoRemote(_) | Error::NoFerry { .. } | Error::Busy(_) => {
-                Class::Connection
-            }
+            Error::Link(_)
+            | Error::NoRemote(_)
+            | Error::NoFerry { .. }
+            | Error::Busy(_)
+            | Error::Ssh { .. } => Class::Connection,
             Error::PeerVersion { .. } | Error::RemoteVersion { .. } => Class::Protocol,
             Error::DeployRefused(_) => Class::Usage,
             Error::Peer { class, .. } => match class {

@@ -236,13 +236,11 @@ fn a_single_special_entry_replaces_no_device_and_needs_specials() {
             .status()
             .unwrap();
         assert!(made.success(), "mknod (the tests run as root)");
-        let o = session(
-            &label,
-            Dest::FileOrDir(dev.clone()),
-            true,
-            false,
-            plain(l.list(spec)),
-        );
+        let run = |to: &std::path::Path| {
+            let dest = Dest::FileOrDir(to.to_path_buf());
+            session(&label, dest, true, false, plain(l.list(spec)))
+        };
+        let o = run(&dev);
         let mut p = o.fine(&[Class::Protocol]);
         if o.succeeded() {
             p.push("a device was given something else than a file".into());
@@ -252,13 +250,7 @@ fn a_single_special_entry_replaces_no_device_and_needs_specials() {
             p.push("the device is no longer a character device".into());
         }
         let new = l.d.join("new");
-        let o = session(
-            &label,
-            Dest::FileOrDir(new.clone()),
-            true,
-            false,
-            plain(l.list(spec)),
-        );
+        let o = run(&new);
         if spec.starts_with('S') && fs::symlink_metadata(&new).is_ok() {
             p.push("a FIFO was made without -D".into());
         }

@@ -126,6 +126,52 @@ fn files_from_copies_what_rsync_copies() {
     }
 }
 
+/// `--files-from` naming a path that is not there (and `skip.me`, there
+/// but excluded by the user's own rule for ferry), from `from`, compared
+/// with rsync given `rsync_pre`:
+/// rsync exits 23; ferry (given `ferry_pre`) must too, with `--delete`
+/// deleting nothing and the rest copied. Returns ferry's stderr.
+fn files_from_with_a_missing_path(
+    d: &Path,
+    from: &str,
+    rsync_pre: &[&str],
+    ferry_pre: &[&str],
+) -> String {
+    let list = d.join("list");
+    fs::write(&list, "a/one.txt\nno/such\ntop.txt\nskip.me\n").unwrap();
+    let ff = format!("--files-from={}", list.display());
+    let by_rsync = d.join("rsync");
+    let out = Command::new("rsync")
+        .args(rsync_pre)
+        .args(["-a", &ff, from, p(&by_rsync)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(23));
+    let by_ferry = d.join("ferry");
+    fs::create_dir(&by_ferry).unwrap();
+    fs::write(by_ferry.join("old"), b"keep").unwrap();
+    let rest = [
+        "-a",
+        "-r",
+        "--delete",
+        "--rsync-exit-codes",
+        "--exclude=skip.me",
+        &ff,
+        from,
+        p(&by_ferry),
+    ];
+    let out = ferry(&[&["sync"], ferry_pre, &rest[..]].concat());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(23), "{err}");
+    assert!(!err.contains("skip.me"), "{err}");
+    assert_eq!(fs::read(by_ferry.join("old")).unwrap(), b"keep");
+    let mut want = listing(&by_rsync);
+    want.insert("old".into());
+    want.remove("skip.me");
+    assert_eq!(listing(&by_ferry), want);
+    err
+}
+
 /// A path `--files-from` lists that is not there is an error line, as
 /// rsync's: the rest is copied, the exit says partial (rsync's 23) and
 /// `--delete` deletes nothing. Silence would leave a backup script
@@ -138,45 +184,16 @@ fn files_from_names_what_it_cannot_find() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     tree(&src);
-    let list = d.path().join("list");
-    fs::write(&list, "a/one.txt\nno/such\ntop.txt\n").unwrap();
-    let ff = format!("--files-from={}", list.display());
-    let by_rsync = d.path().join("rsync");
-    let out = Command::new("rsync")
-        .args(["-a", &ff, p(&src), p(&by_rsync)])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(23));
-    let by_ferry = d.path().join("ferry");
-    fs::create_dir(&by_ferry).unwrap();
-    fs::write(by_ferry.join("old"), b"keep").unwrap();
-    let out = ferry(&[
-        "sync",
-        "-a",
-        "-r",
-        "--delete",
-        "--rsync-exit-codes",
-        &ff,
-        p(&src),
-        p(&by_ferry),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(23), "{err}");
+    fs::write(src.join("skip.me"), b"x").unwrap();
+    let err = files_from_with_a_missing_path(d.path(), p(&src), &[], &[]);
     assert!(
         err.contains("no/such: listed by --files-from: no such file"),
         "{err}"
     );
-    assert_eq!(fs::read(by_ferry.join("old")).unwrap(), b"keep");
-    let mut want = listing(&by_rsync);
-    want.insert("old".into());
-    assert_eq!(listing(&by_ferry), want);
 }
 
 /// The same on a pull over a real sshd: the remote sender is not told the
-/// list, so the local receiver checks the sender's list against it; a
-/// listed path that is missing is an error line (rsync's 23), the rest is
-/// copied, and `--delete` deletes nothing. A path the user's own rules
-/// exclude is not reported.
+/// list, so the local receiver checks the sender's list against it.
 #[test]
 fn files_from_on_a_pull_names_what_the_sender_lacks() {
     let name = "files_from_on_a_pull_names_what_the_sender_lacks";
@@ -189,41 +206,10 @@ fn files_from_on_a_pull_names_what_the_sender_lacks() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     tree(&src);
-    let list = d.path().join("list");
-    fs::write(&list, "a/one.txt\nno/such\ntop.txt\nskip.me\n").unwrap();
-    let ff = format!("--files-from={}", list.display());
+    fs::write(src.join("skip.me"), b"x").unwrap();
+    let (rsh, bin) = (srv.rsh(), ferry_bin());
     let from = srv.remote(&src);
-    let by_rsync = d.path().join("rsync");
-    let out = Command::new("rsync")
-        .args(["-a", "-e", &srv.rsh(), &ff, &from, p(&by_rsync)])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(23));
-    let by_ferry = d.path().join("ferry");
-    fs::create_dir(&by_ferry).unwrap();
-    fs::write(by_ferry.join("old"), b"keep").unwrap();
-    let bin = ferry_bin();
-    let out = ferry(&[
-        "sync",
-        "-e",
-        &srv.rsh(),
-        "--remote-ferry",
-        p(&bin),
-        "-a",
-        "-r",
-        "--delete",
-        "--rsync-exit-codes",
-        "--exclude=skip.me",
-        &ff,
-        &from,
-        p(&by_ferry),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(23), "{err}");
+    let ferry_pre = ["-e", &rsh, "--remote-ferry", p(&bin)];
+    let err = files_from_with_a_missing_path(d.path(), &from, &["-e", &rsh], &ferry_pre);
     assert!(err.contains("no/such: listed by --files-from"), "{err}");
-    assert!(!err.contains("skip.me"), "{err}");
-    assert_eq!(fs::read(by_ferry.join("old")).unwrap(), b"keep");
-    let mut want = listing(&by_rsync);
-    want.insert("old".into());
-    assert_eq!(listing(&by_ferry), want);
 }

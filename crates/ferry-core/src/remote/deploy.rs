@@ -196,9 +196,10 @@ fn run_remote(
                 "--deploy: {host} stopped reading the upload"
             ))),
         },
-        Some(255) => Err(Error::Link(LinkError::Io(format!(
-            "ssh to {host} failed: {said}"
-        )))),
+        Some(255) => Err(Error::Ssh {
+            host: host.to_string(),
+            said: said.to_string(),
+        }),
         Some(c) => Err(Error::NoRemote(format!(
             "--deploy: cannot {what} on {host} (exit status {c}): {said}"
         ))),

@@ -106,7 +106,12 @@ impl Remote {
             ))),
             Err(Error::Link(LinkError::Closed)) | Err(Error::Link(LinkError::Io(_))) => {
                 let why = match code {
-                    Some(255) => format!("ssh to {} failed: {}", self.host, or_unknown(&tail)),
+                    Some(255) => {
+                        return Err(Error::Ssh {
+                            said: or_unknown(&tail).to_string(),
+                            host: self.host,
+                        })
+                    }
                     // The shell's "not found" (127) and "cannot execute"
                     // (126).
                     Some(c @ (126 | 127)) => {
