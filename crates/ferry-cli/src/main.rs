@@ -198,7 +198,6 @@ fn main() {
         }
         // Nothing more changes in the destination from here on.
         ferry_core::interrupt::stop();
-        errln!("ferry: interrupted");
         let record = std::thread::Builder::new().spawn(move || {
             ferry_core::interrupt::record();
             last();
@@ -206,6 +205,8 @@ fn main() {
         if record.is_err() {
             last();
         }
+        // After the spawn: a blocked stderr holds up only this line.
+        errln!("ferry: interrupted");
     });
     let code = match cli.cmd {
         Cmd::Sync(a) => sync_cmd::run(a),

@@ -516,6 +516,10 @@ impl Carried {
 /// the same answer). 1 s, doubling, at most 30 s.
 pub fn retry_after(e: Option<&Error>, done: u64, allowed: u32, reached: bool) -> Option<Duration> {
     let e = e?;
+    // An interrupt cut the link too: no new session after it.
+    if ferry_core::interrupt::stopping() {
+        return None;
+    }
     (e.retryable() && reached && done < allowed as u64)
         .then(|| Duration::from_secs((1u64 << done.min(5)).min(30)))
 }

@@ -48,8 +48,21 @@ fn hard_links_with_skip_rules_never_link_to_stale_data() {
         fs::create_dir_all(dst).unwrap();
         fs::write(dst.join("a"), b"OLD\n").unwrap();
     };
+    // -u, a newer first name and a later name that is already the
+    // source's: both stay, and the run succeeds (rsync too).
+    let edited = |dst: &Path| {
+        fs::create_dir_all(dst.join("d")).unwrap();
+        fs::write(dst.join("a"), b"EDITED\n").unwrap();
+        at(&dst.join("a"), Y2030);
+        fs::write(dst.join("d/a2"), b"a\n").unwrap();
+        at(&dst.join("d/a2"), Y2020);
+    };
     type Setup<'a> = &'a dyn Fn(&Path);
-    let cases: [(&[&str], Setup); 2] = [(&["-aHu"], &newer), (&["-aH", "--max-size=1"], &stale)];
+    let cases: [(&[&str], Setup); 3] = [
+        (&["-aHu"], &newer),
+        (&["-aH", "--max-size=1"], &stale),
+        (&["-aHu"], &edited),
+    ];
     for (i, (args, setup)) in cases.iter().enumerate() {
         let (r, f) = (
             d.path().join(format!("r{i}")),

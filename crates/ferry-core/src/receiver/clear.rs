@@ -11,6 +11,9 @@ impl Dispatcher<'_, '_> {
         if self.sh.opts.dry_run {
             return Ok(());
         }
+        if crate::interrupt::stopping() {
+            return Err(io::Error::other("interrupted"));
+        }
         let is_dir = kind == decide::Kind::Dir;
         if is_dir {
             self.tree.forget(&dest.rel);

@@ -32,35 +32,7 @@ impl Dispatcher<'_, '_> {
         self.check
             .top_ok(&e.path)
             .map_err(|r| Error::Protocol(r.to_string()))?;
-        if let Some(r) = self.replace_root.take() {
-            super::setup::prepare_root(&r, decide::RootAt::Replace)?;
-            self.tree = DestDir::open(&r).map_err(|err| Error::io_op("open directory", &r, err))?;
-        }
-        if let Some(p) = self.late.take() {
-            // A device the user named is written in place, never replaced
-            // by whatever else a sender lists.
-            let kind = e.kind();
-            if !matches!(kind, EntryKind::File | EntryKind::Dir)
-                && fs::symlink_metadata(&p).is_ok_and(|m| {
-                    use std::os::unix::fs::FileTypeExt;
-                    m.file_type().is_block_device() || m.file_type().is_char_device()
-                })
-            {
-                return Err(Error::Protocol(format!(
-                    "{}: a device is written in place, and the sender sent a {}",
-                    p.display(),
-                    if kind == EntryKind::Symlink {
-                        "symlink"
-                    } else {
-                        "special file"
-                    }
-                )));
-            }
-            self.resolve_root(&p, &mut e)?;
-            if e.kind() != EntryKind::Dir {
-                self.check.set_shape(Shape::SingleFile);
-            }
-        }
+        self.root_at_first_entry(&mut e)?;
         self.check
             .admit(&e)
             .map_err(|r| Error::Protocol(r.to_string()))?;
@@ -237,29 +209,6 @@ impl Dispatcher<'_, '_> {
             file: id,
             mode: WantMode::Whole,
         })?;
-        Ok(())
-    }
-
-    /// First entry of a [`Dest::FileOrDir`] session: a directory source
-    /// goes under the path, a file source becomes the path.
-    pub(super) fn resolve_root(&mut self, p: &Path, e: &mut Entry) -> Result<()> {
-        // A file goes into the path's directory, a tree into the path.
-        let decide::LateRoot { root, name } = decide::late_root(p, e.kind())?;
-        if let Some(name) = name {
-            e.path = name;
-        }
-        if !root.exists() {
-            self.root_created = true;
-            if !self.sh.opts.dry_run {
-                fs::create_dir_all(&root)
-                    .map_err(|err| Error::io_op("create directory", &root, err))?;
-            }
-        }
-        self.tree = if self.sh.opts.dry_run && !root.exists() {
-            DestDir::absent(&root)
-        } else {
-            DestDir::open(&root).map_err(|err| Error::io_op("open directory", &root, err))?
-        };
         Ok(())
     }
 

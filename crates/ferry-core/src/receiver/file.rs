@@ -353,6 +353,10 @@ pub(super) fn told(f: &DstFile, sh: &Shared<'_>, r: io::Result<()>) {
 }
 
 fn finalize_inner(f: &Arc<DstFile>, sh: &Shared<'_>) -> io::Result<()> {
+    if crate::interrupt::stopping() {
+        // Not sized, set or written out in order: the run is stopping.
+        return Err(io::Error::other("interrupted"));
+    }
     if let Some(why) = f.failure() {
         let resumed = f.partial.as_ref().is_some_and(|p| p.resumed);
         let after = decide::after_failure(&why, f.delta.load(Ordering::SeqCst) || resumed);

@@ -33,7 +33,12 @@ impl Dispatcher<'_, '_> {
     pub(super) fn finish(&mut self) {
         let stats = self.sh.stats;
         let opts = self.sh.opts;
+        // Interrupted: nothing more changes (see `crate::interrupt`).
+        let stopping = crate::interrupt::stopping;
         for e in std::mem::take(&mut self.links) {
+            if stopping() {
+                return;
+            }
             let shown_dest = self.tree.show(&e.path);
             if let Err(err) = self.hard_link(&e) {
                 stats.error(line(&shown_dest, &err));
@@ -79,10 +84,13 @@ impl Dispatcher<'_, '_> {
                 ));
             }
         }
-        if opts.dry_run {
+        if opts.dry_run || stopping() {
             return;
         }
         for e in self.dirs.iter().rev() {
+            if stopping() {
+                return;
+            }
             let r = self.tree.loc(&e.path, false).and_then(|dir| {
                 // Only what differs: an unchanged directory costs a stat.
                 let steps = match dir.lstat()?.as_ref().map(decide::Stat::of_raw) {
@@ -131,7 +139,14 @@ impl Dispatcher<'_, '_> {
             // What the first name holds is not the source's content: this
             // name is left alone by the same rule, or not linked to it.
             let old = Self::stat(&dest)?;
-            if decide::leave_alone(&self.sh.opts.skip, size, mtime, old.as_ref()) {
+            // Left by the same rule, or already the source's (its size and
+            // time, as a re-run's quick check finds it).
+            let current = old.is_some_and(|o| {
+                o.kind == decide::Kind::File
+                    && o.size == size
+                    && (o.mtime, o.mtime_nsec) == (e.mtime, e.mtime_nsec)
+            });
+            if current || decide::leave_alone(&self.sh.opts.skip, size, mtime, old.as_ref()) {
                 return Ok(());
             }
             return Err(io::Error::other(format!(

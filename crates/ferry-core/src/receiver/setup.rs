@@ -48,7 +48,8 @@ impl Setup {
             let at = root_at(root, opts.force)?;
             absent = opts.dry_run && at != decide::RootAt::Use;
             // A backup directory within it is made now: so is the root.
-            let later = at == decide::RootAt::Replace && opts.backup_dir.is_none();
+            let inside = opts.backup_dir.as_ref().is_some_and(|d| d.is_relative());
+            let later = at == decide::RootAt::Replace && !inside;
             if later && !opts.dry_run {
                 absent = true;
                 replace_root = Some(root.to_path_buf());
@@ -108,6 +109,69 @@ impl Setup {
     }
 }
 
+impl Dispatcher<'_, '_> {
+    /// The root, at the list's first entry: a file that `--force`
+    /// replaces with a directory is replaced now (see
+    /// [`Setup::replace_root`]), and a file-or-directory destination
+    /// becomes one or the other (see [`Dispatcher::resolve_root`]).
+    pub(super) fn root_at_first_entry(&mut self, e: &mut Entry) -> Result<()> {
+        if let Some(r) = self.replace_root.take() {
+            prepare_root(&r, decide::RootAt::Replace)?;
+            self.tree = DestDir::open(&r).map_err(|err| Error::io_op("open directory", &r, err))?;
+        }
+        let Some(p) = self.late.take() else {
+            return Ok(());
+        };
+        // A device the user named is written in place, never replaced by
+        // whatever else a sender lists.
+        let kind = e.kind();
+        let device = |m: fs::Metadata| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_block_device() || m.file_type().is_char_device()
+        };
+        if !matches!(kind, EntryKind::File | EntryKind::Dir)
+            && fs::symlink_metadata(&p).is_ok_and(device)
+        {
+            let what = match kind {
+                EntryKind::Symlink => "symlink",
+                _ => "special file",
+            };
+            return Err(Error::Protocol(format!(
+                "{}: a device is written in place, and the sender sent a {what}",
+                p.display()
+            )));
+        }
+        self.resolve_root(&p, e)?;
+        if e.kind() != EntryKind::Dir {
+            self.check.set_shape(Shape::SingleFile);
+        }
+        Ok(())
+    }
+
+    /// First entry of a [`Dest::FileOrDir`] session: a directory source
+    /// goes under the path, a file source becomes the path.
+    pub(super) fn resolve_root(&mut self, p: &Path, e: &mut Entry) -> Result<()> {
+        // A file goes into the path's directory, a tree into the path.
+        let decide::LateRoot { root, name } = decide::late_root(p, e.kind())?;
+        if let Some(name) = name {
+            e.path = name;
+        }
+        if !root.exists() {
+            self.root_created = true;
+            if !self.sh.opts.dry_run {
+                fs::create_dir_all(&root)
+                    .map_err(|err| Error::io_op("create directory", &root, err))?;
+            }
+        }
+        self.tree = if self.sh.opts.dry_run && !root.exists() {
+            DestDir::absent(&root)
+        } else {
+            DestDir::open(&root).map_err(|err| Error::io_op("open directory", &root, err))?
+        };
+        Ok(())
+    }
+}
+
 /// What this side tells the sender at the end, from its counters.
 pub(super) fn receiver_report(stats: &Stats) -> ReceiverReport {
     let rep = stats.report(0.0);
@@ -157,7 +221,7 @@ fn root_at(root: &Path, force: bool) -> Result<decide::RootAt> {
 
 /// Make the tree's root a directory as `at` says; whether it had to be
 /// created.
-pub(super) fn prepare_root(root: &Path, at: decide::RootAt) -> Result<bool> {
+fn prepare_root(root: &Path, at: decide::RootAt) -> Result<bool> {
     match at {
         decide::RootAt::Use | decide::RootAt::Refuse(_) => Ok(false),
         decide::RootAt::Replace => fs::remove_file(fsutil::bare(root))

@@ -173,7 +173,9 @@ pub(super) fn writer(rx: Receiver<(Arc<DstFile>, Op)>, sh: &Shared<'_>) {
     let mut scratch = Vec::new();
     let mut zero_sig = ZeroSig::default();
     for (f, op) in rx {
-        if sh.fatal_flag.load(Ordering::Relaxed) {
+        // Interrupted: what is queued is not written (an in-place file is
+        // the destination itself).
+        if sh.fatal_flag.load(Ordering::Relaxed) || crate::interrupt::stopping() {
             continue;
         }
         match op {
