@@ -15,7 +15,7 @@
 //! path whose ancestors are all accepted directories, ids increase, a
 //! path comes once unless it is a directory again, a hard link names an
 //! earlier accepted regular file, the root is a directory, a single-file
-//! destination holds one regular file.
+//! destination holds one entry that is neither a directory nor a hard link.
 
 use std::collections::HashMap;
 
@@ -99,13 +99,18 @@ fn parent(p: &[u8]) -> &[u8] {
         .map_or(&[][..], |i| &p[..i])
 }
 
+/// What a single-file destination takes: a file, a symlink or a node.
+fn single_kind(kind: EntryKind) -> bool {
+    !matches!(kind, EntryKind::Dir | EntryKind::HardLink)
+}
+
 impl Model {
     fn admit(&mut self, e: &Entry) -> bool {
         let kind = e.kind();
         let p = &e.path;
         let ok = safe(p)
             && self.last_id.is_none_or(|l| e.id > l)
-            && (!self.single || (self.entries == 0 && kind == EntryKind::File))
+            && (!self.single || (self.entries == 0 && single_kind(kind)))
             && (!p.is_empty() || kind == EntryKind::Dir)
             && e.size <= MAX_FILE_SIZE
             && match self.kinds.get(p) {
@@ -242,7 +247,7 @@ fn invariants(list: &[Entry], single: bool) {
     }
     if single {
         assert!(
-            list.len() <= 1 && list.iter().all(|e| e.kind() == EntryKind::File),
+            list.len() <= 1 && list.iter().all(|e| single_kind(e.kind())),
             "a single-file destination accepted {list:?}"
         );
     }
